@@ -1,0 +1,58 @@
+"""`vcebench <verb>`: every step a workflow rule runs is one verb.
+
+Examples::
+
+    vcebench data render synthfaces --split test --n 64 --out resources/data/synthfaces
+    vcebench data show synthfaces --n 64 --out grid.png
+    vcebench data check celeba --root /data/celeba
+    vcebench train classifier --task synthfaces_smile
+    vcebench explain --task synthfaces_smile --method fire --shard 0 --n-shards 2
+    vcebench evaluate --task synthfaces_smile --method fire
+    vcebench profile --task synthfaces_smile --method fire
+    vcebench profile --paper-scale celeba
+    vcebench report --task synthfaces_smile
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+VERBS = ("data", "train", "explain", "evaluate", "profile", "report")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vcebench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="verb", required=True)
+    for verb in VERBS:
+        module = importlib.import_module(f"vcebench.commands.{verb}")
+        module.register(sub)
+    return parser
+
+
+def add_config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", action="append", default=None, metavar="YAML",
+                   help="config file(s), later ones deep-merged over earlier (default: config/config.yaml)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .config import ConfigError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"vcebench: configuration error: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, ValueError) as e:
+        if type(e).__name__ in ("DatasetError", "CheckpointError", "FileNotFoundError"):
+            print(f"vcebench: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

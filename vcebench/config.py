@@ -1,0 +1,84 @@
+"""Load, merge and validate the workflow config (config/config.yaml + presets).
+
+The same files drive Snakemake (``configfile:`` + ``validate``) and the CLI
+(``vcebench <verb> --config config/config.yaml --config config/presets/quick.yaml``):
+later files are deep-merged over earlier ones, then validated against
+``config/schema.yaml``. A typo in a key is an error that names it.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_CONFIG = Path("config/config.yaml")
+
+
+class ConfigError(ValueError):
+    """A problem with the user's configuration; the message says which key and what to do."""
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in (override or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def schema_path(config_path: Path | None = None) -> Path:
+    here = Path(config_path).parent if config_path else DEFAULT_CONFIG.parent
+    for cand in (here / "schema.yaml", here.parent / "schema.yaml", DEFAULT_CONFIG.parent / "schema.yaml"):
+        if cand.exists():
+            return cand
+    return Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
+
+
+def validate(cfg: dict, schema_file: Path | None = None) -> dict:
+    """Validate against the JSON schema; raise :class:`ConfigError` naming the bad key."""
+    import jsonschema
+
+    schema = yaml.safe_load(Path(schema_file or schema_path()).read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = []
+        for e in errors[:10]:
+            where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
+            lines.append(f"  config key `{where}`: {e.message}")
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines))
+    return cfg
+
+
+def load_config(paths: list[str | Path] | None = None, overrides: dict | None = None) -> dict:
+    """Deep-merge the YAML files in order (default: config/config.yaml) and validate."""
+    paths = [Path(p) for p in (paths or [DEFAULT_CONFIG])]
+    cfg: dict[str, Any] = {}
+    for p in paths:
+        if not p.exists():
+            raise ConfigError(f"config file {p} does not exist (run from the repository root or pass --config)")
+        data = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+        cfg = deep_merge(cfg, data)
+    if overrides:
+        cfg = deep_merge(cfg, overrides)
+    return validate(cfg, schema_path(paths[0]))
+
+
+def check_keys(section: str, given: dict, allowed: set[str] | dict) -> None:
+    """Reject unknown keys in a free-form section (e.g. method hyperparameters)."""
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        import difflib
+
+        hints = []
+        for u in unknown:
+            close = difflib.get_close_matches(u, list(allowed), n=1)
+            hints.append(f"`{section}.{u}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+        raise ConfigError(f"unknown config key(s): {', '.join(hints)}; allowed: {', '.join(sorted(allowed))}")

@@ -1,0 +1,74 @@
+"""Atomic writes, image quantisation and shard files."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path next to ``path``; rename it over ``path`` on success only."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if torch.is_tensor(o):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o)}")
+
+
+def to_uint8(x: torch.Tensor) -> np.ndarray:
+    """[-1, 1] float -> uint8 with ``round((x + 1) * 127.5)``.
+
+    The DiME/ACE reference code truncates (``(x + 1) * 127.5`` cast to uint8); we round.
+    """
+    return ((x.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+
+
+def from_uint8(a: np.ndarray | torch.Tensor) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(a))
+    return t.float() / 127.5 - 1.0
+
+
+def save_npz(path: str | os.PathLike, **arrays: Any) -> None:
+    """Atomic ``np.savez_compressed``."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez_compressed(fh, **{k: (v.cpu().numpy() if torch.is_tensor(v) else np.asarray(v))
+                                       for k, v in arrays.items()})
+
+
+def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
