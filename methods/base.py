@@ -1,13 +1,21 @@
-"""The Method interface (ARCHITECTURE.md) and what every method returns."""
+"""The Method interface (ARCHITECTURE.md), what every method returns, and shared bookkeeping.
+
+Bookkeeping shared by all methods lives here: hyperparameter parsing into typed
+dataclasses (:func:`parse_params`), per-sample network-evaluation counts (:class:`NFE`),
+per-sample failure codes (``FAIL_*``) and the final flip check (:func:`finalize`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin
 
 import torch
 from torch import Tensor
 
+from vcebench.config import ConfigError, check_keys
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
@@ -22,6 +30,7 @@ class Counterfactuals:
 
 class Method(Protocol):
     name: str
+    roles: tuple[str, ...]  # model roles the method needs (for vcebench.models.load_task_models)
 
     def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
                  generator: SampleGenerators) -> Counterfactuals: ...
@@ -35,3 +44,120 @@ def cat_counterfactuals(parts: list[Counterfactuals]) -> Counterfactuals:
         steps=torch.cat([p.steps for p in parts]),
         info={k: torch.cat([p.info[k] for p in parts]) for k in sorted(keys)},
     )
+
+
+# --- failure codes (``info["fail_reason"]``; 0 = not failed) ---------------------------------
+FAIL_NONE = 0
+FAIL_NONFINITE_INPUT = 1  # the input image holds NaN / inf
+FAIL_NONFINITE_GRAD = 2  # a guidance gradient became NaN / inf
+FAIL_NONFINITE_STATE = 3  # the noisy state or the clean image became NaN / inf
+FAIL_NONFINITE_LOGITS = 4  # the classifier returned NaN / inf on the counterfactual
+FAIL_REASONS = {FAIL_NONE: "ok", FAIL_NONFINITE_INPUT: "non-finite input", FAIL_NONFINITE_GRAD: "non-finite gradient",
+                FAIL_NONFINITE_STATE: "non-finite noisy state or clean image",
+                FAIL_NONFINITE_LOGITS: "non-finite classifier output"}
+
+
+def nonfinite(t: Tensor) -> Tensor:
+    """Bool (N,): rows of ``t`` holding any NaN / inf."""
+    return ~torch.isfinite(t.reshape(len(t), -1)).all(dim=1)
+
+
+# --- NFE counts ------------------------------------------------------------------------------
+NFE_KEYS = ("nfe_classifier_fwd", "nfe_classifier_bwd", "nfe_unet_fwd", "nfe_unet_bwd", "nfe_pmf_fwd",
+            "nfe_pmf_bwd", "nfe_perceptual_fwd", "nfe_perceptual_bwd")
+
+
+class NFE:
+    """Per-sample network-evaluation counts (docs/internals.md: a batched call of B rows adds 1 to each
+    of the B samples it ran for; SmoothGrad's N copies add N)."""
+
+    def __init__(self, n: int):
+        self.counts = {k: torch.zeros(n, dtype=torch.float64) for k in NFE_KEYS}
+
+    def add(self, net: str, rows: Tensor, times: float = 1.0, bwd: bool = False) -> None:
+        """Count one call of ``net`` (classifier | unet | pmf | perceptual) on batch rows ``rows``
+        (global sample indices); ``bwd`` also counts its backward pass."""
+        rows = rows.cpu()
+        self.counts[f"nfe_{net}_fwd"].index_add_(0, rows, torch.full((len(rows),), float(times), dtype=torch.float64))
+        if bwd:
+            self.counts[f"nfe_{net}_bwd"].index_add_(0, rows, torch.full((len(rows),), float(times),
+                                                                         dtype=torch.float64))
+
+    def add_bwd(self, net: str, rows: Tensor, times: float = 1.0) -> None:
+        rows = rows.cpu()
+        self.counts[f"nfe_{net}_bwd"].index_add_(0, rows, torch.full((len(rows),), float(times), dtype=torch.float64))
+
+
+# --- the final flip check --------------------------------------------------------------------
+@torch.no_grad()
+def finalize(x: Tensor, cf: Tensor, target: Tensor, models: TaskModels, steps: Tensor, failed: Tensor,
+             reason: Tensor, nfe: NFE, info: dict[str, Tensor] | None = None) -> Counterfactuals:
+    """Failed samples return their input; ``flipped = argmax f(cf) == target`` (one classifier call)."""
+    cf = torch.where(failed.view(-1, 1, 1, 1).to(cf.device), x, cf).clamp(-1, 1)
+    cf = torch.nan_to_num(cf)  # a failed sample whose input was non-finite
+    rows = torch.arange(len(x))
+    logits = models.classifier(cf)
+    nfe.add("classifier", rows)
+    bad = nonfinite(logits).cpu() & ~failed.cpu()
+    reason = torch.where(bad, torch.full_like(reason, FAIL_NONFINITE_LOGITS), reason.cpu())
+    failed = failed.cpu() | bad
+    flipped = (logits.argmax(1).cpu() == target.cpu()) & ~failed
+    out = {"failed": failed, "fail_reason": reason.to(torch.int64), **nfe.counts, **(info or {})}
+    return Counterfactuals(images=cf.detach(), flipped=flipped, steps=steps.cpu().to(torch.int64), info=out)
+
+
+# --- typed hyperparameters -------------------------------------------------------------------
+P = TypeVar("P")
+
+
+def parse_params(cls: type[P], params: dict[str, Any], section: str) -> P:
+    """Build the dataclass ``cls`` from a config mapping: unknown keys and wrong types are
+    :class:`ConfigError` naming ``section.key``; missing keys take the dataclass defaults."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    check_keys(section, params, set(fields))
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for k, v in params.items():
+        values[k] = _coerce(v, hints[k], f"{section}.{k}")
+    try:
+        obj = cls(**values)
+    except TypeError as e:
+        raise ConfigError(f"`{section}`: {e}") from None
+    validate = getattr(obj, "validate", None)
+    if validate is not None:
+        validate(section)
+    return obj
+
+
+def _coerce(v: Any, tp: Any, where: str) -> Any:
+    origin = get_origin(tp)
+    if origin is Literal:
+        if v not in get_args(tp):
+            raise ConfigError(f"config key `{where}` must be one of {list(get_args(tp))}, got {v!r}")
+        return v
+    if origin in (tuple, list):
+        if not isinstance(v, (list, tuple)) or not v:
+            raise ConfigError(f"config key `{where}` must be a non-empty list, got {v!r}")
+        (item,) = get_args(tp)[:1]
+        return tuple(_coerce(i, item, where) for i in v)
+    if tp is bool:
+        if not isinstance(v, bool):
+            raise ConfigError(f"config key `{where}` must be true or false, got {v!r}")
+        return v
+    if tp is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"config key `{where}` must be an integer, got {v!r}")
+        return v
+    if tp is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConfigError(f"config key `{where}` must be a number, got {v!r}")
+        return float(v)
+    return v
+
+
+def require(ok: bool, section: str, msg: str) -> None:
+    """Raise :class:`ConfigError` about ``section`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(f"`{section}`: {msg}")
+
+

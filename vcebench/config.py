@@ -44,7 +44,7 @@ def validate(cfg: dict, schema_file: Path | None = None) -> dict:
     import jsonschema
 
     schema = yaml.safe_load(Path(schema_file or schema_path()).read_text())
-    validator = jsonschema.Draft7Validator(schema)
+    validator = jsonschema.validators.validator_for(schema)(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
         lines = []

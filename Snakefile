@@ -1,0 +1,37 @@
+# vcebench: FiRe vs DiME / FastDiME / MaskDiME on shared splits, classifiers and metrics.
+#   snakemake --cores all                                          every configured synthetic task
+#   snakemake --cores all results/synthfaces_smile.csv             one task
+#   snakemake --cores all --configfile config/presets/quick.yaml   CI-size run of the same DAG
+#   snakemake --cores all results/celeba_smile.csv                 real data (set datasets/models paths)
+from snakemake.utils import min_version, validate
+
+from vcebench import workflow as wf
+
+min_version("8.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "config/schema.yaml")
+
+CFG = wf.config_args(workflow.configfiles)
+TASKS = config["run_tasks"]
+METHODS = config["methods"]
+
+
+include: "workflows/common.smk"
+include: "workflows/data.smk"
+include: "workflows/models.smk"
+include: "workflows/counterfactuals.smk"
+include: "workflows/evaluate.smk"
+include: "workflows/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        expand("results/{task}.{ext}", task=TASKS, ext=["csv", "md", "tex"]),
+        expand(
+            "results/{task}_{fig}.png", task=TASKS, fig=["qualitative", "efficiency"]
+        ),

@@ -1,0 +1,67 @@
+"""Metrics read off the explained classifier: FR (flip rate) and MAD.
+
+FR (DiME / ACE): share of inputs whose counterfactual the classifier assigns to the target
+``y' = 1 - f(x)``, in %, over *all* explained inputs. The evaluation recomputes
+``f(cf)`` on the stored (uint8) counterfactuals and passes it as ``EvalBatch.flipped``.
+MAD (FastDiME, medical protocol): mean ``|p(x) - p(cf)|`` of the classifier's probability of
+the positive class (for two classes the same for either class); higher = larger shift.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .base import EvalBatch, Subset, classifier_logits, require
+
+
+class FlipRate:
+    """FR: % of inputs in ``subset`` (default all) with ``f(cf) == y'``."""
+
+    name = "FR"
+    higher_is_better = {"FR": True}
+    roles = ("classifier",)
+
+    def __init__(self, subset: Subset = "all"):
+        self.subset = subset
+        self.hits = 0
+        self.total = 0
+        self.n: dict[str, int] = {}
+
+    def update(self, batch: EvalBatch) -> None:
+        keep = batch.subset(self.subset)
+        self.hits += int(batch.flipped[keep].sum())
+        self.total += int(keep.sum())
+
+    def compute(self) -> dict[str, float]:
+        require(self.total, 1, "FR", self.subset)
+        self.n = {"FR": self.total}
+        return {"FR": 100.0 * self.hits / self.total}
+
+
+class MAD:
+    """MAD: mean |p_1(x) - p_1(cf)| of the classifier's softmax probability."""
+
+    name = "MAD"
+    higher_is_better = {"MAD": True}
+    roles = ("classifier",)
+
+    def __init__(self, classifier: nn.Module, subset: Subset = "all"):
+        self.classifier, self.subset = classifier, subset
+        self.sum = 0.0
+        self.count = 0
+        self.n: dict[str, int] = {}
+
+    def update(self, batch: EvalBatch) -> None:
+        keep = batch.subset(self.subset)
+        if not keep.any():
+            return
+        p_x = torch.softmax(classifier_logits(batch, self.classifier, "x").double(), 1)[:, 1]
+        p_cf = torch.softmax(classifier_logits(batch, self.classifier, "cf").double(), 1)[:, 1]
+        self.sum += float((p_x - p_cf).abs()[keep].sum())
+        self.count += int(keep.sum())
+
+    def compute(self) -> dict[str, float]:
+        require(self.count, 1, "MAD", self.subset)
+        self.n = {"MAD": self.count}
+        return {"MAD": self.sum / self.count}

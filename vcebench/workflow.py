@@ -1,0 +1,91 @@
+"""Helpers the Snakefile imports: which networks a step needs, and input checks at DAG construction.
+
+Logic lives here (importable, tested), not in the rule files (STYLE.md: snakemake-workflows).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import ConfigError
+from .tasks import SYNTHETIC_DATASETS, get_task
+
+METHOD_ROLES = {
+    "fire": ("classifier", "pmf", "perceptual"),
+    "dime": ("classifier", "ddpm", "perceptual"),
+    "fastdime": ("classifier", "ddpm", "perceptual"),
+    "fastdime2": ("classifier", "ddpm", "perceptual"),
+    "fastdime2plus": ("classifier", "ddpm", "perceptual"),
+    "maskdime": ("classifier", "ddpm", "perceptual"),
+}
+EVAL_ROLES = {
+    "faces": ("classifier", "fid_features", "identity", "oracle"),
+    "xray": ("classifier", "fid_features", "simsiam", "oracle"),
+}
+DATASET_HELP = {
+    "celeba": ("datasets.celeba.root", "img_align_celeba/*.jpg, list_attr_celeba.txt|csv, list_eval_partition.txt|csv",
+               "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html"),
+    "celebahq": ("datasets.celebahq.root", "CelebA-HQ-img/*.jpg, CelebAMask-HQ-attribute-anno.txt, "
+                 "CelebA-HQ-to-CelebA-mapping.txt (+ datasets.celebahq.celeba_root for list_eval_partition)",
+                 "https://github.com/switchablenorms/CelebAMask-HQ"),
+    "chexpert": ("datasets.chexpert.root", "CheXpert-v1.0(-small)/train.csv, valid.csv with a Path column "
+                 "(+ datasets.chexpert.pacemaker_csv with columns Path,Pacemaker)",
+                 "https://stanfordmlgroup.github.io/competitions/chexpert/"),
+}
+
+
+def config_args(configfiles: list) -> str:
+    """``--config`` flags for the CLI: config/config.yaml first, then presets in the order given.
+
+    Snakemake lists command-line ``--configfile`` entries before the Snakefile's ``configfile:``;
+    the CLI merges left to right, so the default must come first.
+    """
+    default = Path("config/config.yaml").resolve()
+    rest = [str(p) for p in configfiles if Path(p).resolve() != default]
+    return " ".join(f"--config {p}" for p in ["config/config.yaml", *rest])
+
+
+def method_roles(method: str) -> tuple[str, ...]:
+    base = "fire" if method.startswith("fire_") else method
+    if base not in METHOD_ROLES:
+        raise ConfigError(f"unknown method {method!r}; known: {', '.join(METHOD_ROLES)} and fire_<variant>")
+    return METHOD_ROLES[base]
+
+
+def eval_roles(cfg: dict, task_name: str) -> tuple[str, ...]:
+    return EVAL_ROLES[get_task(cfg, task_name).kind]
+
+
+def dataset_of(cfg: dict, task_name: str) -> str:
+    return get_task(cfg, task_name).dataset
+
+
+def task_for_dataset(cfg: dict, dataset: str) -> str:
+    """A task on ``dataset`` (models are per dataset; `vcebench train` takes a task)."""
+    for name, t in cfg["tasks"].items():
+        if t["dataset"] == dataset:
+            return name
+    raise ConfigError(f"no task in config key `tasks` uses dataset {dataset!r}")
+
+
+def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
+    """Fail at DAG construction when a real task lacks its data or weights (names the config key)."""
+    task = get_task(cfg, task_name)
+    if task.dataset in SYNTHETIC_DATASETS:
+        return
+    key, layout, url = DATASET_HELP[task.dataset]
+    root = cfg["datasets"].get(task.dataset, {}).get("root")
+    if not root or not Path(root).exists():
+        raise ConfigError(
+            f"task {task_name!r} needs the {task.dataset} dataset: set config key `{key}` "
+            f"(now {root!r}) to a folder holding {layout}. Download from {url}. "
+            f"Validate it with `vcebench data check {task.dataset} --root PATH`.")
+    models = (cfg.get("models") or {}).get(task.dataset, {})
+    for role in roles:
+        spec = models.get(role) or {}
+        w = spec.get("weights")
+        if not w or not Path(w).exists():
+            raise ConfigError(
+                f"task {task_name!r} needs canonical weights for role {role!r}: set config key "
+                f"`models.{task.dataset}.{role}.weights` (now {w!r}) to an existing file or folder "
+                f"(see README, 'Real datasets and canonical weights').")

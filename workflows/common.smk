@@ -1,0 +1,33 @@
+# Input functions shared by the rule files; the logic lives in vcebench.workflow.
+
+
+wildcard_constraints:
+    task="[a-z]+_[a-z]+",
+    method="[a-z0-9_]+",
+    dataset="[a-z]+",
+    role="[a-z_]+",
+    i=r"\d+",
+    n=r"\d+",
+
+
+def data_dir(dataset):
+    return f"resources/data/{dataset}" if dataset.startswith("synth") else ""
+
+
+def data_inputs(dataset):
+    d = data_dir(dataset)
+    return [f"{d}/train.npz", f"{d}/test.npz"] if d else []
+
+
+def model_inputs(task, roles):
+    """Trained-model sentinels (synthetic) or canonical weight paths (real; checked at DAG build)."""
+    wf.check_real_task(config, task, tuple(roles))
+    ds = wf.dataset_of(config, task)
+    if ds.startswith("synth"):
+        return [f"resources/models/{ds}/{role}/metrics.json" for role in roles]
+    return [config["models"][ds][role]["weights"] for role in roles]
+
+
+def data_arg(dataset):
+    d = data_dir(dataset)
+    return f"--data {d}" if d else ""

@@ -1,0 +1,52 @@
+rule explain_shard:
+    """Counterfactuals for one shard of the evaluation sample ids."""
+    input:
+        data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
+        models=lambda wc: model_inputs(wc.task, wf.method_roles(wc.method)),
+    output:
+        cf="results/{task}/{method}/shards/shard-{i}-of-{n}.npz",
+        timing="results/{task}/{method}/shards/timing-{i}-of-{n}.json",
+    log:
+        "logs/explain/{task}/{method}/shard-{i}-of-{n}.log",
+    benchmark:
+        "benchmarks/explain/{task}/{method}/shard-{i}-of-{n}.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=6000,
+        runtime=240,
+        gpu=lambda wc: 1 if config["device"] == "cuda" else 0,
+    params:
+        cfg=CFG,
+        data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+    shell:
+        "vcebench explain --task {wildcards.task} --method {wildcards.method} "
+        "--shard {wildcards.i} --n-shards {wildcards.n} {params.data} "
+        "--out {output.cf} {params.cfg} > {log} 2>&1"
+
+
+rule merge_counterfactuals:
+    """Merge the shards (sorted by sample id; checks none is missing or duplicated)."""
+    input:
+        expand(
+            "results/{{task}}/{{method}}/shards/shard-{i}-of-{n}.npz",
+            i=range(config["n_shards"]),
+            n=config["n_shards"],
+        ),
+    output:
+        "results/{task}/{method}/counterfactuals.npz",
+    log:
+        "logs/explain/{task}/{method}/merge.log",
+    benchmark:
+        "benchmarks/explain/{task}/{method}/merge.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        cfg=CFG,
+    shell:
+        "vcebench explain --merge {input} --out {output} > {log} 2>&1"

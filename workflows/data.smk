@@ -1,0 +1,22 @@
+rule render_data:
+    """Render a synthetic dataset (all splits + attribute table) once."""
+    output:
+        train="resources/data/{dataset}/train.npz",
+        val="resources/data/{dataset}/val.npz",
+        test="resources/data/{dataset}/test.npz",
+        table="resources/data/{dataset}/attributes.csv",
+    log:
+        "logs/data/{dataset}.log",
+    benchmark:
+        "benchmarks/data/{dataset}.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        cfg=CFG,
+    shell:
+        "vcebench data render {wildcards.dataset} --out resources/data/{wildcards.dataset} {params.cfg} "
+        "> {log} 2>&1"

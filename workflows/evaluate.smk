@@ -1,0 +1,80 @@
+rule fid_reference:
+    """Feature statistics of the originals, computed once per task and reused by every method."""
+    input:
+        data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
+        models=lambda wc: model_inputs(wc.task, ["fid_features"]),
+    output:
+        "results/{task}/fid_ref.npz",
+    log:
+        "logs/evaluate/{task}/fid_ref.log",
+    benchmark:
+        "benchmarks/evaluate/{task}/fid_ref.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        cfg=CFG,
+        data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+    shell:
+        "vcebench evaluate --task {wildcards.task} --reference {params.data} "
+        "--out {output} {params.cfg} > {log} 2>&1"
+
+
+rule evaluate:
+    """Every metric of the task's protocol for one method."""
+    input:
+        cfs="results/{task}/{method}/counterfactuals.npz",
+        ref="results/{task}/fid_ref.npz",
+        models=lambda wc: model_inputs(wc.task, wf.eval_roles(config, wc.task)),
+    output:
+        "results/{task}/{method}/metrics.json",
+    log:
+        "logs/evaluate/{task}/{method}.log",
+    benchmark:
+        "benchmarks/evaluate/{task}/{method}.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        cfg=CFG,
+        data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+    shell:
+        "vcebench evaluate --task {wildcards.task} --method {wildcards.method} "
+        "--cfs {input.cfs} --fid-ref {input.ref} {params.data} --out {output} {params.cfg} > {log} 2>&1"
+
+
+rule profile:
+    """FLOPs, NFE, time and memory per counterfactual."""
+    input:
+        data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
+        models=lambda wc: model_inputs(wc.task, wf.method_roles(wc.method)),
+        timings=expand(
+            "results/{{task}}/{{method}}/shards/timing-{i}-of-{n}.json",
+            i=range(config["n_shards"]),
+            n=config["n_shards"],
+        ),
+    output:
+        "results/{task}/{method}/profile.json",
+    log:
+        "logs/profile/{task}/{method}.log",
+    benchmark:
+        "benchmarks/profile/{task}/{method}.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=60,
+        gpu=lambda wc: 1 if config["device"] == "cuda" else 0,
+    params:
+        cfg=CFG,
+        data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+    shell:
+        "vcebench profile --task {wildcards.task} --method {wildcards.method} {params.data} "
+        "--timings {input.timings} --out {output} {params.cfg} > {log} 2>&1"

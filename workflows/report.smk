@@ -1,0 +1,90 @@
+rule report_task:
+    """Comparison tables (CSV / Markdown / LaTeX) and figures of one task."""
+    input:
+        metrics=expand("results/{{task}}/{method}/metrics.json", method=METHODS),
+        profiles=expand("results/{{task}}/{method}/profile.json", method=METHODS),
+        cfs=expand("results/{{task}}/{method}/counterfactuals.npz", method=METHODS),
+    output:
+        csv="results/{task}.csv",
+        md="results/{task}.md",
+        tex="results/{task}.tex",
+        qual="results/{task}_qualitative.png",
+        eff="results/{task}_efficiency.png",
+    log:
+        "logs/report/{task}.log",
+    benchmark:
+        "benchmarks/report/{task}.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        cfg=CFG,
+        data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+        methods=" ".join(METHODS),
+    shell:
+        "vcebench report --task {wildcards.task} --methods {params.methods} {params.data} "
+        "--out-dir results {params.cfg} > {log} 2>&1"
+
+
+rule paper_tables:
+    """The FiRe paper's Tables 1-6 and Figure 2 for the configured tasks (synthetic analogues by default)."""
+    input:
+        metrics=expand(
+            "results/{task}/{method}/metrics.json",
+            task=TASKS,
+            method=METHODS + config.get("paper_methods", []),
+        ),
+        profiles=expand(
+            "results/{task}/{method}/profile.json", task=TASKS, method=METHODS
+        ),
+    output:
+        "results/paper/tables.md",
+        "results/paper/tables.tex",
+        "results/paper/figure2.png",
+    log:
+        "logs/report/paper.log",
+    benchmark:
+        "benchmarks/report/paper.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        cfg=CFG,
+    shell:
+        "vcebench report --paper --out-dir results/paper {params.cfg} > {log} 2>&1"
+
+
+rule paper:
+    input:
+        rules.paper_tables.output,
+
+
+rule regression:
+    """Compare the run's tables with results/reference/<preset>/ (CI); fails on a regression."""
+    input:
+        expand("results/{task}.csv", task=TASKS),
+    output:
+        "results/regression.md",
+    log:
+        "logs/report/regression.log",
+    benchmark:
+        "benchmarks/report/regression.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        cfg=CFG,
+        ref=config.get("reference_dir", "results/reference/quick"),
+        tasks=" ".join(TASKS),
+    shell:
+        "vcebench report --regression --reference {params.ref} --tasks {params.tasks} "
+        "--out {output} {params.cfg} > {log} 2>&1"
