@@ -15,7 +15,13 @@ configfile: "config/config.yaml"
 
 validate(config, "config/schema.yaml")
 
-CFG = wf.config_args(workflow.configfiles)
+CFG = wf.config_args(workflow.configfiles, workflow.basedir)
+REFERENCE = wf.reference_dir(config, workflow.basedir)
+
+
+workdir: config.get("workdir", ".")
+
+
 TASKS = config["run_tasks"]
 METHODS = config["methods"]
 

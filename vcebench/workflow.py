@@ -34,15 +34,21 @@ DATASET_HELP = {
 }
 
 
-def config_args(configfiles: list) -> str:
+def config_args(configfiles: list, basedir: str | Path = ".") -> str:
     """``--config`` flags for the CLI: config/config.yaml first, then presets in the order given.
 
     Snakemake lists command-line ``--configfile`` entries before the Snakefile's ``configfile:``;
-    the CLI merges left to right, so the default must come first.
+    the CLI merges left to right, so the default must come first. Paths are absolute because
+    rules run in the config's ``workdir``.
     """
-    default = Path("config/config.yaml").resolve()
-    rest = [str(p) for p in configfiles if Path(p).resolve() != default]
-    return " ".join(f"--config {p}" for p in ["config/config.yaml", *rest])
+    default = (Path(basedir) / "config/config.yaml").resolve()
+    rest = [str(Path(p).resolve()) for p in configfiles if Path(p).resolve() != default]
+    return " ".join(f"--config {p}" for p in [str(default), *rest])
+
+
+def reference_dir(cfg: dict, basedir: str | Path = ".") -> str:
+    """The committed reference results the ``regression`` target compares against (absolute)."""
+    return str((Path(basedir) / cfg.get("reference_dir", "results/reference/quick")).resolve())
 
 
 def method_roles(method: str) -> tuple[str, ...]:

@@ -83,7 +83,7 @@ rule regression:
         runtime=5,
     params:
         cfg=CFG,
-        ref=config.get("reference_dir", "results/reference/quick"),
+        ref=REFERENCE,
         tasks=" ".join(TASKS),
     shell:
         "vcebench report --regression --reference {params.ref} --tasks {params.tasks} "

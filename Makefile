@@ -1,0 +1,39 @@
+# Set-up and entry points. `make benchmark` and `make test` work on a fresh machine (Python 3.10+).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+CORES ?= all
+TORCH ?= torch==2.14.1 torchvision==0.29.1
+
+.PHONY: install benchmark quick test regression reference paper clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+benchmark: install  ## the default synthetic benchmark: every synthetic task, every method
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES)
+
+quick: install  ## CI-size run of the same DAG
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --configfile config/presets/quick.yaml
+
+test: install  ## the test suite (CPU, ~10 minutes on 2 cores)
+	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow"
+
+regression: install  ## rerun the quick preset and compare with results/reference/quick
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --configfile config/presets/quick.yaml \
+		--forcerun regression regression
+
+reference: install  ## accept the current quick-preset results as the new reference
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/vcebench report --update-reference --reference $(abspath results/reference/quick) --out-dir runs/quick/results \
+		--config config/config.yaml --config config/presets/quick.yaml
+
+paper: install
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) paper
+
+clean:
+	rm -rf results/synth* results/paper resources logs benchmarks .snakemake

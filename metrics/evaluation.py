@@ -1,0 +1,136 @@
+"""Stream aligned originals and counterfactuals through the metrics; assemble metrics.json.
+
+The classifier is run once per batch on x and on the stored (uint8) counterfactuals: its
+logits are cached in ``EvalBatch.extra`` (FR, MAD, COUT reuse them), ``pred = f(x)`` and
+``flipped = f(cf) == target`` are recomputed from what is actually evaluated; disagreements
+with the ``pred`` / ``flipped`` arrays written by ``vcebench explain`` (e.g. from rounding
+to uint8) are counted in metrics.json under ``checks``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .base import SUBSETS, EvalBatch, InsufficientSamples, Metric, MetricError
+
+CF_KEYS = ("sample_id", "cf", "target")
+
+
+def load_counterfactuals(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Read ``counterfactuals.npz`` (docs/internals.md) and check its arrays."""
+    from vcebench.io import load_npz
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"counterfactuals {path} not found; create them with `vcebench explain`")
+    z = load_npz(path)
+    missing = [k for k in CF_KEYS if k not in z]
+    if missing:
+        raise MetricError(f"{path}: missing array(s) {missing}; expected {list(CF_KEYS)} (docs/internals.md)")
+    n = len(z["sample_id"])
+    if z["cf"].dtype != np.uint8 or z["cf"].ndim != 4 or z["cf"].shape[0] != n:
+        raise MetricError(f"{path}: `cf` must be uint8 N x C x H x W with N = {n} sample ids, "
+                          f"got {z['cf'].dtype} {z['cf'].shape}")
+    for k in ("target", "pred", "flipped"):
+        if k in z and z[k].shape != (n,):
+            raise MetricError(f"{path}: `{k}` has shape {z[k].shape}, expected ({n},)")
+    if len(np.unique(z["sample_id"])) != n:
+        raise MetricError(f"{path}: duplicate sample ids")
+    if n == 0:
+        raise MetricError(f"{path}: holds no counterfactuals")
+    return z
+
+
+def check_same_ids(cf_ids: np.ndarray | Tensor, orig_ids: np.ndarray | Tensor) -> None:
+    """The counterfactuals must cover exactly the given originals (same set of sample ids)."""
+    a = set(np.asarray(cf_ids).tolist())
+    b = set(np.asarray(orig_ids).tolist())
+    if a != b:
+        extra, missing = sorted(a - b), sorted(b - a)
+        raise MetricError(f"counterfactuals and originals have different sample ids: {len(extra)} CF id(s) "
+                          f"without an original (first: {extra[:5]}), {len(missing)} original(s) without a "
+                          f"CF (first: {missing[:5]})")
+
+
+def make_batches(x_of: Callable[[np.ndarray], Tensor], cf: np.ndarray, sample_id: np.ndarray,
+                 target: np.ndarray, label: np.ndarray, classifier: nn.Module, batch_size: int,
+                 gt_of: Callable[[np.ndarray], Tensor] | None = None) -> Iterator[EvalBatch]:
+    """EvalBatches in file order. ``x_of(rows)`` / ``gt_of(rows)`` give [-1, 1] images for row indices."""
+    from vcebench.io import from_uint8
+
+    n = len(sample_id)
+    for start in range(0, n, batch_size):
+        rows = np.arange(start, min(n, start + batch_size))
+        x = x_of(rows).float()
+        cfb = from_uint8(cf[rows])
+        with torch.no_grad():
+            logits_x, logits_cf = classifier(x).float(), classifier(cfb).float()
+        tgt = torch.as_tensor(target[rows]).long()
+        yield EvalBatch(x=x, cf=cfb, sample_id=torch.as_tensor(sample_id[rows]).long(), target=tgt,
+                        flipped=logits_cf.argmax(1) == tgt, label=torch.as_tensor(label[rows]).long(),
+                        gt_cf=None if gt_of is None else gt_of(rows).float(),
+                        extra={"logits_x": logits_x, "logits_cf": logits_cf}, pred=logits_x.argmax(1))
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progress: bool = False) -> dict:
+    """Update every metric with every batch, then compute.
+
+    Returns the metrics.json core: ``metrics``, ``higher_is_better``, ``n``, ``subsets``
+    (metric output -> subset name, plus ``sizes`` per subset), ``roles`` (metric -> roles),
+    ``skipped`` (metric -> reason, e.g. fewer successful counterfactuals than FID needs) and
+    ``seconds`` per metric family (timing of update + compute, network passes shared through the
+    batch cache are charged to the first metric that needs them).
+    """
+    sizes = dict.fromkeys(SUBSETS, 0)
+    seconds = {m.name: 0.0 for m in metrics}
+    ids_seen: set[int] = set()
+    if progress:
+        from tqdm import tqdm
+
+        batches = tqdm(batches, desc="evaluate", unit="batch")
+    for batch in batches:
+        ids = batch.sample_id.tolist()
+        if ids_seen.intersection(ids) or len(set(ids)) != len(ids):
+            raise MetricError("duplicate sample ids in the evaluation stream")
+        ids_seen.update(ids)
+        for s in SUBSETS:
+            if s.startswith("correct") and bool((batch.label < 0).any()):
+                continue
+            sizes[s] += int(batch.subset(s).sum())
+        for m in metrics:
+            t0 = time.perf_counter()
+            m.update(batch)
+            seconds[m.name] += time.perf_counter() - t0
+    out: dict = {"metrics": {}, "higher_is_better": {}, "n": {}, "subsets": {"sizes": sizes}, "roles": {},
+                 "skipped": {}, "seconds": seconds}
+    for m in metrics:
+        out["roles"][m.name] = list(m.roles)
+        t0 = time.perf_counter()
+        try:
+            values = m.compute()
+        except InsufficientSamples as e:
+            out["skipped"][m.name] = str(e)
+            for k in m.higher_is_better:
+                out["metrics"][k] = None
+                out["higher_is_better"][k] = m.higher_is_better[k]
+                out["subsets"][k] = m.subset
+                out["n"][k] = 0
+            continue
+        finally:
+            seconds[m.name] += time.perf_counter() - t0
+        for k, v in values.items():
+            out["metrics"][k] = _finite(float(v))
+            out["higher_is_better"][k] = m.higher_is_better[k]
+            out["subsets"][k] = m.subset
+            out["n"][k] = int(m.n.get(k, 0))
+    return out

@@ -1,0 +1,256 @@
+"""The ``ddpm`` role: DiME / FastDiME / MaskDiME backbone (diffusers ``UNet2DModel`` + ``DDPMScheduler``).
+
+Epsilon prediction, linear betas, T train steps (500 in DiME's CelebA protocol, Jeanneret et al.
+2022; DiME used guided-diffusion's linear schedule scaled by 1000/T, i.e. betas 2e-4..0.04 for
+T = 500). Saved and loaded as a diffusers folder (``unet/`` + ``scheduler/``), so a user can plug
+any local diffusers DDPM (e.g. a CelebA-HQ ``DDPMPipeline`` folder) with ``models.<dataset>.ddpm.weights``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vcebench.io import write_json
+from vcebench.models.unet import (
+    TRAIN_KEYS,
+    batched,
+    build_unet,
+    check_role_keys,
+    frechet_distance,
+    remove_checkpoint,
+    replace_dir,
+    require,
+    save_grid,
+    sharpness_ratio,
+    to_float_images,
+    train_loop,
+    unet_kwargs,
+)
+
+DDPM_KEYS = TRAIN_KEYS | {"unet", "num_train_timesteps", "beta_start", "beta_end", "beta_schedule",
+                          "eval_images", "sample_steps", "n_samples"}
+
+
+class DiffusersDDPM(nn.Module):
+    """A diffusers UNet + scheduler behind the ``ddpm`` contract of ``vcebench/models/base.py``.
+
+    ``eps(z, t)`` returns the epsilon prediction for integer train timesteps ``t`` (N,);
+    ``alphas_cumprod`` is float64 (T,), recomputed in float64 from the scheduler's betas
+    (diffusers stores them in float32; guided-diffusion, DiME's code base, uses float64).
+    Models trained with ``sample`` or ``v_prediction`` targets are converted to epsilon; a
+    learned-variance UNet (2C output channels) contributes its first C channels.
+    """
+
+    def __init__(self, unet: nn.Module, scheduler: Any):
+        super().__init__()
+        self.unet = unet
+        self.scheduler = scheduler
+        self.num_train_timesteps = int(scheduler.config.num_train_timesteps)
+        self.prediction_type = str(scheduler.config.prediction_type)
+        if self.prediction_type not in ("epsilon", "sample", "v_prediction"):
+            raise ValueError(f"ddpm: unsupported scheduler prediction_type {self.prediction_type!r}")
+        self.register_buffer("alphas_cumprod", _alphas_cumprod64(scheduler), persistent=False)
+
+    def eps(self, z: Tensor, t: Tensor | int) -> Tensor:
+        """Epsilon prediction at integer train timesteps ``t`` (scalar or (N,) int64)."""
+        t = torch.as_tensor(t, device=z.device)
+        if t.ndim == 0:
+            t = t.expand(z.shape[0])
+        out = self.unet(z, t).sample
+        c = z.shape[1]
+        if out.shape[1] == 2 * c:
+            out = out[:, :c]
+        if self.prediction_type == "epsilon":
+            return out
+        a = self.alphas_cumprod.to(z.device)[t].to(z.dtype).reshape(-1, 1, 1, 1)
+        if self.prediction_type == "sample":
+            return (z - a.sqrt() * out) / (1 - a).sqrt()
+        return a.sqrt() * out + (1 - a).sqrt() * z  # v = sqrt(a) eps - sqrt(1-a) x
+
+    def tweedie(self, z: Tensor, t: Tensor | int) -> Tensor:
+        """One-step posterior-mean estimate ``x0hat = (z - sqrt(1-abar) eps) / sqrt(abar)``."""
+        t = torch.as_tensor(t, device=z.device)
+        if t.ndim == 0:
+            t = t.expand(z.shape[0])
+        a = self.alphas_cumprod.to(z.device)[t].to(z.dtype).reshape(-1, 1, 1, 1)
+        return (z - (1 - a).sqrt() * self.eps(z, t)) / a.sqrt()
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write ``path/unet`` and ``path/scheduler`` (diffusers format), each moved into place whole."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        for name, obj in (("unet", self.unet), ("scheduler", self.scheduler)):
+            tmp = Path(tempfile.mkdtemp(dir=path, prefix=f".{name}."))
+            obj.save_pretrained(tmp)
+            replace_dir(tmp, path / name)
+
+    @classmethod
+    def from_pretrained_dir(cls, path: str | Path) -> DiffusersDDPM:
+        """Load a local diffusers folder with ``unet/`` and ``scheduler/`` (never the hub)."""
+        from diffusers import DDPMScheduler, UNet2DModel
+
+        path = Path(path)
+        need = [path / "unet" / "config.json", path / "scheduler" / "scheduler_config.json"]
+        missing = [str(p) for p in need if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"ddpm: {path} is not a diffusers DDPM folder: missing {', '.join(missing)}. Expected "
+                f"`unet/` (config.json + diffusion_pytorch_model.safetensors) and `scheduler/` "
+                f"(scheduler_config.json), as written by `save_pretrained`; set "
+                f"`models.<dataset>.ddpm.weights` to such a folder or train one with `vcebench train ddpm`.")
+        try:
+            unet = UNet2DModel.from_pretrained(path / "unet", local_files_only=True)
+            scheduler = DDPMScheduler.from_pretrained(path / "scheduler", local_files_only=True)
+        except (OSError, ValueError, RuntimeError, json.JSONDecodeError) as e:
+            raise FileNotFoundError(f"ddpm: could not load the diffusers DDPM in {path}: {e}") from e
+        return cls(unet, scheduler).eval()
+
+
+def _alphas_cumprod64(scheduler: Any) -> Tensor:
+    c = scheduler.config
+    if c.get("trained_betas") is None and c.beta_schedule == "linear":
+        betas = torch.linspace(c.beta_start, c.beta_end, c.num_train_timesteps, dtype=torch.float64)
+    else:
+        betas = scheduler.betas.double()
+    return torch.cumprod(1.0 - betas, dim=0)
+
+
+def build_ddpm(cfg: dict, channels: int, resolution: int) -> DiffusersDDPM:
+    """A fresh (untrained) DDPM from a ``models.<dataset>.ddpm`` config block."""
+    from diffusers import DDPMScheduler
+
+    check_role_keys(cfg, "ddpm", DDPM_KEYS | {"weights"})
+    unet = build_unet(unet_kwargs(require(cfg, "unet", "ddpm"), channels, resolution, False, "ddpm"))
+    scheduler = DDPMScheduler(num_train_timesteps=int(require(cfg, "num_train_timesteps", "ddpm")),
+                              beta_start=float(cfg.get("beta_start", 2e-4)), beta_end=float(cfg.get("beta_end", 0.04)),
+                              beta_schedule=str(cfg.get("beta_schedule", "linear")), prediction_type="epsilon",
+                              clip_sample=True, variance_type="fixed_small")
+    return DiffusersDDPM(unet, scheduler)
+
+
+def matched_timestep(alphas_cumprod: Tensor, t_flow: float) -> int:
+    """The DDPM timestep whose SNR matches the flow path ``z = (1-t) x + t eps`` at ``t_flow``:
+    ``abar / (1 - abar) = ((1 - t) / t)^2``. Then ``z_flow = sqrt((1-t)^2 + t^2) * z_ddpm``."""
+    target = (1 - t_flow) ** 2 / ((1 - t_flow) ** 2 + t_flow**2)
+    return int((alphas_cumprod - target).abs().argmin())
+
+
+@torch.no_grad()
+def sample_ddpm(ddpm: DiffusersDDPM, n: int, shape: tuple[int, int, int], steps: int,
+                generator: torch.Generator, batch_size: int = 64) -> Tensor:
+    """Ancestral sampling on ``steps`` evenly respaced timesteps (DDPM, Ho et al. 2020, Alg. 2;
+    respacing as in improved-diffusion), posterior variance ``beta~``; x0 clipped to [-1, 1]."""
+    abar = ddpm.alphas_cumprod
+    ts = torch.linspace(ddpm.num_train_timesteps - 1, 0, steps, dtype=torch.float64).round().long().unique_consecutive()
+    z_all = torch.randn((n, *shape), generator=generator)
+    noise_all = torch.randn((len(ts), n, *shape), generator=generator)
+    out = []
+    for b in range(0, n, batch_size):
+        z = z_all[b:b + batch_size]
+        for i, t in enumerate(ts.tolist()):
+            a_t = float(abar[t])
+            a_prev = float(abar[ts[i + 1]]) if i + 1 < len(ts) else 1.0
+            beta = 1 - a_t / a_prev
+            x0 = ((z - math.sqrt(1 - a_t) * ddpm.eps(z, torch.full((z.shape[0],), t))) / math.sqrt(a_t)).clamp(-1, 1)
+            mean = (math.sqrt(a_prev) * beta / (1 - a_t)) * x0 + (math.sqrt(1 - beta) * (1 - a_prev) / (1 - a_t)) * z
+            z = mean
+            if i + 1 < len(ts):
+                z = z + math.sqrt(beta * (1 - a_prev) / (1 - a_t)) * noise_all[i, b:b + batch_size]
+        out.append(z.clamp(-1, 1))
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def tweedie_at(ddpm: DiffusersDDPM, x: Tensor, t_flow: float, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Tweedie estimates at the SNR of flow time ``t_flow``; returns (x0hat, eps) (eps reusable by the PMF)."""
+    t = matched_timestep(ddpm.alphas_cumprod, t_flow)
+    eps = torch.randn(x.shape, generator=generator)
+    a = float(ddpm.alphas_cumprod[t])
+    z = math.sqrt(a) * x + math.sqrt(1 - a) * eps
+    return batched(lambda zz: ddpm.tweedie(zz, torch.full((zz.shape[0],), t)), z), eps
+
+
+def generative_quality(fake: Tensor, real: Tensor, feature_fn: Callable[[Tensor], Tensor] | None = None,
+                       feature_name: str | None = None) -> dict[str, float | str]:
+    """Realism of generated / predicted images vs real ones: sharpness ratio (always) and
+    FID on ``feature_fn`` features (when given; its name travels with the number)."""
+    out: dict[str, float | str] = {"sharpness_ratio": sharpness_ratio(fake, real)}
+    if feature_fn is not None:
+        with torch.no_grad():
+            out["fid"] = frechet_distance(batched(feature_fn, fake), batched(feature_fn, real))
+        out["fid_features"] = feature_name or getattr(feature_fn, "name", type(feature_fn).__name__)
+    return out
+
+
+def evaluate_ddpm(ddpm: DiffusersDDPM, val: Tensor, seed: int, n_samples: int = 64, sample_steps: int = 50,
+                  feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
+                  t_flow: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)) -> tuple[dict[str, Any], Tensor]:
+    """Quality numbers of a DDPM on float validation images ``val`` in [-1, 1]; returns (metrics, samples).
+
+    Tweedie MSE and sharpness at the SNRs of flow times ``t_flow`` (for the PMF comparison), and
+    ``n_samples`` ancestral samples (``sample_steps`` respaced steps) with their sharpness / FID.
+    """
+    ddpm.eval()
+    g = torch.Generator().manual_seed(seed)
+    m: dict[str, Any] = {"tweedie": {}}
+    for tf in t_flow:
+        x0, _ = tweedie_at(ddpm, val, tf, g)
+        m["tweedie"][f"t{tf:g}"] = {"timestep": matched_timestep(ddpm.alphas_cumprod, tf),
+                                    "mse": float(F.mse_loss(x0, val)),
+                                    **generative_quality(x0.clamp(-1, 1), val, feature_fn, feature_name)}
+    samples = sample_ddpm(ddpm, n_samples, tuple(val.shape[1:]), sample_steps, g)
+    m["samples"] = {"n": n_samples, "sample_steps": sample_steps,
+                    **generative_quality(samples, val[:max(n_samples, 256)], feature_fn, feature_name)}
+    return m, samples
+
+
+def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
+               val_images_uint8: Tensor | None = None, progress: bool = True) -> dict:
+    """Train the ``ddpm`` role (epsilon loss, Ho et al. 2020, Eq. 14) and write ``out_dir``:
+    ``unet/``, ``scheduler/`` (diffusers), ``config.json`` (training config), ``samples.png`` and
+    ``metrics.json`` (written last). Resumes from ``out_dir/checkpoint`` if interrupted."""
+    out_dir = Path(out_dir)
+    x_check = to_float_images(train_images_uint8[:1], "train_ddpm: train_images_uint8")
+    channels, res = x_check.shape[1], x_check.shape[-1]
+    torch.manual_seed(seed)
+    ddpm = build_ddpm(cfg_role, channels, res)
+    abar = ddpm.alphas_cumprod.float()
+    T = ddpm.num_train_timesteps
+
+    def loss_fn(unet: nn.Module, x: Tensor, g: torch.Generator, step: int) -> Tensor:
+        t = torch.randint(0, T, (x.shape[0],), generator=g)
+        eps = torch.randn(x.shape, generator=g)
+        a = abar[t].reshape(-1, 1, 1, 1)
+        z = a.sqrt() * x + (1 - a).sqrt() * eps
+        return F.mse_loss(unet(z, t).sample, eps)
+
+    shadow, stats = train_loop(ddpm.unet, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "ddpm", progress)
+    ddpm.unet.load_state_dict(shadow)
+    ddpm.unet = ddpm.unet.to(memory_format=torch.contiguous_format).eval()
+
+    metrics: dict[str, Any] = {"role": "ddpm", "architecture": "diffusers UNet2DModel + DDPMScheduler",
+                               "num_train_timesteps": T, "parameters": sum(p.numel() for p in ddpm.unet.parameters()),
+                               "training": stats, "ema": True}
+    val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
+    val = to_float_images(val_u8[: int(cfg_role.get("eval_images", 256))], "train_ddpm: val_images_uint8")
+    ev, samples = evaluate_ddpm(ddpm, val, seed + 1, int(cfg_role.get("n_samples", 64)),
+                                int(cfg_role.get("sample_steps", 50)))
+    metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
+    metrics["fid_note"] = ("FID needs the dataset's fid_features network; call "
+                           "vcebench.models.ddpm.evaluate_ddpm(..., feature_fn=...) to add it")
+    ddpm.save_pretrained(out_dir)
+    save_grid(samples, out_dir / "samples.png")
+    write_json(out_dir / "config.json", {"role": "ddpm", "format": "diffusers", "seed": seed, "config": cfg_role,
+                                         "image_shape": list(x_check.shape[1:])})
+    write_json(out_dir / "metrics.json", metrics)
+    remove_checkpoint(out_dir)
+    return metrics

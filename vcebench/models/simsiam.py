@@ -1,0 +1,107 @@
+"""The synthetic ``simsiam`` role (S^3 on synthetic x-rays).
+
+A small SimSiam (Chen & He 2021, facebookresearch/simsiam): backbone + 3-layer projector +
+2-layer predictor, symmetric negative-cosine loss with stop-gradient, on two augmented views
+(random resized crop, brightness/contrast, blur, noise). The embedding used by S^3 is the
+projector output without the predictor, as in ACE ``eval_utils/simsiam.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .nets import SimSiamNet
+from .training import augment, count_params, loss_summary, save_trained, to_float, train_loop
+
+SIMSIAM_DEFAULTS: dict[str, Any] = {
+    "arch": "resnet", "width": 16, "blocks": 1, "dim": 128, "pred_dim": 32, "steps": 700, "batch": 128,
+    "lr": 0.05, "weight_decay": 1e-4, "seed": 62, "min_scale": 0.5, "noise": 0.1, "blur": 1.0, "jitter": 0.3,
+}
+
+
+def random_resized_crop(x: Tensor, min_scale: float) -> Tensor:
+    """Per-sample crop of area fraction U(min_scale, 1) at a random position, resized back (bilinear)."""
+    n = x.shape[0]
+    s = torch.sqrt(min_scale + (1 - min_scale) * torch.rand(n))
+    t = (1 - s)[:, None] * (2 * torch.rand(n, 2) - 1)
+    theta = torch.zeros(n, 2, 3)
+    theta[:, 0, 0], theta[:, 1, 1], theta[:, :, 2] = s, s, t
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+
+
+def view(x: Tensor, st: dict) -> Tensor:
+    x = random_resized_crop(x, st["min_scale"])
+    n = x.shape[0]
+    gain = 1 + st["jitter"] * (2 * torch.rand(n, 1, 1, 1) - 1)
+    bias = st["jitter"] * (2 * torch.rand(n, 1, 1, 1) - 1)
+    x = (x * gain + bias).clamp(-1, 1)
+    return augment(x, st["noise"], st["blur"]).contiguous(memory_format=torch.channels_last)
+
+
+@torch.no_grad()
+def embed(net: SimSiamNet, images_uint8: Tensor, batch: int = 256) -> Tensor:
+    net.eval()
+    return torch.cat([net(to_float(images_uint8[i:i + batch])) for i in range(0, images_uint8.shape[0], batch)])
+
+
+@torch.no_grad()
+def knn_accuracy(train_e: Tensor, train_y: Tensor, test_e: Tensor, test_y: Tensor, k: int = 10) -> Tensor:
+    """Cosine k-NN majority vote per attribute column (a standard SSL probe)."""
+    a, b = F.normalize(train_e, dim=1), F.normalize(test_e, dim=1)
+    nn_idx = (b @ a.T).topk(k, dim=1).indices
+    vote = train_y[nn_idx].mean(dim=1) > 0.5
+    return (vote.float() == test_y).float().mean(dim=0)
+
+
+def train_simsiam(settings: dict, splits: dict, out_dir: str | Path, *, dataset: str, progress: bool = True,
+                  **_: Any) -> dict[str, Any]:
+    train = splits["train"]
+    images, c = train.images, train.images.shape[1]
+    torch.manual_seed(settings["seed"])
+    net = SimSiamNet(settings["arch"], c, settings["width"], settings["blocks"], settings["dim"],
+                     settings["pred_dim"]).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(net.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=settings["weight_decay"])
+
+    def step(_: int) -> Tensor:
+        idx = torch.randint(0, images.shape[0], (settings["batch"],))
+        x = to_float(images[idx])
+        z1, z2 = net(view(x, settings)), net(view(x, settings))
+        p1, p2 = net.predictor(z1), net.predictor(z2)
+        return -0.5 * (F.cosine_similarity(p1, z2.detach()).mean() + F.cosine_similarity(p2, z1.detach()).mean())
+
+    hist = train_loop(net, opt, step, settings["steps"], out_dir, settings["seed"], settings,
+                      desc=f"{dataset}/simsiam", lr=settings["lr"], warmup=20, progress=progress)
+    test = splits["test"]
+    n_tr = min(4000, images.shape[0])
+    e_tr, e_te = embed(net, images[:n_tr]), embed(net, test.images)
+    acc = knn_accuracy(e_tr, train.labels[:n_tr], e_te, test.labels)
+    zn = F.normalize(e_te, dim=1)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        x = to_float(test.images[:256])
+        same = F.cosine_similarity(net(view(x, settings)), net(view(x, settings))).mean()
+    metrics = {
+        "role": "simsiam", "dataset": dataset,
+        "knn10_test_accuracy": {a: float(v) for a, v in zip(train.attribute_names, acc)},
+        "collapse_check_std_x_sqrt_dim": float(zn.std(dim=0).mean() * zn.shape[1] ** 0.5),
+        "test_cos_two_views_same_image": float(same),
+        "test_cos_different_images": float((zn @ zn.T).mean()),
+        "steps": settings["steps"], "batch_size": settings["batch"],
+        "samples_seen": settings["steps"] * settings["batch"], "params": count_params(net),
+        "train_seconds": round(hist["train_seconds"], 2), "threads": torch.get_num_threads(),
+        **loss_summary(hist["losses"]),
+    }
+    name = f"{dataset}-simsiam-{settings['arch']}{settings['width']}-v1"
+    metrics["name"] = name
+    config = {"role": "simsiam", "dataset": dataset, "name": name,
+              "net": {"kind": "SimSiamNet", "arch": settings["arch"], "in_channels": c, "width": settings["width"],
+                      "blocks": settings["blocks"], "dim": settings["dim"], "pred_dim": settings["pred_dim"]},
+              "resolution": int(images.shape[-1]), "train": settings}
+    save_trained(out_dir, net, config, metrics)
+    return metrics
