@@ -1,0 +1,47 @@
+"""VCE methods behind one interface (ARCHITECTURE.md): ``get_method(name, params) -> Method``.
+
+``params`` are the merged hyperparameters of ``vcebench.tasks.method_params(cfg, task, name)``;
+each method parses them into its typed dataclass (paper defaults) and rejects unknown keys.
+FiRe ablations are ``fire_<variant>`` (config ``fire_variants``) and use FiRe's parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from vcebench.config import ConfigError
+
+from .base import Counterfactuals, Method, parse_params
+from .dime import DiME, DimeParams
+from .fastdime import FastDiME, FastDimeParams
+from .fire import FiRe, FireParams
+from .maskdime import MaskDiME, MaskDimeParams
+
+_REGISTRY: dict[str, tuple[type, Callable[[str, Any], Method]]] = {
+    "fire": (FireParams, FiRe),
+    "dime": (DimeParams, DiME),
+    "fastdime": (FastDimeParams, lambda n, p: FastDiME(n, p, passes=1, first_pass_mask=True)),
+    "fastdime2": (FastDimeParams, lambda n, p: FastDiME(n, p, passes=2, first_pass_mask=False)),
+    "fastdime2plus": (FastDimeParams, lambda n, p: FastDiME(n, p, passes=2, first_pass_mask=True)),
+    "maskdime": (MaskDimeParams, MaskDiME),
+}
+
+METHODS = tuple(_REGISTRY)
+
+
+def base_method(name: str) -> str:
+    """``fire_<variant>`` -> ``fire``; other names unchanged."""
+    return "fire" if name.startswith("fire_") else name
+
+
+def get_method(name: str, params: dict[str, Any] | None = None) -> Method:
+    """The method ``name`` with hyperparameters ``params`` (missing keys take the paper defaults)."""
+    base = base_method(name)
+    if base not in _REGISTRY:
+        raise ConfigError(f"unknown method {name!r}; known: {', '.join(METHODS)} and fire_<variant>")
+    params_cls, factory = _REGISTRY[base]
+    return factory(name, parse_params(params_cls, dict(params or {}), section=name))
+
+
+__all__ = ["METHODS", "Counterfactuals", "Method", "base_method", "get_method"]

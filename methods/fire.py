@@ -29,8 +29,16 @@ from torch import Tensor
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
-from .base import (FAIL_NONFINITE_GRAD, FAIL_NONFINITE_INPUT, FAIL_NONFINITE_STATE, NFE, Counterfactuals,
-                   finalize, nonfinite, require)
+from .base import (
+    FAIL_NONFINITE_GRAD,
+    FAIL_NONFINITE_INPUT,
+    FAIL_NONFINITE_STATE,
+    NFE,
+    Counterfactuals,
+    finalize,
+    nonfinite,
+    require,
+)
 from .guidance import mean_abs_normalize, p_target, perceptual, smoothgrad, target_ce, tv_loss
 from .masks import dilate_radius, feather, largest_component, nested_topk, top_ratio
 
@@ -197,7 +205,7 @@ def fire_refine(x0: Tensor, target: Tensor, models: TaskModels, generator: Sampl
             break
         za, p_k, xk = z_next.detach(), p_next.detach(), x_next.detach()
         fwd = (leaf, g_next, rows, torch.arange(len(rows), device=dev)) if reuse else None
-        if p.mode == "reverse":  # re-noise the prediction at the next, lower level
+        if p.mode == "reverse" and k + 1 < K:  # re-noise the prediction at the next, lower level
             t_n = levels[k + 1]
             za = (1 - t_n) * xk + t_n * rn_gen.subset(rows.tolist()).randn(*x0.shape[1:], device=dev)
             z0a = (1 - t_n) * x0a + t_n * eps_a

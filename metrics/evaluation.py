@@ -60,21 +60,22 @@ def check_same_ids(cf_ids: np.ndarray | Tensor, orig_ids: np.ndarray | Tensor) -
 
 def make_batches(x_of: Callable[[np.ndarray], Tensor], cf: np.ndarray, sample_id: np.ndarray,
                  target: np.ndarray, label: np.ndarray, classifier: nn.Module, batch_size: int,
-                 gt_of: Callable[[np.ndarray], Tensor] | None = None) -> Iterator[EvalBatch]:
+                 gt_of: Callable[[np.ndarray], Tensor] | None = None,
+                 device: torch.device | str = "cpu") -> Iterator[EvalBatch]:
     """EvalBatches in file order. ``x_of(rows)`` / ``gt_of(rows)`` give [-1, 1] images for row indices."""
     from vcebench.io import from_uint8
 
     n = len(sample_id)
     for start in range(0, n, batch_size):
         rows = np.arange(start, min(n, start + batch_size))
-        x = x_of(rows).float()
-        cfb = from_uint8(cf[rows])
+        x = x_of(rows).float().to(device)
+        cfb = from_uint8(cf[rows]).to(device)
         with torch.no_grad():
             logits_x, logits_cf = classifier(x).float(), classifier(cfb).float()
-        tgt = torch.as_tensor(target[rows]).long()
-        yield EvalBatch(x=x, cf=cfb, sample_id=torch.as_tensor(sample_id[rows]).long(), target=tgt,
-                        flipped=logits_cf.argmax(1) == tgt, label=torch.as_tensor(label[rows]).long(),
-                        gt_cf=None if gt_of is None else gt_of(rows).float(),
+        tgt = torch.as_tensor(target[rows]).long().to(device)
+        yield EvalBatch(x=x, cf=cfb, sample_id=torch.as_tensor(sample_id[rows]).long().to(device), target=tgt,
+                        flipped=logits_cf.argmax(1) == tgt, label=torch.as_tensor(label[rows]).long().to(device),
+                        gt_cf=None if gt_of is None else gt_of(rows).float().to(device),
                         extra={"logits_x": logits_x, "logits_cf": logits_cf}, pred=logits_x.argmax(1))
 
 

@@ -144,15 +144,19 @@ class FIDReference:
             raise MetricError("FID reference: duplicate sample ids")
         self._row = {int(s): i for i, s in enumerate(self.sample_id)}
 
-    def lookup(self, sample_ids: Tensor | np.ndarray) -> np.ndarray:
-        """Features of ``sample_ids``; error naming the ids the reference lacks."""
-        ids = np.asarray(sample_ids.cpu() if torch.is_tensor(sample_ids) else sample_ids, np.int64)
+    def check_covers(self, sample_ids: Tensor | np.ndarray) -> np.ndarray:
+        """``sample_ids`` as int64; error naming the ids the reference lacks."""
+        ids = np.asarray(sample_ids.cpu() if torch.is_tensor(sample_ids) else sample_ids, np.int64).reshape(-1)
         missing = [int(i) for i in ids if int(i) not in self._row]
         if missing:
             raise MetricError(f"FID reference lacks {len(missing)} of the explained sample ids "
                               f"(first: {missing[:5]}); recompute it with `vcebench evaluate --reference` "
                               "for this task's evaluation split")
-        return self.features[[self._row[int(i)] for i in ids]]
+        return ids
+
+    def lookup(self, sample_ids: Tensor | np.ndarray) -> np.ndarray:
+        """Features of ``sample_ids`` (rows in that order)."""
+        return self.features[[self._row[int(i)] for i in self.check_covers(sample_ids)]]
 
     def stats(self) -> FeatureStats:
         return FeatureStats().update(self.features)

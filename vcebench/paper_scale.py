@@ -217,7 +217,10 @@ class VGGPerceptual(nn.Module):
 
 def build_networks(s: PaperSetting = CELEBA, device: torch.device | str = "meta",
                    pmf: str = "unet") -> dict[str, nn.Module]:
-    """The four roles at paper size with random weights, frozen (``meta``: no memory, shapes only)."""
+    """The four networks at paper size with random weights, frozen (``meta``: no memory, shapes only).
+
+    Keyed by their NFE-counter names (``unet`` is the ``ddpm`` role).
+    """
     import torchvision
     from diffusers import UNet2DModel
 
@@ -234,7 +237,7 @@ def build_networks(s: PaperSetting = CELEBA, device: torch.device | str = "meta"
         vgg = torchvision.models.vgg19(weights=None).features[: s.vgg_layer]
         perceptual = VGGPerceptual(vgg)
     return {name: freeze(m) for name, m in
-            {"ddpm": ddpm, "pmf": pmf_net, "classifier": classifier, "perceptual": perceptual}.items()}
+            {"unet": ddpm, "pmf": pmf_net, "classifier": classifier, "perceptual": perceptual}.items()}
 
 
 # --------------------------------------------------------------------------- per-call FLOPs
@@ -242,7 +245,7 @@ def build_networks(s: PaperSetting = CELEBA, device: torch.device | str = "meta"
 
 def _role_call(name: str, net: nn.Module, x: Tensor) -> Tensor:
     b = x.shape[0]
-    if name == "ddpm":
+    if name == "unet":
         return net.eps(x, torch.full((b,), 10, dtype=torch.long, device=x.device))
     if name == "pmf":
         return net.predict_clean(x, 0.4)
@@ -251,8 +254,7 @@ def _role_call(name: str, net: nn.Module, x: Tensor) -> Tensor:
     return net(x)
 
 
-def per_call_flops(nets: dict[str, nn.Module], resolution: int, batch: int = 1,
-                   fvcore: bool = False) -> dict[str, dict[str, Any]]:
+def per_call_flops(nets: dict[str, nn.Module], resolution: int, batch: int = 1) -> dict[str, dict[str, Any]]:
     """FLOPs of one call of each role at ``batch``: forward, and the backward to the input alone.
 
     The backward is measured as (forward + backward) - forward with frozen weights, i.e. the input
@@ -265,19 +267,13 @@ def per_call_flops(nets: dict[str, nn.Module], resolution: int, batch: int = 1,
         with torch.no_grad():
             _, fwd = count_flops(_role_call, name, net, x)
 
-        def fwd_bwd(name: str = name, net: nn.Module = net) -> None:
+        def fwd_bwd(name: str = name, net: nn.Module = net, dev: torch.device = dev) -> None:
             xg = torch.zeros(batch, 3, resolution, resolution, device=dev, requires_grad=True)
             _role_call(name, net, xg).sum().backward()  # autograd.grad clashes with the counter's hooks
 
         _, both = count_flops(fwd_bwd)
-        entry: dict[str, Any] = {
-            "params": sum(p.numel() for p in net.parameters()),
-            "fwd_flops": fwd.total, "bwd_flops": both.total - fwd.total,
-        }
-        if fvcore and dev.type != "meta":
-            inner = _FvcoreWrapper(name, net)
-            entry["fvcore_fwd_macs"] = fvcore_forward_macs(inner, (x,))
-        out[name] = entry
+        out[name] = {"params": sum(p.numel() for p in net.parameters()),
+                     "fwd_flops": fwd.total, "bwd_flops": both.total - fwd.total}
     return out
 
 
@@ -288,6 +284,16 @@ class _FvcoreWrapper(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return _role_call(self.name, self.net, x)
+
+
+def fvcore_forward_table(nets: dict[str, nn.Module], resolution: int) -> dict[str, int | None]:
+    """fvcore forward multiply-adds per role at batch 1 (real CPU tensors: fvcore cannot trace ``meta``).
+
+    fvcore does not count ``scaled_dot_product_attention`` (traced as one op), so for the UNets it
+    is below FlopCounterMode / 2 by the attention matmuls; it does count normalisation layers.
+    """
+    x = torch.zeros(1, 3, resolution, resolution)
+    return {name: fvcore_forward_macs(_FvcoreWrapper(name, net), (x,)) for name, net in nets.items()}
 
 
 # --------------------------------------------------------------------------- NFE per CF
@@ -308,30 +314,41 @@ def _scale(n: NFE, k: float) -> NFE:
 
 
 def ddpm_family_nfe(method: str, tau: int, attempts: float = 1.0) -> NFE:
-    """Calls per CF of DiME / FastDiME(-2, -2+) / MaskDiME, from the reference code.
+    """Calls per CF of DiME / FastDiME(-2, -2+) / MaskDiME (reference code; ``methods/`` counts the same).
 
     Per pass of ``tau`` guided steps: one UNet call per step (DiME adds the unguided recursive
-    denoising of ``tau - 1 - j`` steps after step j), classifier forward + input gradient and one
-    perceptual call + gradient per step, and one classifier forward to check the flip at the end.
-    FastDiME-2 / -2+ run two passes. ``attempts`` = mean number of classifier scales tried per CF.
+    denoising of ``tau - 1 - j`` steps after step j: tau (tau + 1) / 2 calls in all), a classifier
+    forward + input gradient and one perceptual call + gradient per step. FastDiME-2 / -2+ run two
+    passes. Each attempt (classifier scale) ends with one classifier forward (flip check), and the
+    final counterfactual gets one more. ``attempts`` = mean classifier scales tried per CF.
     """
     unet = tau + tau * (tau - 1) / 2 if method == "dime" else tau
     passes = 2 if method in ("fastdime2", "fastdime2plus") else 1
-    per_pass = _nfe(ddpm_fwd=unet, classifier_fwd=tau + 1, classifier_bwd=tau,
-                    perceptual_fwd=tau, perceptual_bwd=tau)
-    return _scale(per_pass, passes * attempts)
+    per_attempt = _nfe(unet_fwd=passes * unet, classifier_fwd=passes * tau + 1, classifier_bwd=passes * tau,
+                       perceptual_fwd=passes * tau, perceptual_bwd=passes * tau)
+    return _add(_scale(per_attempt, attempts), _nfe(classifier_fwd=1))
 
 
 def fire_nfe(mean_updates: float, smoothgrad_n: int = 20) -> NFE:
     """Calls per CF of FiRe (Algorithm 1) with ``mean_updates`` refinement updates per CF.
 
-    Per update: SmoothGrad (N classifier forwards + input gradients), the guided PMF prediction
-    (forward + backward) with the classifier and perceptual losses on it, the PMF prediction of the
-    updated state, and one classifier forward for the early-stop test.
+    Per update: SmoothGrad (N classifier forwards + input gradients), the loss on the guided clean
+    image (classifier and perceptual, forward + gradient, backward through the PMF), the PMF
+    prediction of the updated state (kept with its graph for the next update's gradient, as
+    ``methods/fire.py`` does), and one classifier forward for the early-stop test. Once per CF: the
+    first PMF prediction and the final flip check.
     """
     per_update = _nfe(classifier_fwd=smoothgrad_n + 2, classifier_bwd=smoothgrad_n + 1,
-                      pmf_fwd=2, pmf_bwd=1, perceptual_fwd=1, perceptual_bwd=1)
-    return _scale(per_update, mean_updates)
+                      pmf_fwd=1, pmf_bwd=1, perceptual_fwd=1, perceptual_bwd=1)
+    return _add(_scale(per_update, mean_updates), _nfe(pmf_fwd=1, classifier_fwd=1))
+
+
+def _add(a: NFE, b: NFE) -> NFE:
+    out = {net: dict(d) for net, d in a.items()}
+    for net, d in b.items():
+        for k, v in d.items():
+            out.setdefault(net, {"fwd": 0.0, "bwd": 0.0})[k] = out.get(net, {}).get(k, 0.0) + v
+    return out
 
 
 def flops_from_nfe(nfe: NFE, calls: dict[str, dict[str, Any]]) -> float:
@@ -363,13 +380,18 @@ def paper_scale_report(dataset: str = "celeba", attempts: float = 1.0,
     if dataset not in SETTINGS:
         raise ValueError(f"--paper-scale supports {', '.join(SETTINGS)}, got {dataset!r}")
     s = SETTINGS[dataset]
-    device = "cpu" if fvcore else "meta"
     calls_by_pmf: dict[str, dict[str, dict[str, Any]]] = {}
     for pmf in ("unet", "dit_b16"):
-        nets = build(s, device=device, pmf=pmf)
+        nets = build(s, device="meta", pmf=pmf)
         if pmf != "unet":
             nets = {"pmf": nets["pmf"]}
-        calls_by_pmf[pmf] = per_call_flops(nets, s.resolution, fvcore=fvcore)
+        calls_by_pmf[pmf] = per_call_flops(nets, s.resolution)
+        if fvcore:
+            cpu_nets = build(s, device="cpu", pmf=pmf)
+            macs = fvcore_forward_table({k: cpu_nets[k] for k in nets}, s.resolution)
+            del cpu_nets
+            for k, v in macs.items():
+                calls_by_pmf[pmf][k]["fvcore_fwd_macs"] = v
     calls = calls_by_pmf["unet"]
     calls_dit = {**calls, "pmf": calls_by_pmf["dit_b16"]["pmf"]}
 
@@ -381,22 +403,22 @@ def paper_scale_report(dataset: str = "celeba", attempts: float = 1.0,
             methods[m + label] = {"attempts": att, "nfe": nfe, "tflops_per_cf": f / 1e12,
                                   "pflops_per_1000": f * 1000 / 1e15}
 
-    per_update = flops_from_nfe(fire_nfe(1.0, s.smoothgrad_n), calls)
-    per_update_dit = flops_from_nfe(fire_nfe(1.0, s.smoothgrad_n), calls_dit)
     maskdime = methods["maskdime"]["tflops_per_cf"] * 1e12
     paper_fire = PAPER_TOTAL_PFLOPS_1000 * 1e15 / 1000
     profiles = {"K=15 updates for every CF (upper bound)": float(s.fire_K),
                 "paper: >99% of successful CFs stop within 10 updates (mean <= ~10)": 0.99 * 10 + 0.01 * s.fire_K}
     profiles.update(measured_fire_steps or {})
-    fire_rows = []
+    fire_rows, per_update, fixed, implied = [], {}, {}, {}
+    for pmf, c in (("unet", calls), ("dit_b16", calls_dit)):
+        fixed[pmf] = flops_from_nfe(fire_nfe(0.0, s.smoothgrad_n), c)
+        per_update[pmf] = flops_from_nfe(fire_nfe(1.0, s.smoothgrad_n), c) - fixed[pmf]
+        implied[pmf] = {"mean_updates_for_1.28_PFLOPs": (paper_fire - fixed[pmf]) / per_update[pmf],
+                        "mean_updates_for_8x_vs_maskdime": (maskdime / PAPER_RATIO - fixed[pmf]) / per_update[pmf]}
     for label, steps in profiles.items():
-        for pmf, pu in (("unet", per_update), ("dit_b16", per_update_dit)):
-            f = steps * pu
+        for pmf in ("unet", "dit_b16"):
+            f = fixed[pmf] + steps * per_update[pmf]
             fire_rows.append({"profile": label, "pmf": pmf, "mean_updates": steps, "tflops_per_cf": f / 1e12,
                               "pflops_per_1000": f * 1000 / 1e15, "maskdime_over_fire": maskdime / f})
-    implied = {pmf: {"mean_updates_for_1.28_PFLOPs": paper_fire / pu,
-                     "mean_updates_for_8x_vs_maskdime": maskdime / PAPER_RATIO / pu}
-               for pmf, pu in (("unet", per_update), ("dit_b16", per_update_dit))}
 
     return {
         "dataset": dataset,
@@ -408,7 +430,8 @@ def paper_scale_report(dataset: str = "celeba", attempts: float = 1.0,
         "settings": {"respacing": s.respacing, "tau": s.start_step, "scales": list(s.scales),
                      "attempts_assumed": attempts, "fire_K": s.fire_K, "smoothgrad_n": s.smoothgrad_n},
         "methods": methods,
-        "fire": {"tflops_per_update": {"unet": per_update / 1e12, "dit_b16": per_update_dit / 1e12},
+        "fire": {"tflops_per_update": {k: v / 1e12 for k, v in per_update.items()},
+                 "tflops_fixed_per_cf": {k: v / 1e12 for k, v in fixed.items()},
                  "nfe_per_update": fire_nfe(1.0, s.smoothgrad_n), "profiles": fire_rows, "implied": implied},
         "measured_nfe": measured_nfe or {},
         "paper": {"fire_pflops_per_1000": PAPER_TOTAL_PFLOPS_1000, "maskdime_over_fire": PAPER_RATIO,
@@ -422,9 +445,15 @@ def format_markdown(r: dict[str, Any]) -> str:
     lines = [f"# Paper-scale compute: {r['dataset']} {r['resolution']} px (random weights, no data)", "",
              f"FLOP convention: {r['flop_convention']}.", "",
              "## FLOPs per network call (batch 1)", "",
-             "| network | params (M) | forward GFLOPs | backward-to-input GFLOPs |", "|---|---:|---:|---:|"]
+             "| network | params (M) | forward GFLOPs | backward-to-input GFLOPs | fvcore forward GMACs |",
+             "|---|---:|---:|---:|---:|"]
     for name, c in r["networks"].items():
-        lines.append(f"| {name} | {c['params'] / 1e6:.1f} | {c['fwd_flops'] / g:.2f} | {c['bwd_flops'] / g:.2f} |")
+        fv = c.get("fvcore_fwd_macs")
+        fv_s = f"{fv / g:.2f}" if fv is not None else "n/a"
+        lines.append(f"| {name} | {c['params'] / 1e6:.1f} | {c['fwd_flops'] / g:.2f} | {c['bwd_flops'] / g:.2f} | "
+                     f"{fv_s} |")
+    lines += ["", f"fvcore convention: {r['fvcore_convention']}; it does not count fused attention "
+              "(scaled_dot_product_attention), hence UNet/DiT fvcore MACs < forward FLOPs / 2."]
     st = r["settings"]
     lines += ["", f"## DDPM-family methods ({st['tau']} of {st['respacing']} steps; "
               f"attempts = classifier scales tried per CF: {st['attempts_assumed']:g} assumed, "
@@ -433,19 +462,21 @@ def format_markdown(r: dict[str, Any]) -> str:
               "PFLOPs / 1000 CFs |", "|---|---:|---|---:|---:|"]
     for m, d in r["methods"].items():
         n = d["nfe"]
-        lines.append(f"| {m} | {d['attempts']:g} | {n['ddpm']['fwd']:.0f} / {n['classifier']['fwd']:.0f}+"
+        lines.append(f"| {m} | {d['attempts']:g} | {n['unet']['fwd']:.0f} / {n['classifier']['fwd']:.0f}+"
                      f"{n['classifier']['bwd']:.0f} / {n['perceptual']['fwd']:.0f}+{n['perceptual']['bwd']:.0f} | "
                      f"{d['tflops_per_cf']:.2f} | {d['pflops_per_1000']:.2f} |")
     fire = r["fire"]
     nu = fire["nfe_per_update"]
     lines += ["", "## FiRe", "",
-              f"Per refinement update: classifier {nu['classifier']['fwd']:.0f} fwd + {nu['classifier']['bwd']:.0f} "
-              f"bwd (SmoothGrad N = {st['smoothgrad_n']}), PMF {nu['pmf']['fwd']:.0f} fwd + {nu['pmf']['bwd']:.0f} bwd, "
+              f"Per refinement update: classifier {nu['classifier']['fwd']:.0f} fwd + "
+              f"{nu['classifier']['bwd']:.0f} bwd (SmoothGrad N = {st['smoothgrad_n']}), "
+              f"PMF {nu['pmf']['fwd']:.0f} fwd + {nu['pmf']['bwd']:.0f} bwd, "
               f"perceptual {nu['perceptual']['fwd']:.0f} + {nu['perceptual']['bwd']:.0f}: "
               f"{fire['tflops_per_update']['unet']:.3f} TFLOPs with the UNet PMF, "
               f"{fire['tflops_per_update']['dit_b16']:.3f} TFLOPs with the pMF-B/16 PMF.", "",
               "| steps profile | PMF | mean updates | TFLOPs / CF | PFLOPs / 1000 (paper: "
-              f"{r['paper']['fire_pflops_per_1000']}) | MaskDiME / FiRe (paper: {r['paper']['maskdime_over_fire']:g}x) |",
+              f"{r['paper']['fire_pflops_per_1000']}) | MaskDiME / FiRe "
+              f"(paper: {r['paper']['maskdime_over_fire']:g}x) |",
               "|---|---|---:|---:|---:|---:|"]
     for row in fire["profiles"]:
         lines.append(f"| {row['profile']} | {row['pmf']} | {row['mean_updates']:.2f} | {row['tflops_per_cf']:.3f} | "
@@ -455,9 +486,113 @@ def format_markdown(r: dict[str, Any]) -> str:
         lines.append(f"- PMF {pmf}: {d['mean_updates_for_1.28_PFLOPs']:.2f} updates for 1.28 PFLOPs / 1000 CFs; "
                      f"{d['mean_updates_for_8x_vs_maskdime']:.2f} updates for 8x fewer FLOPs than MaskDiME")
     if r.get("measured_nfe"):
-        lines += ["", "## NFE per CF read from the methods' counters (tiny stand-in networks, paper settings)", "",
-                  "| method | network | fwd | bwd |", "|---|---|---:|---:|"]
-        for m, nets in r["measured_nfe"].items():
-            for net, d in nets.items():
-                lines.append(f"| {m} | {net} | {d['fwd']:.2f} | {d['bwd']:.2f} |")
+        lines += ["", "## Cross-check: NFE per CF from the methods' own counters", "",
+                  "The real `methods/` code run with the paper hyperparameters on tiny random stand-in networks "
+                  "(their classifier never flips, so all 3 scales / all K updates run); the analytic counts above "
+                  "evaluated at the same attempts / updates.", "",
+                  "| method | mean steps | network | counted fwd | counted bwd | analytic fwd | analytic bwd | match |",
+                  "|---|---:|---|---:|---:|---:|---:|---|"]
+        for m, d in r["measured_nfe"].items():
+            for net, c in d["nfe"].items():
+                a = d["analytic"].get(net, {"fwd": 0.0, "bwd": 0.0})
+                lines.append(f"| {m} | {d['mean_steps']:.1f} | {net} | {c['fwd']:.0f} | {c['bwd']:.0f} | "
+                             f"{a['fwd']:.0f} | {a['bwd']:.0f} | {'yes' if d['match'] else 'NO'} |")
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- NFE cross-check
+
+
+class _TinyClassifier(nn.Module):
+    def __init__(self, channels: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(torch.tanh(self.conv(x)).mean((2, 3)))
+
+
+class _TinyTimeNet(nn.Module):
+    """z, t -> image-shaped output (a stand-in UNet / PMF network: one conv, time as a bias)."""
+
+    def __init__(self, channels: int = 3, out_channels: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, out_channels, 3, padding=1)
+
+    def forward(self, z: Tensor, t: Tensor, h: Tensor | None = None) -> Tensor:
+        return self.conv(z) * 0.1 + 0.01 * t.float().view(-1, 1, 1, 1)
+
+
+class _Sample:
+    def __init__(self, sample: Tensor):
+        self.sample = sample
+
+
+class _TinyUNetLike(nn.Module):
+    def __init__(self, out_channels: int):
+        super().__init__()
+        self.net = _TinyTimeNet(3, out_channels)
+
+    def forward(self, z: Tensor, t: Tensor, class_labels: Tensor | None = None) -> _Sample:
+        return _Sample(self.net(z, t))
+
+
+def tiny_standins(seed: int = 0) -> Any:
+    """TaskModels of tiny random networks with the paper-scale wrappers (EpsUNet, PMFNet, VGGPerceptual).
+
+    For counting calls (NFE) of the real methods at paper settings in seconds; the numbers they
+    produce mean nothing.
+    """
+    from vcebench.models.base import TaskModels
+
+    g = torch.random.fork_rng()
+    with g:
+        torch.manual_seed(seed)
+        models = TaskModels(
+            classifier=BinaryHead(_TinyClassifier(), kind="1logit", index=0),
+            ddpm=EpsUNet(_TinyUNetLike(out_channels=6), CELEBA.num_train_timesteps),
+            pmf=PMFNet(_TinyUNetLike(out_channels=3), "unet"),
+            perceptual=VGGPerceptual(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU())),
+            names={"classifier": "tiny stand-in", "ddpm": "tiny stand-in", "pmf": "tiny stand-in",
+                   "perceptual": "tiny stand-in"})
+    for role in ("classifier", "ddpm", "pmf", "perceptual"):
+        freeze(getattr(models, role))
+    return models
+
+
+def measured_paper_nfe(cfg: dict, task_name: str = "celeba_smile", n: int = 1, resolution: int = 8,
+                       methods: tuple[str, ...] = ("fire", "dime", "fastdime", "fastdime2", "fastdime2plus",
+                                                   "maskdime")) -> dict[str, dict[str, Any]]:
+    """Run the real methods with ``task_name``'s (paper) hyperparameters on tiny stand-ins; read their NFE.
+
+    Returns ``{method: {"nfe": {net: {fwd, bwd}}, "mean_steps": .., "analytic": NFE for the same
+    steps / attempts, "match": bool}}`` (a random classifier decides how many attempts / updates run,
+    so the analytic counts are evaluated at the observed ones).
+    """
+    from methods import get_method
+    from vcebench.profiling import nfe_by_network
+    from vcebench.rng import SampleGenerators
+    from vcebench.tasks import get_task, method_params
+
+    task = get_task(cfg, task_name)
+    models = tiny_standins()
+    x = torch.rand(n, 3, resolution, resolution, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    with torch.no_grad():
+        target = 1 - models.classifier(x).argmax(1)
+    out: dict[str, dict[str, Any]] = {}
+    for name in methods:
+        params = method_params(cfg, task, name)
+        cf = get_method(name, params)(x, target, models, SampleGenerators(int(cfg["seed"]), list(range(n))))
+        measured = {k: v for k, v in nfe_by_network(cf.info).items() if v["fwd"] or v["bwd"]}
+        steps = float(cf.steps.float().mean())
+        if name.startswith("fire"):
+            analytic = fire_nfe(steps, int(params["smoothgrad_n"]))
+        else:
+            passes = 2 if name in ("fastdime2", "fastdime2plus") else 1
+            analytic = ddpm_family_nfe(name, int(params["start_step"]), steps / (int(params["start_step"]) * passes))
+        analytic = {k: v for k, v in analytic.items() if v["fwd"] or v["bwd"]}
+        match = set(measured) == set(analytic) and all(
+            abs(measured[k][d] - analytic[k][d]) < 1e-6 for k in measured for d in ("fwd", "bwd"))
+        out[name] = {"nfe": measured, "mean_steps": steps, "analytic": analytic, "match": bool(match)}
+    return out

@@ -1,14 +1,194 @@
-"""`vcebench evaluate`."""
+"""`vcebench evaluate`: the task's metrics for one method, or the FID reference statistics.
+
+Examples::
+
+    vcebench evaluate --task synthfaces_smile --reference --out results/synthfaces_smile/fid_ref.npz
+    vcebench evaluate --task synthfaces_smile --method fire \\
+        --cfs results/synthfaces_smile/fire/counterfactuals.npz \\
+        --fid-ref results/synthfaces_smile/fid_ref.npz --out results/synthfaces_smile/fire/metrics.json
+
+Which metrics, on which subsets, with which networks: ``metrics/__init__.py``. Without
+``--fid-ref`` the originals' features are computed on the fly (same numbers, slower).
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..cli import add_config_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help="(not implemented yet)")
+    p = sub.add_parser("evaluate", help="compute a method's metrics (or the FID reference statistics)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", required=True, help="task name (config key `tasks`)")
+    p.add_argument("--method", help="method name (recorded in metrics.json)")
+    p.add_argument("--reference", action="store_true",
+                   help="write the FID reference statistics of all evaluation-split originals to --out")
+    p.add_argument("--cfs", help="counterfactuals.npz (default results/<task>/<method>/counterfactuals.npz)")
+    p.add_argument("--fid-ref", help="fid_ref.npz written by --reference (default: compute on the fly)")
+    p.add_argument("--out", help="output path (default results/<task>/<method>/metrics.json, "
+                                 "or results/<task>/fid_ref.npz with --reference)")
+    p.add_argument("--data", help="rendered dataset cache folder (synthetic datasets; default: render in memory)")
+    p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
+    p.add_argument("--only", action="append", metavar="METRIC",
+                   help="evaluate only these metric families (repeatable), e.g. --only FID --only FR")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_config_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("vcebench evaluate is not implemented yet")
+    from metrics import MetricError
+
+    try:
+        return _run(args)
+    except MetricError as e:
+        print(f"vcebench evaluate: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..config import ConfigError, load_config
+    from ..runtime import setup_torch
+    from ..tasks import get_task
+
+    cfg = load_config(args.config)
+    device = setup_torch(cfg.get("threads"), cfg.get("device", "cpu"))
+    task = get_task(cfg, args.task)
+    if args.reference:
+        out = args.out or f"results/{task.name}/fid_ref.npz"
+        write_reference(cfg, task, out, args.data, args.models, device, not args.no_progress)
+        return 0
+    if not args.method and not args.cfs:
+        raise ConfigError("vcebench evaluate needs --method (and/or --cfs), or --reference")
+    method = args.method or Path(args.cfs).parent.name
+    cfs = args.cfs or f"results/{task.name}/{method}/counterfactuals.npz"
+    out = args.out or f"results/{task.name}/{method}/metrics.json"
+    result = evaluate_task(cfg, task, method, cfs, fid_ref=args.fid_ref, data_dir=args.data,
+                           model_dir=args.models, device=device, only=args.only, progress=not args.no_progress)
+    from ..io import write_json
+
+    write_json(out, result)
+    shown = ", ".join(f"{k}={v:.4g}" if v is not None else f"{k}=skipped" for k, v in result["metrics"].items())
+    print(f"{task.name}/{method}: {shown} ({result['seconds_total']:.1f} s) -> {out}")
+    return 0
+
+
+def _image_batches(split, rows: np.ndarray, batch_size: int, device) -> Iterator[torch.Tensor]:
+    for s in range(0, len(rows), batch_size):
+        yield split.float_images(rows[s:s + batch_size]).to(device)
+
+
+def write_reference(cfg: dict, task, out: str, data_dir: str | None, model_dir: str, device,
+                    progress: bool = True) -> None:
+    """FID features of every evaluation-split original -> ``out`` (metrics.fid.FIDReference)."""
+    from metrics.fid import compute_reference
+
+    from ..data import eval_split_name, load_split
+    from ..models import load_task_models
+
+    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir)
+    models = load_task_models(cfg, task, roles=("fid_features",), device=device, model_dir=model_dir)
+    bs = int(cfg.get("metrics", {}).get("batch_size", 100))
+    batches = _image_batches(split, np.arange(len(split)), bs, device)
+    if progress:
+        from tqdm import tqdm
+
+        batches = tqdm(batches, total=-(-len(split) // bs), desc="fid reference", unit="batch")
+    ref = compute_reference(batches, split.sample_ids, models.fid_features,
+                            models.names.get("fid_features", "fid_features"))
+    ref.save(out)
+    print(f"{task.name}: FID reference of {len(split)} originals ({ref.extractor}, "
+          f"{ref.features.shape[1]}-d) -> {out}")
+
+
+def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str | None = None,
+                  data_dir: str | None = None, model_dir: str = "resources/models", device="cpu",
+                  only: list[str] | None = None, progress: bool = False, models=None) -> dict:
+    """Everything `vcebench evaluate` writes to metrics.json (``models``: preloaded TaskModels, tests)."""
+    from metrics import build_metrics, metric_names, required_roles
+    from metrics.base import SUBSETS
+    from metrics.evaluation import load_counterfactuals, make_batches, run_metrics
+    from metrics.fid import FIDReference
+
+    from ..data import eval_split_name, get_synthetic, load_split
+    from ..io import from_uint8, to_uint8
+
+    t0 = time.perf_counter()
+    names = list(only) if only else metric_names(task)
+    z = load_counterfactuals(cfs_path)
+    ids = z["sample_id"].astype(np.int64)
+    split_name = eval_split_name(task.dataset)
+    split = load_split(cfg, task.dataset, split_name, data_dir)
+    rows = split.index_of(torch.from_numpy(ids)).numpy()  # DatasetError names ids not in the split
+    label = split.attribute(task.attribute)[rows].long().numpy()
+    if models is None:
+        from ..models import load_task_models
+
+        roles = tuple(r for r in required_roles(task) if r == "classifier" or
+                      any(r in _roles_of(n) for n in names))
+        models = load_task_models(cfg, task, roles=roles, device=device, model_dir=model_dir)
+    train = None
+    if "CD" in names:
+        train = load_split(cfg, task.dataset, "train", data_dir)
+    reference = FIDReference.load(fid_ref) if fid_ref and ({"FID", "sFID"} & set(names)) else None
+    if reference is not None:
+        reference.check_covers(ids)
+    metrics = build_metrics(task, models, cfg, fid_reference=reference,
+                            train_labels=None if train is None else train.labels.numpy(),
+                            train_attribute_names=None if train is None else train.attribute_names, only=names)
+    gt_of = None
+    if "GT" in names:
+        ds = get_synthetic(cfg, task.dataset)
+
+        def gt_of(r: np.ndarray) -> torch.Tensor:  # quantised like x and cf
+            return from_uint8(to_uint8(ds.gt_counterfactuals(torch.from_numpy(ids[r]), task.attribute)))
+
+    bs = int(cfg.get("metrics", {}).get("batch_size", 100))
+    checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
+
+    def batches():  # file order: rows pos .. pos + len(batch)
+        pos = 0
+        for b in make_batches(lambda r: split.float_images(rows[r]), z["cf"], ids, z["target"], label,
+                              models.classifier, bs, gt_of, device=device):
+            r = np.arange(pos, pos + len(b.sample_id))
+            pos += len(r)
+            if "pred" in z:
+                checks["pred_disagreements"] += int((b.pred.cpu().numpy() != z["pred"][r]).sum())
+            if "flipped" in z:
+                checks["flipped_disagreements"] += int((b.flipped.cpu().numpy() != z["flipped"][r]).sum())
+            checks["target_not_1_minus_pred"] += int((b.target != 1 - b.pred).sum())
+            yield b
+
+    core = run_metrics(metrics, batches(), progress=progress)
+    used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
+    return {
+        "task": task.name, "method": method,
+        "metrics": core["metrics"], "higher_is_better": core["higher_is_better"], "n": core["n"],
+        "models": {r: models.names.get(r, r) for r in used},
+        "subsets": core["subsets"], "subset_definitions": SUBSETS,
+        "seeds": list(cfg.get("metrics", {}).get("sfid_seeds", [])), "seed": cfg.get("seed"),
+        "skipped": core["skipped"], "checks": checks,
+        "inputs": {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": split_name,
+                   "n_counterfactuals": int(len(ids))},
+        "gt_change_threshold": cfg.get("metrics", {}).get("gt_change_threshold", 0.05) if "GT" in names else None,
+        "seconds": core["seconds"], "seconds_total": time.perf_counter() - t0,
+    }
+
+
+def _roles_of(name: str) -> tuple[str, ...]:
+    from metrics import ROLES
+
+    if name not in ROLES:
+        from metrics import MetricError
+
+        raise MetricError(f"unknown metric {name!r} (--only); known: {', '.join(ROLES)}")
+    return ROLES[name]

@@ -1,14 +1,197 @@
-"""`vcebench explain`."""
+"""`vcebench explain`: counterfactuals for one shard of a task's evaluation set, or merge the shards.
+
+Examples::
+
+    vcebench explain --task synthfaces_smile --method fire --shard 0 --n-shards 2
+    vcebench explain --task synthfaces_smile --method fire_K5 --data resources/data/synthfaces \\
+        --out results/synthfaces_smile/fire_K5/shards/shard-0-of-1.npz
+    vcebench explain --merge results/synthfaces_smile/fire/shards/shard-*.npz \\
+        --out results/synthfaces_smile/fire/counterfactuals.npz
+
+Shard ``i`` of ``n`` takes ``sorted_ids[i::n]`` of the first ``n_eval`` sample ids of the
+evaluation split; every sample draws its noise from its own stream (``vcebench.rng``), so the
+result does not depend on the sharding or on ``batch_size``. The shard file holds the fields of
+docs/internals.md "Counterfactual files"; ``timing-<i>-of-<n>.json`` beside it holds the seconds
+spent in generation only (no data loading or I/O).
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vcebench.cli import add_config_arg
+from vcebench.io import load_npz, save_npz, to_uint8, write_json
+
+SHARD_RE = re.compile(r"shard-(\d+)-of-(\d+)\.npz$")
+
+
+class ShardError(ValueError):
+    """Bad shard arguments or an inconsistent set of shard files; the message says which."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("explain", help="(not implemented yet)")
+    p = sub.add_parser("explain", help="generate counterfactuals for one shard, or merge shards",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", help="task name (config key `tasks`)")
+    p.add_argument("--method", help="method name: fire, dime, fastdime, fastdime2, fastdime2plus, maskdime, "
+                                    "fire_<variant>")
+    p.add_argument("--shard", type=int, default=0, help="shard index i (default 0)")
+    p.add_argument("--n-shards", type=int, default=1, help="number of shards n (default 1)")
+    p.add_argument("--data", default=None, help="rendered dataset folder (default: render / load from config)")
+    p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
+    p.add_argument("--out", default=None, help="output npz (default results/<task>/<method>/shards/"
+                                               "shard-<i>-of-<n>.npz; with --merge: the merged file)")
+    p.add_argument("--merge", nargs="+", default=None, metavar="NPZ", help="merge these shard files into --out")
+    add_config_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("vcebench explain is not implemented yet")
+    try:
+        return _run(args)
+    except ShardError as e:
+        print(f"vcebench explain: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.merge:
+        if not args.out:
+            raise ShardError("--merge needs --out (the merged counterfactuals.npz)")
+        merge_shards([Path(p) for p in args.merge], Path(args.out))
+        return 0
+    if not args.task or not args.method:
+        raise ShardError("needs --task and --method (or --merge)")
+    if not 0 <= args.shard < args.n_shards:
+        raise ShardError(f"--shard must be in [0, --n-shards={args.n_shards}), got {args.shard}")
+    from vcebench.config import load_config
+
+    cfg = load_config(args.config)
+    out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
+    explain_shard(cfg, args.task, args.method, args.shard, args.n_shards, out, data_dir=args.data,
+                  model_dir=args.models)
+    return 0
+
+
+def timing_path(out: Path) -> Path:
+    """``.../shard-i-of-n.npz`` -> ``.../timing-i-of-n.json``."""
+    name = out.name
+    return out.with_name(name.replace("shard-", "timing-", 1).rsplit(".npz", 1)[0] + ".json")
+
+
+def shard_ids(all_ids: torch.Tensor, n_eval: int, shard: int, n_shards: int) -> torch.Tensor:
+    """Shard ``shard`` of ``n_shards`` of the first ``n_eval`` sorted sample ids."""
+    ids = torch.sort(torch.as_tensor(all_ids, dtype=torch.int64)).values[:n_eval]
+    return ids[shard::n_shards]
+
+
+def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_shards: int, out: Path,
+                  data_dir: str | None = None, model_dir: str = "resources/models") -> dict:
+    """Load the task's networks and evaluation split, generate this shard's counterfactuals, write them."""
+    import methods
+    from vcebench.data import eval_split_name, load_split
+    from vcebench.models import load_task_models
+    from vcebench.runtime import setup_torch
+    from vcebench.tasks import get_task, method_params
+
+    device = setup_torch(cfg["threads"], cfg["device"])
+    task = get_task(cfg, task_name)
+    method = methods.get_method(method_name, method_params(cfg, task, method_name))
+    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
+    ids = shard_ids(split.sample_ids, int(cfg["n_eval"]), shard, n_shards)
+    models = load_task_models(cfg, task, roles=method.roles, device=str(device), model_dir=model_dir)
+    rows = split.index_of(ids)
+    return generate(method, lambda idx: split.float_images(rows[idx]), ids, models, cfg, out, device,
+                    stream=method_name)
+
+
+def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Path,
+             device: torch.device | str = "cpu", stream: str = "") -> dict:
+    """Run ``method`` over ``ids`` in batches of ``cfg['batch_size']``; write the shard npz + timing json.
+
+    ``load_images(idx)`` returns the [-1, 1] images of positions ``idx`` of ``ids``.
+    Target = 1 - classifier prediction. Returns the timing record.
+    """
+    from tqdm import tqdm
+
+    from methods.base import cat_counterfactuals
+    from vcebench.rng import SampleGenerators
+
+    bs = int(cfg["batch_size"])
+    parts, preds, targets, seconds = [], [], [], 0.0
+    for start in tqdm(range(0, len(ids), bs), desc=f"{method.name} {out.name}", unit="batch"):
+        idx = torch.arange(start, min(start + bs, len(ids)))
+        x = load_images(idx).to(device)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            pred = models.classifier(x).argmax(1)
+        target = 1 - pred
+        cf = method(x, target, models, SampleGenerators(cfg["seed"], ids[idx], stream=stream))
+        if torch.cuda.is_available() and str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+        seconds += time.perf_counter() - t0
+        parts.append(cf)
+        preds.append(pred.cpu())
+        targets.append(target.cpu())
+    record = {"seconds": seconds, "n": len(ids), "batch_size": bs, "method": method.name,
+              "device": str(device), "sec_per_cf": seconds / max(1, len(ids))}
+    if parts:
+        cf = cat_counterfactuals(parts)
+        arrays = {"sample_id": ids.numpy().astype(np.int64), "cf": to_uint8(cf.images),
+                  "target": torch.cat(targets).numpy().astype(np.int64),
+                  "pred": torch.cat(preds).numpy().astype(np.int64),
+                  "flipped": cf.flipped.numpy().astype(bool), "steps": cf.steps.numpy().astype(np.int64),
+                  "failed": cf.info.get("failed", torch.zeros(len(ids), dtype=torch.bool)).numpy().astype(bool)}
+        arrays.update({f"info_{k}": v.cpu().numpy() for k, v in cf.info.items() if k != "failed"})
+    else:
+        arrays = _empty_shard()
+    save_npz(out, **arrays)
+    write_json(timing_path(out), record)
+    return record
+
+
+def _empty_shard() -> dict:
+    return {"sample_id": np.zeros(0, np.int64), "cf": np.zeros((0, 1, 1, 1), np.uint8),
+            "target": np.zeros(0, np.int64), "pred": np.zeros(0, np.int64), "flipped": np.zeros(0, bool),
+            "steps": np.zeros(0, np.int64), "failed": np.zeros(0, bool)}
+
+
+def merge_shards(paths: list[Path], out: Path) -> None:
+    """Concatenate shard files sorted by sample id; every shard of ``-of-n`` present, no id twice."""
+    if not paths:
+        raise ShardError("no shard files to merge")
+    found: dict[int, Path] = {}
+    n_total = None
+    for p in paths:
+        m = SHARD_RE.search(p.name)
+        if not m:
+            raise ShardError(f"{p}: not a shard file name (expected shard-<i>-of-<n>.npz)")
+        i, n = int(m.group(1)), int(m.group(2))
+        if n_total is not None and n != n_total:
+            raise ShardError(f"{p}: shard of {n}, but other shards are of {n_total}")
+        if i in found:
+            raise ShardError(f"shard {i} given twice: {found[i]} and {p}")
+        n_total, found[i] = n, p
+    missing = sorted(set(range(n_total)) - set(found))
+    if missing:
+        raise ShardError(f"missing shard(s) {missing} of {n_total} (expected shard-<i>-of-{n_total}.npz)")
+    shards = [load_npz(found[i]) for i in range(n_total)]
+    shards = [s for s in shards if len(s["sample_id"])]
+    if not shards:
+        save_npz(out, **_empty_shard())
+        return
+    keys = set.intersection(*(set(s) for s in shards))
+    merged = {k: np.concatenate([s[k] for s in shards]) for k in sorted(keys)}
+    ids = merged["sample_id"]
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        raise ShardError(f"sample id(s) {uniq[counts > 1][:10].tolist()} appear in more than one shard")
+    order = np.argsort(ids, kind="stable")
+    save_npz(out, **{k: v[order] for k, v in merged.items()})

@@ -1,14 +1,241 @@
-"""`vcebench profile`."""
+"""`vcebench profile`: FLOPs, NFE, time and memory per counterfactual (issue 6).
+
+Examples::
+
+    vcebench profile --task synthfaces_smile --method fire --n 32
+    vcebench profile --task synthfaces_smile --method fire --compare-compaction
+    vcebench profile --paper-scale celeba                  # random-weight paper-size networks, no data
+    vcebench profile --paper-scale celeba --fire-steps-from results/synthfaces_smile/fire/profile.json
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vcebench.cli import add_config_arg
+from vcebench.config import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("profile", help="(not implemented yet)")
+    p = sub.add_parser("profile", help="FLOPs, NFE, time and memory per counterfactual (profile.json)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arg(p)
+    p.add_argument("--task", help="task name (config key `tasks`)")
+    p.add_argument("--method", help="method name (config key `methods`, or fire_<variant>)")
+    p.add_argument("--n", type=int, default=32, help="evaluation inputs to run (first n by sample id; default 32)")
+    p.add_argument("--batch-size", type=int, default=None, help="default: config key `batch_size`")
+    p.add_argument("--flop-n", type=int, default=None,
+                   help="count FLOPs on the first FLOP_N inputs only (default: all n; stated in the output)")
+    p.add_argument("--data", default=None, help="rendered data folder (synthetic cache) or None")
+    p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
+    p.add_argument("--out", default=None, help="default results/<task>/<method>/profile.json")
+    p.add_argument("--no-compaction", action="store_true", help="FiRe: finished samples stay in the batch")
+    p.add_argument("--compare-compaction", action="store_true",
+                   help="FiRe: time the same inputs with and without batch compaction (default out: "
+                        "results/<task>/<method>/compaction.json)")
+    p.add_argument("--timings", nargs="+", default=None, metavar="JSON",
+                   help="explain's timing-*.json files: sec_per_cf then comes from the full explain run")
+    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up batch")
+    p.add_argument("--paper-scale", choices=["celeba"], default=None,
+                   help="count FLOPs per CF of every method with paper-size random-weight networks")
+    p.add_argument("--attempts", type=float, default=1.0,
+                   help="paper scale: mean classifier scales tried per CF by the DDPM family (1 to 3; default 1)")
+    p.add_argument("--fire-steps-from", action="append", default=None, metavar="PROFILE_JSON",
+                   help="paper scale: add a FiRe steps profile (mean_steps) read from a vcebench profile.json")
+    p.add_argument("--measure-nfe", action="store_true",
+                   help="paper scale: also run the real methods on tiny stand-in networks at paper settings "
+                        "and report their NFE counters")
+    p.add_argument("--no-fvcore", action="store_true", help="paper scale: skip the fvcore cross-check (~20 s)")
+    p.add_argument("--out-dir", default="results/reference", help="paper scale output folder")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError("vcebench profile is not implemented yet")
+    from vcebench.config import load_config
+    from vcebench.runtime import setup_torch
+
+    cfg = load_config(args.config)
+    device = setup_torch(cfg["threads"], cfg["device"])
+    if args.paper_scale:
+        return run_paper_scale(args, cfg)
+    if not args.task or not args.method:
+        raise ConfigError("vcebench profile needs --task and --method (or --paper-scale celeba)")
+    if args.n < 1:
+        raise ConfigError(f"--n must be >= 1, got {args.n}")
+    batch_size = int(args.batch_size or cfg["batch_size"])
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size (config key `batch_size`) must be >= 1, got {batch_size}")
+
+    if args.compare_compaction:
+        out = Path(args.out or f"results/{args.task}/{args.method}/compaction.json")
+        report = compare_compaction(cfg, args.task, args.method, n=args.n, batch_size=batch_size, device=device,
+                                    data_dir=args.data, model_dir=args.models, flop_n=args.flop_n,
+                                    warmup=not args.no_warmup)
+        _write(out, report)
+        _print_compaction(report)
+        return 0
+
+    overrides = {"compaction": False} if args.no_compaction else {}
+    report = profile_task(cfg, args.task, args.method, n=args.n, batch_size=batch_size, device=device,
+                          data_dir=args.data, model_dir=args.models, flop_n=args.flop_n,
+                          warmup=not args.no_warmup, overrides=overrides)
+    if args.timings:
+        apply_timings(report, args.timings)
+    out = Path(args.out or f"results/{args.task}/{args.method}/profile.json")
+    _write(out, report)
+    print(f"{args.task}/{args.method}: {report['sec_per_cf']:.4f} s/CF, {report['tflops_per_cf']:.3g} TFLOPs/CF, "
+          f"NFE/CF {report['nfe_per_cf']:.1f}, peak {report['peak_mem_mb']:.0f} MiB, "
+          f"mean steps {report['mean_steps']:.2f}, batch {report['batch_size']} -> {out}")
+    return 0
+
+
+def _write(path: Path, obj: dict[str, Any]) -> None:
+    from vcebench.io import write_json
+
+    write_json(path, obj)
+
+
+# --------------------------------------------------------------------------- task profiles
+
+
+def _load(cfg: dict, task_name: str, method_name: str, *, n: int, device: torch.device, data_dir: str | None,
+          model_dir: str, overrides: dict[str, Any]):
+    """Method, models and the first ``n`` evaluation inputs with their targets (not timed)."""
+    from methods import get_method
+    from vcebench.data import eval_split_name, load_split
+    from vcebench.models import load_task_models
+    from vcebench.tasks import get_task, method_params
+
+    task = get_task(cfg, task_name)
+    params = method_params(cfg, task, method_name)
+    for key, value in overrides.items():
+        if key not in params:
+            raise ConfigError(f"--no-compaction / --compare-compaction need a method with a `{key}` "
+                              f"hyperparameter (FiRe); {method_name!r} has none")
+        params[key] = value
+    method = get_method(method_name, params)
+    roles = tuple(getattr(method, "roles", ()) or _roles(method_name))
+    models = load_task_models(cfg, task, roles=roles, device=device, model_dir=model_dir)
+    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
+    k = min(n, len(split))
+    idx = torch.arange(k)
+    x = split.float_images(idx).to(device)
+    ids = [int(i) for i in split.sample_ids[idx]]
+    with torch.no_grad():
+        target = 1 - models.classifier(x).argmax(1)
+    return task, params, method, models, x, target, ids
+
+
+def _roles(method_name: str) -> tuple[str, ...]:
+    from vcebench.workflow import method_roles
+
+    return method_roles(method_name)
+
+
+def profile_task(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
+                 data_dir: str | None = None, model_dir: str = "resources/models", flop_n: int | None = None,
+                 warmup: bool = True, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """profile.json of ``method_name`` on the first ``n`` evaluation inputs of ``task_name``."""
+    from vcebench.profiling import profile_run
+    from vcebench.rng import SampleGenerators
+
+    task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, n=n, device=device,
+                                                         data_dir=data_dir, model_dir=model_dir,
+                                                         overrides=overrides or {})
+    seed = int(cfg["seed"])
+
+    def call(xb, tb, idb):
+        return method(xb, tb, models, SampleGenerators(seed, idb))
+
+    report = profile_run(call, x, target, ids, batch_size=batch_size, device=device, flop_n=flop_n, warmup=warmup)
+    return {"task": task.name, "method": method_name, **report, "sec_per_cf_source": "profile run",
+            "compaction": params.get("compaction"), "seed": seed, "models": dict(models.names),
+            "params": params}
+
+
+def apply_timings(report: dict[str, Any], paths: list[str]) -> None:
+    """Replace ``sec_per_cf`` by the explain run's generation time (summed over shards / n)."""
+    seconds, n, batch = 0.0, 0, set()
+    for p in paths:
+        try:
+            t = json.loads(Path(p).read_text())
+            seconds += float(t["seconds"])
+            n += int(t["n"])
+            if "batch_size" in t:
+                batch.add(int(t["batch_size"]))
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise ConfigError(f"--timings file {p}: expected JSON with `seconds` and `n` ({e})") from e
+    if n == 0:
+        raise ConfigError(f"--timings files {', '.join(paths)} hold no counterfactuals (n = 0)")
+    report["sec_per_cf_profile_run"] = report["sec_per_cf"]
+    report["sec_per_cf"] = seconds / n
+    report["sec_per_cf_source"] = f"explain timings ({len(paths)} shard files, n = {n})"
+    if batch:
+        report["explain_batch_size"] = sorted(batch)
+
+
+def compare_compaction(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int,
+                       device: torch.device, data_dir: str | None = None, model_dir: str = "resources/models",
+                       flop_n: int | None = None, warmup: bool = True) -> dict[str, Any]:
+    """FiRe s/CF with and without batch compaction, on the same inputs in the same process."""
+    runs = {}
+    for label, on in (("with_compaction", True), ("without_compaction", False)):
+        runs[label] = profile_task(cfg, task_name, method_name, n=n, batch_size=batch_size, device=device,
+                                   data_dir=data_dir, model_dir=model_dir, flop_n=flop_n, warmup=warmup,
+                                   overrides={"compaction": on})
+    w, wo = runs["with_compaction"], runs["without_compaction"]
+    return {"task": task_name, "method": method_name, "n": w["n"], "batch_size": batch_size,
+            "device": w["device"], "threads": w["threads"], "torch": w["torch"],
+            "speedup_time": wo["sec_per_cf"] / w["sec_per_cf"],
+            "flop_ratio": wo["flops_per_cf"] / w["flops_per_cf"] if w["flops_per_cf"] else None,
+            "same_outputs_expected": "yes: per-sample RNG streams make a CF independent of its batch", **runs}
+
+
+def _print_compaction(r: dict[str, Any]) -> None:
+    print(f"{r['task']}/{r['method']}: n = {r['n']}, batch {r['batch_size']}, {r['device']}, {r['threads']} threads")
+    for label in ("with_compaction", "without_compaction"):
+        d = r[label]
+        print(f"  {label:20s} {d['sec_per_cf']:.4f} s/CF  {d['tflops_per_cf'] * 1e3:.4f} GFLOPs/CF  "
+              f"mean steps {d['mean_steps']:.2f}  FR {100 * d['flip_rate']:.1f}%")
+    fr = r["flop_ratio"]
+    print(f"  compaction speed-up: {r['speedup_time']:.2f}x time, " + (f"{fr:.2f}x FLOPs" if fr else "n/a"))
+
+
+# --------------------------------------------------------------------------- paper scale
+
+
+def _mean_steps_from(path: str) -> tuple[str, float]:
+    try:
+        d = json.loads(Path(path).read_text())
+        return f"measured: {d.get('task', '?')}/{d.get('method', '?')} (n = {d.get('n', '?')})", float(d["mean_steps"])
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise ConfigError(f"--fire-steps-from {path}: expected a vcebench profile.json with `mean_steps` ({e})") from e
+
+
+def run_paper_scale(args: argparse.Namespace, cfg: dict) -> int:
+    from vcebench import paper_scale as ps
+    from vcebench.io import atomic_path, write_json
+
+    if not 1.0 <= args.attempts <= 3.0:
+        raise ConfigError(f"--attempts is the mean number of classifier scales tried (1 to 3), got {args.attempts}")
+    steps = dict(_mean_steps_from(p) for p in (args.fire_steps_from or []))
+    measured = None
+    if args.measure_nfe:
+        measured = ps.measured_paper_nfe(cfg)
+    report = ps.paper_scale_report(args.paper_scale, attempts=args.attempts, measured_fire_steps=steps,
+                                   measured_nfe=measured, fvcore=not args.no_fvcore)
+    report.update({"torch": torch.__version__, "threads": torch.get_num_threads()})
+    out = Path(args.out_dir)
+    write_json(out / "paper_scale_flops.json", report)
+    md = ps.format_markdown(report)
+    with atomic_path(out / "paper_scale_flops.md") as tmp:
+        tmp.write_text(md)
+    sys.stdout.write(md)
+    print(f"\nwrote {out / 'paper_scale_flops.md'} and {out / 'paper_scale_flops.json'}")
+    return 0

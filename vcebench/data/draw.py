@@ -18,11 +18,7 @@ Tensor = torch.Tensor
 
 
 def supersample_factor(resolution: int) -> int:
-    """Supersampling factor: a canonical canvas of ~96-192 px whatever the output size."""
-    if resolution <= 32:
-        return 3
-    if resolution <= 64:
-        return 2
+    """Supersampling factor: 2x2 (each canvas pixel is also anti-aliased by ``cover``); 1 from 192 px."""
     return 1 if resolution >= 192 else 2
 
 
@@ -95,15 +91,15 @@ def pose_theta(tx: Tensor, ty: Tensor, angle: Tensor, scale: Tensor) -> Tensor:
     return torch.stack([row0, row1], dim=1).float()
 
 
-def bc(v: Tensor) -> Tensor:
-    """A per-sample scalar (B,) as (B,1,1,1) for broadcasting over a window."""
-    return v.view(-1, 1, 1, 1)
+def bc(v: Tensor | float) -> Tensor:
+    """A per-sample scalar (B,) as (B,1,1,1) for broadcasting over a window (floats pass through)."""
+    return v.view(-1, 1, 1, 1) if torch.is_tensor(v) else torch.tensor(float(v))
 
 
 def sd_ellipse(X: Tensor, Y: Tensor, cx: Tensor, cy: Tensor, rx: Tensor, ry: Tensor) -> Tensor:
     """Approximate signed distance to an axis-aligned ellipse (exact for circles)."""
     r = torch.sqrt(((X - cx) / rx) ** 2 + ((Y - cy) / ry) ** 2)
-    return (r - 1.0) * torch.minimum(rx, ry)
+    return (r - 1.0) * torch.minimum(torch.as_tensor(rx), torch.as_tensor(ry))
 
 
 def sd_box(X: Tensor, Y: Tensor, cx: Tensor, cy: Tensor, hx: Tensor, hy: Tensor, r: Tensor | float = 0.0) -> Tensor:

@@ -122,8 +122,8 @@ class SyntheticDataset:
         return out
 
     # ------------------------------------------------------------------ rendering
-    def _draw(self, p: dict[str, torch.Tensor], lab: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Render one batch: float B x C x H x W in [0, 1] before noise."""
+    def _draw(self, p: dict[str, torch.Tensor], lab: dict[str, torch.Tensor], ids: np.ndarray) -> torch.Tensor:
+        """Render one batch of samples ``ids``: float B x C x H x W in [0, 1] before noise."""
         raise NotImplementedError
 
     def render(self, sample_ids: torch.Tensor | Sequence[int], labels: torch.Tensor | None = None) -> torch.Tensor:
@@ -137,7 +137,7 @@ class SyntheticDataset:
             sl = slice(start, start + self.batch_size)
             u_id, u_img = self.uniforms(ids[sl])
             lab = {n: labels[sl, j] for j, n in enumerate(self.attribute_names)}
-            img = self._draw(self._params(u_id, u_img), lab)
+            img = self._draw(self._params(u_id, u_img), lab, ids[sl])
             img = img + self.noise_std * self.noise(ids[sl])
             out[sl] = (img * 2 - 1).clamp_(-1, 1)
         return out

@@ -161,7 +161,7 @@ class SynthFaces(SyntheticDataset):
         return torch.nn.functional.max_pool2d(m[:, None].float(), 3, 1, 1)[:, 0] > 0
 
     # ------------------------------------------------------------------ the renderer
-    def _draw(self, p: dict[str, Tensor], lab: dict[str, Tensor]) -> Tensor:  # noqa: C901 (one drawing script)
+    def _draw(self, p: dict[str, Tensor], lab: dict[str, Tensor], ids: np.ndarray) -> Tensor:  # noqa: C901 (one drawing script)
         B = len(p["skin"])
         bc = D.bc
         c = D.Canvas(B, 3, self.resolution)
@@ -171,16 +171,16 @@ class SynthFaces(SyntheticDataset):
 
         # --- geometry (canonical units)
         fx, fy = torch.zeros(B), torch.full((B,), FACE_CY)
-        frx = 0.49 * (0.93 + 0.14 * p["face_w"]) * (1 + 0.05 * male)
-        fry = 0.66 * (0.95 + 0.10 * p["face_h"])
+        frx = 0.53 * (0.93 + 0.14 * p["face_w"]) * (1 + 0.05 * male)
+        fry = 0.70 * (0.95 + 0.10 * p["face_h"])
         jaw = 0.10 + 0.22 * p["jaw"] - 0.08 * male
-        ex = 0.19 + 0.05 * p["eye_dx"]
+        ex = 0.20 + 0.05 * p["eye_dx"]
         ey = fy - 0.09 + 0.04 * (p["eye_dy"] - 0.5)
         esz = 0.9 + 0.2 * p["eye_size"]
         ny = fy + 0.15 + 0.06 * p["nose_len"]
         nw = 0.85 + 0.3 * p["nose_w"]
         my = fy + 0.375 + 0.04 * (p["mouth_dy"] - 0.5)
-        mw = 0.15 + 0.04 * p["mouth_w"]
+        mw = 0.17 + 0.04 * p["mouth_w"]
         lipk = (0.8 + 0.4 * p["lip"]) * (1 - 0.15 * male)
         by = ey - 0.125 - 0.02 * p["brow_raise"]
 
@@ -198,7 +198,7 @@ class SynthFaces(SyntheticDataset):
         hair = hair * bc(0.9 + 0.2 * p["hair_tone"])
         hair = hair + bc(old * (1 - lab["Gray_Hair"])) * 0.4 * (D.rgb(0.66, 0.66, 0.68) - hair)
         brow = hair * 0.75 * (1 - 0.25 * bc(lab["Blond_Hair"] + lab["Gray_Hair"]).clamp(max=1)) + 0.02
-        lips = skin * D.rgb(0.86, 0.58, 0.56)
+        lips = skin * D.rgb(0.78, 0.48, 0.48)
         lips = torch.where(bc(lab["Wearing_Lipstick"]) > 0.5, D.rgb(0.72, 0.10, 0.16).expand(B, 3, 1, 1), lips)
         iris_choices = torch.cat([D.rgb(0.36, 0.21, 0.10), D.rgb(0.16, 0.10, 0.07), D.rgb(0.30, 0.46, 0.66),
                                   D.rgb(0.36, 0.46, 0.30)], 0)
@@ -208,6 +208,18 @@ class SynthFaces(SyntheticDataset):
         is_long = torch.where(male > 0.5, (p["hair_len"] > 0.92).float(), (p["hair_len"] > 0.2).float())
         vol = 0.9 + 0.25 * p["hair_vol"]
         phase = p["hair_phase"] * 6.28
+
+        lx = (p["light_x"] - 0.5) * 1.2
+        ly = (p["light_y"] - 0.7) * 0.8
+        amb = bc(0.5 + 0.3 * p["ambient"])
+        lnorm = torch.sqrt(lx ** 2 + ly ** 2 + 1)
+
+        def shade(w: D.Window) -> Tensor:
+            """Lambert shading of an ellipsoid around the head (light from (lx, ly, 1))."""
+            nx, nyy = w.X / 0.75, (w.Y - FACE_CY) / 0.9
+            nz = (1 - nx ** 2 - nyy ** 2).clamp(min=0.02).sqrt()
+            lam = ((nx * bc(lx) + nyy * bc(ly) + nz) / bc(lnorm)).clamp(0, 1)
+            return amb + (1 - amb) * lam
 
         def hair_tex(w: D.Window) -> Tensor:
             return hair * (1 + 0.10 * torch.sin(55 * w.X + 8 * w.Y + bc(phase)))
@@ -251,7 +263,7 @@ class SynthFaces(SyntheticDataset):
         rx_eff = bc(frx) * (1 - bc(jaw) * below ** 2)
         d_face = D.sd_ellipse(w.X, w.Y, bc(fx), bc(fy), rx_eff, bc(fry).expand_as(rx_eff))
         face_a = c.cover(d_face)
-        w.paint(face_a, skin)
+        w.paint(face_a, skin * shade(w))
 
         # --- cheeks: smile apples, makeup blush
         w = c.window(-0.47, 0.47, 0.12, 0.5)
@@ -294,7 +306,6 @@ class SynthFaces(SyntheticDataset):
 
         # --- nose
         w = c.window(-0.2, 0.2, -0.1, 0.35)
-        lx = (p["light_x"] - 0.5) * 1.2
         side = torch.where(lx > 0, -1.0, 1.0)
         d = D.sd_segment(w.X, w.Y, bc(side * 0.05), bc(ey + 0.05), bc(side * 0.055 * nw), bc(ny - 0.03)) - 0.016
         w.scale(bc(torch.full((B,), 0.86)), D.soft(d, 0.03))
@@ -306,11 +317,11 @@ class SynthFaces(SyntheticDataset):
 
         # --- mouth
         w = c.window(-0.35, 0.35, 0.18, 0.6)
-        mw_e = mw * (1 + 0.22 * smile)
+        mw_e = mw * (1 + 0.25 * smile)
         xn = w.X / bc(mw_e)
         env = (1 - xn ** 2).clamp(min=0).sqrt()
         inside_x = 1 - xn.abs()
-        bend = -(0.075 + 0.02 * p["smile_amt"]) * smile + (0.012 * p["mouth_curve"]) * (1 - smile)
+        bend = -(0.095 + 0.03 * p["smile_amt"]) * smile + (0.012 * p["mouth_curve"]) * (1 - smile)
         ctr = bc(my) + bc(bend) * xn ** 2
         gap = mopen * (0.030 + 0.015 * p["open_amt"] + 0.018 * smile)
         tu, tl = bc(0.026 * lipk), bc(0.034 * lipk)
@@ -323,8 +334,12 @@ class SynthFaces(SyntheticDataset):
         d_teeth = torch.maximum(torch.maximum(ctr - g_up * env - w.Y, w.Y - ctr - 0.35 * g_lo * env),
                                 -inside_x * 0.2 - 0.01)
         w.paint(c.cover(d_teeth) * bc(((gap > 0) & (smile > 0.5)).float()), D.rgb(0.95, 0.93, 0.88).expand(B, 3, 1, 1))
-        d_line = torch.maximum((w.Y - ctr).abs() - 0.006, -inside_x * 0.2)
-        w.scale(bc(torch.full((B,), 0.55)), c.cover(d_line) * bc((gap <= 0).float()))
+        d_line = torch.maximum((w.Y - ctr).abs() - bc(0.007 + 0.006 * smile), -inside_x * 0.2)
+        w.scale(bc(torch.full((B,), 0.45)), c.cover(d_line) * bc((gap <= 0).float()))
+        for s in (-1.0, 1.0):  # smile lines at the mouth corners
+            d = D.sd_segment(w.X, w.Y, bc(s * (mw_e + 0.025)), bc(my + bend - 0.05), bc(s * (mw_e + 0.045)),
+                             bc(my + bend + 0.03)) - 0.011
+            w.scale(bc(torch.full((B,), 0.72)), c.cover(d) * bc(smile))
 
         # --- eyes: shadow, white, iris, pupil, lid
         w = c.window(-0.4, 0.4, -0.34, 0.05)
@@ -362,7 +377,7 @@ class SynthFaces(SyntheticDataset):
         d_open_face = D.sd_ellipse(w.X, w.Y, bc(hcx), bc(fy + 0.14), bc(frx * 0.93), bc(fry))
         fringe_y = bc(by - 0.03) + 0.018 * torch.sin(28 * w.X + bc(phase))
         d_uncov = torch.where(bc(lab["Bangs"]) > 0.5, torch.maximum(d_open_face, fringe_y - w.Y), d_open_face)
-        w.paint(c.cover(torch.maximum(d_hair, -d_uncov)), hair_tex(w))
+        w.paint(c.cover(torch.maximum(d_hair, -d_uncov)), hair_tex(w) * shade(w))
 
         # --- eyeglasses
         if bool((lab["Eyeglasses"] > 0.5).any()):
@@ -381,14 +396,7 @@ class SynthFaces(SyntheticDataset):
             d_br = D.sd_segment(w.X, w.Y, bc(-ex + 0.11), bc(ey - 0.015), bc(ex - 0.11), bc(ey - 0.015)) - 0.010
             w.paint(c.cover(d_br) * g, frame)
 
-        # --- lighting (Lambert on an ellipsoid around the head), exposure, colour temperature
-        w = c.full()
-        ly = (p["light_y"] - 0.7) * 0.8
-        nx, nyy = w.X / 0.8, (w.Y - FACE_CY) / 0.95
-        nz = (1 - nx ** 2 - nyy ** 2).clamp(min=0.05).sqrt()
-        norm = torch.sqrt(lx ** 2 + ly ** 2 + 1)
-        lam = ((nx * bc(lx) + nyy * bc(ly) + nz) / bc(norm)).clamp(0, 1)
-        amb = bc(0.45 + 0.3 * p["ambient"])
+        # --- exposure, colour temperature
         gain = bc(0.85 + 0.25 * p["bright"]) * (1 + bc(p["warm"] - 0.5) * D.rgb(0.08, 0.0, -0.08))
-        c.img.mul_((amb + (1 - amb) * lam) * gain)
+        c.img.mul_(gain)
         return c.finish(self.pose(p)).clamp_(0, 1)

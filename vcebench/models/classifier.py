@@ -17,8 +17,7 @@ from torch import Tensor, nn
 
 from ..config import ConfigError
 from .nets import SyntheticNet
-from .training import (augment, count_params, identity_halves, loss_summary, save_trained, to_float,
-                       train_loop)
+from .training import augment, count_params, identity_halves, loss_summary, save_trained, to_float, train_loop
 
 CLASSIFIER_DEFAULTS: dict[str, Any] = {
     "arch": "resnet", "width": 16, "blocks": 1, "attributes": None, "data_half": "A", "steps": 900,
@@ -71,9 +70,12 @@ def attribute_accuracy(net: nn.Module, split: Any, columns: list[int], names: li
 
 
 def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: str, dataset: str,
-                   task_attributes: list[str], progress: bool = True, extra_loss=None,
+                   task_attributes: list[str], progress: bool = True, extra_loss=None, extra_module=None,
                    key_prefix: str = "") -> tuple[SyntheticNet, dict[str, Any], dict[str, Any]]:
-    """Train a multi-attribute ``SyntheticNet`` with BCE (+ ``extra_loss(net, x, y) -> Tensor``).
+    """Train a multi-attribute ``SyntheticNet`` with BCE (+ ``extra_loss(net, extra, x, y) -> Tensor``).
+
+    ``extra_module(feature_dim) -> nn.Module``: training-only parameters (optimised and
+    checkpointed with the net, not saved with it).
 
     Returns ``(net, config, metrics)``; the caller adds role-specific metrics and saves.
     """
@@ -87,7 +89,9 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
     torch.manual_seed(settings["seed"])
     net = SyntheticNet(settings["arch"], c, settings["width"], settings["blocks"], out_dim=len(names),
                        embed_dim=settings.get("embed_dim", 0)).to(memory_format=torch.channels_last)
-    opt = torch.optim.AdamW(net.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay", 5e-4))
+    extra = extra_module(net.feature_dim) if extra_module is not None else nn.Identity()
+    both = nn.ModuleDict({"net": net, "extra": extra})
+    opt = torch.optim.AdamW(both.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay", 5e-4))
     # Balance each attribute's positives (synthetic attributes can be rare, e.g. Pacemaker).
     pos = labels.mean(dim=0).clamp(0.02, 0.98)
     pos_weight = ((1 - pos) / pos).sqrt()
@@ -100,10 +104,10 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
         y = labels[idx]
         loss = F.binary_cross_entropy_with_logits(net(x), y, pos_weight=pos_weight)
         if extra_loss is not None:
-            loss = loss + extra_loss(net, x, y)
+            loss = loss + extra_loss(net, extra, x, y)
         return loss
 
-    hist = train_loop(net, opt, step, settings["steps"], out_dir, settings["seed"], settings,
+    hist = train_loop(both, opt, step, settings["steps"], out_dir, settings["seed"], settings,
                       desc=f"{dataset}/{role}", lr=settings["lr"], progress=progress)
     config = {
         "role": role, "dataset": dataset, "attribute_names": names,

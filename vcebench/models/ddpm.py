@@ -128,7 +128,7 @@ def build_ddpm(cfg: dict, channels: int, resolution: int) -> DiffusersDDPM:
     """A fresh (untrained) DDPM from a ``models.<dataset>.ddpm`` config block."""
     from diffusers import DDPMScheduler
 
-    check_role_keys(cfg, "ddpm", DDPM_KEYS | {"weights"})
+    check_role_keys(cfg, "ddpm", DDPM_KEYS | {"weights", "format", "seed"})
     unet = build_unet(unet_kwargs(require(cfg, "unet", "ddpm"), channels, resolution, False, "ddpm"))
     scheduler = DDPMScheduler(num_train_timesteps=int(require(cfg, "num_train_timesteps", "ddpm")),
                               beta_start=float(cfg.get("beta_start", 2e-4)), beta_end=float(cfg.get("beta_end", 0.04)),

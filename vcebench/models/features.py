@@ -51,20 +51,16 @@ class DegradationHead(nn.Module):
         return self.lin(f)
 
 
-def degradation_loss(max_blur: float, max_noise: float, dim: int):
-    head = DegradationHead(dim)
-
-    def loss(net: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+def degradation_loss(max_blur: float, max_noise: float):
+    """BCE on attributes + MSE on the degradation strengths, on a randomly degraded copy of the batch."""
+    def loss(net: nn.Module, head: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         n = x.shape[0]
         sb = torch.rand(n) * max_blur * (torch.rand(n) < 0.5)
         sn = torch.rand(n) * max_noise * (torch.rand(n) < 0.5)
         xd = (gaussian_blur(x, sb) + sn.view(n, 1, 1, 1) * torch.randn_like(x)).clamp(-1, 1)
         f = net.features(xd.contiguous(memory_format=torch.channels_last))
         target = torch.stack([sb / max_blur, sn / max_noise], dim=1)
-        bce = F.binary_cross_entropy_with_logits(net.head(f), y)
-        return F.mse_loss(head(f), target) + bce
-
-    loss.head = head  # type: ignore[attr-defined]
+        return F.mse_loss(head(f), target) + F.binary_cross_entropy_with_logits(net.head(f), y)
     return loss
 
 
@@ -76,11 +72,10 @@ def extract(net: nn.Module, x: Tensor, batch: int = 256) -> Tensor:
 
 def train_fid_features(settings: dict, splits: dict, out_dir: str | Path, *, dataset: str,
                        task_attributes: list[str], progress: bool = True, **_: Any) -> dict[str, Any]:
-    loss = degradation_loss(settings["max_blur"], settings["max_noise"], settings["embed_dim"])
-    torch.manual_seed(settings["seed"] + 1)
-    net, config, metrics = fit_attributes(settings, splits, out_dir, role="fid_features", dataset=dataset,
-                                          task_attributes=task_attributes, progress=progress, extra_loss=loss,
-                                          key_prefix=f"models.{dataset}.fid_features")
+    net, config, metrics = fit_attributes(
+        settings, splits, out_dir, role="fid_features", dataset=dataset, task_attributes=task_attributes,
+        progress=progress, extra_loss=degradation_loss(settings["max_blur"], settings["max_noise"]),
+        extra_module=DegradationHead, key_prefix=f"models.{dataset}.fid_features")
     name = f"{dataset}-fidnet-v1"
     config["name"] = name
     config["feature_dim"] = settings["embed_dim"]

@@ -29,7 +29,7 @@ GATE_FOOLED = 0.20
 
 def adversarial_loss(eps: float, steps: int):
     """BCE on PGD examples of the first half of the batch (the 'light adversarial training')."""
-    def loss(net: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    def loss(net: nn.Module, _: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         h = max(1, x.shape[0] // 2)
         xa = pgd(lambda z: F.binary_cross_entropy_with_logits(net(z), y[:h], reduction="none").sum(1),
                  x[:h], eps, steps)

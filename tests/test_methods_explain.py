@@ -1,0 +1,101 @@
+"""`vcebench explain`: shards, file contents, merge checks (toy models; data / model loaders faked)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import vcebench.data
+import vcebench.models
+from tests.toy import toy_images, toy_models
+from vcebench.cli import main
+from vcebench.commands.explain import ShardError, explain_shard, merge_shards, shard_ids
+from vcebench.io import load_npz
+
+FIRE_TOY = {"rho": 0.05, "dilation": 1, "feather": 2, "K": 3, "smoothgrad_n": 4}
+
+
+class FakeSplit:
+    def __init__(self, n: int):
+        x, _ = toy_images(n)
+        self.images = ((x + 1) * 127.5).round().to(torch.uint8)
+        self.sample_ids = torch.arange(100, 100 + 3 * n, 3)  # sorted, unique, not 0..n-1
+
+    def index_of(self, ids):
+        return torch.tensor([int((self.sample_ids == i).nonzero()) for i in ids])
+
+    def float_images(self, idx):
+        return self.images[idx].float() / 127.5 - 1
+
+
+@pytest.fixture
+def fake_world(monkeypatch, cfg):
+    split = FakeSplit(10)
+    monkeypatch.setattr(vcebench.data, "load_split", lambda cfg, dataset, name, data_dir=None: split, raising=False)
+    monkeypatch.setattr(vcebench.data, "eval_split_name", lambda dataset: "test", raising=False)
+    monkeypatch.setattr(vcebench.models, "load_task_models", lambda cfg, task, roles, device, model_dir: toy_models(),
+                        raising=False)
+    task = {**cfg["tasks"]["synthfaces_smile"], "params": {"fire": FIRE_TOY}}
+    c = {**cfg, "n_eval": 7, "batch_size": 3, "threads": 1, "tasks": {**cfg["tasks"], "synthfaces_smile": task}}
+    return c, split
+
+
+def test_shard_ids_partition_first_n_eval():
+    ids = torch.tensor([9, 3, 7, 1, 5, 11])
+    parts = [shard_ids(ids, 5, i, 2) for i in range(2)]
+    assert sorted(torch.cat(parts).tolist()) == [1, 3, 5, 7, 9]
+    assert parts[0].tolist() == [1, 5, 9]
+
+
+def test_explain_shards_merge_equal_one_shot(fake_world, tmp_path):
+    cfg, split = fake_world
+    outs = [tmp_path / f"shards/shard-{i}-of-2.npz" for i in range(2)]
+    for i, out in enumerate(outs):
+        explain_shard(cfg, "synthfaces_smile", "fire", i, 2, out)
+    one = tmp_path / "one/shard-0-of-1.npz"
+    explain_shard({**cfg, "batch_size": 7}, "synthfaces_smile", "fire", 0, 1, one)
+    merged = tmp_path / "counterfactuals.npz"
+    assert main(["explain", "--merge", *map(str, outs[::-1]), "--out", str(merged)]) == 0
+    a, b = load_npz(merged), load_npz(one)
+    assert a["sample_id"].tolist() == split.sample_ids[:7].tolist()
+    for k in ("sample_id", "cf", "target", "pred", "flipped", "steps", "failed"):
+        assert k in a
+        np.testing.assert_array_equal(a[k], b[k])  # sharding and batch size do not change any CF
+    assert a["cf"].dtype == np.uint8 and a["cf"].shape == (7, 3, 16, 16)
+    assert (a["target"] == 1 - a["pred"]).all()
+    assert "info_nfe_pmf_fwd" in a and "info_mask_hard" in a
+    timing = json.loads((tmp_path / "shards/timing-0-of-2.json").read_text())
+    assert timing["n"] == 4 and timing["batch_size"] == 3 and timing["seconds"] > 0
+
+
+def test_merge_rejects_missing_and_duplicate(tmp_path):
+    def shard(i, n, ids):
+        from vcebench.io import save_npz
+
+        p = tmp_path / f"d{i}{ids[0]}/shard-{i}-of-{n}.npz"
+        save_npz(p, sample_id=np.array(ids, np.int64), cf=np.zeros((len(ids), 1, 2, 2), np.uint8),
+                 target=np.zeros(len(ids), np.int64), pred=np.ones(len(ids), np.int64),
+                 flipped=np.ones(len(ids), bool), steps=np.ones(len(ids), np.int64), failed=np.zeros(len(ids), bool))
+        return p
+
+    with pytest.raises(ShardError, match="missing shard"):
+        merge_shards([shard(0, 3, [1, 2])], tmp_path / "m.npz")
+    with pytest.raises(ShardError, match="more than one shard"):
+        merge_shards([shard(0, 2, [1, 2]), shard(1, 2, [2, 3])], tmp_path / "m.npz")
+    assert main(["explain", "--merge", str(shard(0, 2, [5])), "--out", str(tmp_path / "m.npz")]) == 2
+
+
+def test_explain_config_errors(fake_world, tmp_path):
+    cfg, _ = fake_world
+    from vcebench.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown method"):
+        explain_shard(cfg, "synthfaces_smile", "fires", 0, 1, tmp_path / "x.npz")
+    bad = {**cfg, "tasks": {**cfg["tasks"], "synthfaces_smile": {**cfg["tasks"]["synthfaces_smile"],
+                                                                  "params": {"fire": {"rhoo": 0.1}}}}}
+    with pytest.raises(ConfigError, match="rhoo"):
+        explain_shard(bad, "synthfaces_smile", "fire", 0, 1, tmp_path / "x.npz")
+    assert main(["explain", "--task", "synthfaces_smile", "--method", "fire", "--shard", "2", "--n-shards", "2"]) == 2

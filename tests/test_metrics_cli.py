@@ -1,0 +1,115 @@
+"""`vcebench evaluate` end to end on a small synthetic split with tiny stand-in networks."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import vcebench.models
+from metrics.benchmark import fake_counterfactuals, standin_models
+from vcebench.cli import main
+from vcebench.io import load_npz, save_npz
+
+TASK = "synthfaces_smile"
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A small synthfaces config, its test split and a counterfactuals.npz for 64 test samples."""
+    from vcebench.config import load_config
+    from vcebench.data import load_split
+
+    d = tmp_path_factory.mktemp("evaluate")
+    cfg_path = d / "small.yaml"
+    cfg_path.write_text("threads: 1\ndatasets:\n  synthfaces: {n_identities: 40, images_per_identity: 8}\n"
+                        "metrics:\n  sfid_seeds: [0, 1]\n  batch_size: 24\n")
+    config = ["--config", "config/config.yaml", "--config", str(cfg_path)]
+    cfg = load_config(config[1::2])
+    split = load_split(cfg, "synthfaces", "test")
+    x = split.float_images(slice(0, 64))
+    models = standin_models(split.attribute_names, 3, threshold=float(x.flatten(1).mean(1).median()))
+    fake_counterfactuals(x, split.sample_ids[:64], models.classifier, d / "counterfactuals.npz")
+    return d, config, models
+
+
+@pytest.fixture
+def patched(small, monkeypatch):
+    d, config, models = small
+    calls = []
+
+    def fake_load(cfg, task, roles=(), device="cpu", model_dir="resources/models"):
+        calls.append(tuple(roles))
+        return models
+
+    monkeypatch.setattr(vcebench.models, "load_task_models", fake_load, raising=False)
+    return d, config, calls
+
+
+def test_reference_then_evaluate(patched):
+    d, config, calls = patched
+    ref, out = d / "fid_ref.npz", d / "metrics.json"
+    assert main(["evaluate", "--task", TASK, "--reference", "--out", str(ref), "--no-progress", *config]) == 0
+    assert calls[-1] == ("fid_features",)
+    z = load_npz(ref)
+    assert z["features"].shape[1] == 64 and int(z["n"]) == len(z["sample_id"])
+    assert main(["evaluate", "--task", TASK, "--method", "fire", "--cfs", str(d / "counterfactuals.npz"),
+                 "--fid-ref", str(ref), "--out", str(out), "--no-progress", *config]) == 0
+    assert set(calls[-1]) == {"classifier", "fid_features", "identity", "oracle"}
+    res = json.loads(out.read_text())
+    m = res["metrics"]
+    for k in ("FID", "sFID", "sFID_std", "FVA", "FS", "MNAC", "CD", "COUT", "FR", "L1", "GT_L1", "GT_L1_region",
+              "GT_L1_input", "GT_precision", "GT_recall", "FR_oracle"):
+        assert m[k] is not None and np.isfinite(m[k]), k
+    cfz = load_npz(d / "counterfactuals.npz")
+    n_ok = int(cfz["flipped"].sum())
+    assert 2 <= n_ok < 64
+    assert res["n"]["FR"] == 64 and res["n"]["FID"] == n_ok and res["n"]["FVA"] == n_ok
+    assert m["FR"] == pytest.approx(100 * n_ok / 64)
+    assert res["subsets"]["COUT"] == "correct" and res["subsets"]["FID"] == "successful"
+    assert res["models"]["fid_features"].startswith("standin-fid_features")
+    assert res["seeds"] == [0, 1] and res["checks"]["flipped_disagreements"] == 0
+    assert res["higher_is_better"]["FID"] is False and res["higher_is_better"]["COUT"] is True
+    # The same FID without the reference (originals' features computed on the fly).
+    out2 = d / "metrics_noref.json"
+    assert main(["evaluate", "--task", TASK, "--method", "fire", "--cfs", str(d / "counterfactuals.npz"),
+                 "--out", str(out2), "--only", "FID", "--no-progress", *config]) == 0
+    assert json.loads(out2.read_text())["metrics"]["FID"] == pytest.approx(m["FID"], rel=1e-4)
+
+
+def test_evaluate_rejects_foreign_sample_ids(patched, capsys):
+    d, config, _ = patched
+    z = load_npz(d / "counterfactuals.npz")
+    z["sample_id"] = z["sample_id"].copy()
+    z["sample_id"][0] = 10**9  # not in the evaluation split
+    bad = d / "bad.npz"
+    save_npz(bad, **z)
+    assert main(["evaluate", "--task", TASK, "--method", "fire", "--cfs", str(bad), "--out", str(d / "x.json"),
+                 "--only", "FR", "--no-progress", *config]) == 2
+    assert "1000000000" in capsys.readouterr().err
+
+
+def test_evaluate_reference_missing_ids(patched, capsys):
+    d, config, _ = patched
+    z = load_npz(d / "counterfactuals.npz")
+    ref = d / "small_ref.npz"
+    from metrics.fid import FIDReference
+
+    FIDReference(z["sample_id"][:10], np.zeros((10, 64), np.float32), "standin-fid_features-seed0").save(ref)
+    assert main(["evaluate", "--task", TASK, "--method", "fire", "--cfs", str(d / "counterfactuals.npz"),
+                 "--fid-ref", str(ref), "--out", str(d / "y.json"), "--only", "FID", "--no-progress",
+                 *config]) == 2
+    assert "lacks 54 of the explained sample ids" in capsys.readouterr().err
+
+
+def test_counterfactual_file_checks(tmp_path):
+    from metrics import MetricError
+    from metrics.evaluation import load_counterfactuals
+
+    save_npz(tmp_path / "a.npz", sample_id=np.array([1, 1]), cf=np.zeros((2, 3, 4, 4), np.uint8),
+             target=np.array([0, 1]))
+    with pytest.raises(MetricError, match="duplicate sample ids"):
+        load_counterfactuals(tmp_path / "a.npz")
+    save_npz(tmp_path / "b.npz", sample_id=np.array([1, 2]), cf=torch.zeros(2, 3, 4, 4), target=np.array([0, 1]))
+    with pytest.raises(MetricError, match="must be uint8"):
+        load_counterfactuals(tmp_path / "b.npz")

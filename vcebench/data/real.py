@@ -1,0 +1,135 @@
+"""Shared pieces of the real-dataset loaders: root checks, annotation parsing, lazy image reading."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .base import DatasetError
+
+SOURCES = {
+    "celeba": "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (Kaggle mirror: "
+              "https://www.kaggle.com/datasets/jessicali9530/celeba-dataset)",
+    "celebahq": "https://github.com/switchablenorms/CelebAMask-HQ",
+    "chexpert": "https://stanfordmlgroup.github.io/competitions/chexpert/ (pacemaker labels: your own CSV "
+                "with columns Path,Pacemaker, e.g. from the FastDiME_Med annotations)",
+}
+
+
+def require_root(dc: dict, dataset: str, key: str = "root", what: str = "") -> Path:
+    """The folder in ``datasets.<dataset>.<key>``; DatasetError if it is unset or missing."""
+    val = dc.get(key)
+    hint = f" ({what})" if what else ""
+    if not val:
+        raise DatasetError(f"config key `datasets.{dataset}.{key}` is not set: point it at the {dataset} "
+                           f"folder{hint}, e.g. with --config a YAML file containing "
+                           f"`datasets: {{{dataset}: {{{key}: /path}}}}` or `vcebench data check {dataset} "
+                           f"--root /path`. Data: {SOURCES[dataset]}")
+    path = Path(os.path.expanduser(str(val)))
+    if not path.exists():
+        raise DatasetError(f"config key `datasets.{dataset}.{key}`: {path} does not exist (expected the "
+                           f"{dataset} folder{hint}). Data: {SOURCES[dataset]}")
+    return path
+
+
+def find_file(root: Path, names: Sequence[str], dataset: str, key: str, what: str) -> Path:
+    """The first of ``names`` (relative to ``root``) that exists, or a DatasetError listing them."""
+    for n in names:
+        if (root / n).exists():
+            return root / n
+    raise DatasetError(f"{what} not found under {root} (config key `datasets.{dataset}.{key}`): expected one of "
+                       f"{', '.join(names)}. Data: {SOURCES[dataset]}")
+
+
+def read_pm1_table(path: Path, dataset: str, key: str, first_col: str = "image_id",
+                   expect_columns: Sequence[str] | None = None) -> tuple[list[str], list[str], np.ndarray]:
+    """Parse an attribute table with values in {-1, 1}: (file names, attribute names, N x A uint8 in {0, 1}).
+
+    Accepts the official ``.txt`` form (line 1: the number of rows, line 2: the attribute names,
+    then ``<file> v1 v2 ...`` separated by spaces) and the ``.csv`` form (header ``image_id,<names>``).
+    """
+    lines = path.read_text().splitlines()
+    where = f"{path} (config key `datasets.{dataset}.{key}`)"
+    if path.suffix.lower() == ".csv":
+        header = [h.strip() for h in lines[0].split(",")]
+        names, rows, sep, start = header[1:], lines[1:], ",", 2
+        count = None
+    else:
+        if len(lines) < 2:
+            raise DatasetError(f"{where}: expected a count line and a header line, found {len(lines)} line(s)")
+        try:
+            count = int(lines[0].strip())
+        except ValueError:
+            raise DatasetError(f"{where}: line 1 should be the number of images (official .txt format), "
+                               f"got {lines[0][:60]!r}") from None
+        names, rows, sep, start = lines[1].split(), lines[2:], None, 3
+    if expect_columns is not None and list(names) != list(expect_columns):
+        missing = [c for c in expect_columns if c not in names]
+        raise DatasetError(f"{where}: header should list the {len(expect_columns)} attributes "
+                           f"{', '.join(expect_columns[:3])}, ...; missing {missing[:5]}, got {len(names)} columns")
+    files: list[str] = []
+    vals = np.empty((len(rows), len(names)), dtype=np.int8)
+    n = 0
+    for i, line in enumerate(rows):
+        if not line.strip():
+            continue
+        parts = [p.strip() for p in line.split(sep)]
+        if len(parts) != len(names) + 1:
+            raise DatasetError(f"{where}, line {i + start}: expected {len(names) + 1} columns (file name + "
+                               f"{len(names)} attributes), found {len(parts)}")
+        try:
+            row = [int(float(v)) for v in parts[1:]]
+        except ValueError:
+            raise DatasetError(f"{where}, line {i + start}: attribute values must be -1 or 1, "
+                               f"got {line[:80]!r}") from None
+        if any(v not in (-1, 1) for v in row):
+            bad = next(v for v in row if v not in (-1, 1))
+            raise DatasetError(f"{where}, line {i + start}: attribute values must be -1 or 1, got {bad}")
+        files.append(parts[0])
+        vals[n] = row
+        n += 1
+    vals = vals[:n]
+    if count is not None and count != n:
+        raise DatasetError(f"{where}: line 1 announces {count} images but the table has {n} rows")
+    return files, list(names), (vals > 0).astype(np.uint8)
+
+
+def file_number(name: str, where: str) -> int:
+    """``000001.jpg`` -> 1 (the CelebA sample id)."""
+    stem = Path(name).stem
+    if not stem.isdigit():
+        raise DatasetError(f"{where}: image name {name!r} is not a number (expected e.g. 000001.jpg)")
+    return int(stem)
+
+
+def make_reader(paths: Sequence[str], sample_ids: Sequence[int], resolution: int, channels: int,
+                dataset: str) -> callable:
+    """A reader ``rows -> uint8 tensor rows x C x res x res``: resize the shorter side to ``resolution``
+    (PIL bilinear, antialiased, as torchvision's ``Resize``) and centre-crop, as DiME/ACE/FastDiME."""
+    from PIL import Image, UnidentifiedImageError
+    from torchvision.transforms import functional as TF
+    from torchvision.transforms import InterpolationMode
+
+    mode = "RGB" if channels == 3 else "L"
+
+    def read(rows: np.ndarray) -> torch.Tensor:
+        out = torch.empty(len(rows), channels, resolution, resolution, dtype=torch.uint8)
+        for k, r in enumerate(np.asarray(rows).tolist()):
+            path = paths[r]
+            try:
+                with Image.open(path) as im:
+                    im = im.convert(mode)
+                    im = TF.resize(im, resolution, interpolation=InterpolationMode.BILINEAR)
+                    im = TF.center_crop(im, resolution)
+                    arr = np.asarray(im, dtype=np.uint8)
+            except (OSError, UnidentifiedImageError, ValueError) as e:
+                raise DatasetError(f"{dataset}: cannot read image of sample {sample_ids[r]} at {path}: {e} "
+                                   f"(expected a readable JPEG/PNG; re-download it from {SOURCES[dataset]})") from None
+            out[k] = torch.from_numpy(arr.reshape(resolution, resolution, -1)).permute(2, 0, 1)
+        return out
+
+    return read

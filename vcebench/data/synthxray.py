@@ -1,0 +1,174 @@
+"""``synthxray``: procedural grayscale chest radiographs with a pacemaker shortcut.
+
+Drawn like :mod:`vcebench.data.synthfaces` (signed distances on a supersampled canvas, affine
+pose, box-filter down-sampling): air, the soft-tissue silhouette of the thorax and shoulders,
+dark lung fields with low-frequency vascular texture, the heart shadow, mediastinum, spine with
+vertebral banding, posterior ribs and clavicles, breast shadows for women, then exposure /
+contrast and pixel noise.
+
+Attributes (CheXpert-like names):
+
+- Pacemaker: a bright metal device under one clavicle (the patient's left, image right, in most
+  patients) with a lead wire running to the heart. The ground-truth counterfactual removes (or
+  adds) the device and lead and nothing else.
+- Cardiomegaly: a heart shadow about 35% wider (cardiothoracic ratio above 0.5).
+- Effusion: a fluid opacity with a meniscus at one or both lung bases.
+- Male: broader thorax, no breast shadows.
+
+Patients are the identities (``n_patients`` x ``images_per_patient`` images); Male, Cardiomegaly
+and Pacemaker belong to the patient, Effusion to the image. Pacemaker and Cardiomegaly are
+strongly correlated (the shortcut a classifier may take; exact matrix from
+:func:`attribute_correlation`): Pacemaker~Cardiomegaly +0.42, Cardiomegaly~Effusion +0.28.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..rng import sample_seed
+from . import draw as D
+from .attributes import AttributeNetwork, Node, bern
+from .synthetic import SyntheticDataset
+
+Tensor = torch.Tensor
+
+ATTRIBUTES = ("Cardiomegaly", "Effusion", "Male", "Pacemaker")
+
+ATTRIBUTE_NETWORK = AttributeNetwork([
+    Node(("Male",), "identity", lambda v: (0.55,)),
+    Node(("Cardiomegaly",), "identity", bern(0.30, 0.25, "Male")),
+    Node(("Pacemaker",), "identity", bern(0.75, 0.28, "Cardiomegaly")),
+    Node(("Effusion",), "image", bern(0.40, 0.12, "Cardiomegaly")),
+], list(ATTRIBUTES))
+
+TEXTURE = 6  # the vascular texture is a TEXTURE x TEXTURE normal grid, upsampled bicubically
+
+
+def attribute_correlation() -> tuple[list[str], np.ndarray]:
+    """(attribute names, exact A x A correlation matrix of the synthxray labels)."""
+    return list(ATTRIBUTES), ATTRIBUTE_NETWORK.correlation()
+
+
+class SynthXray(SyntheticDataset):
+    name = "synthxray"
+    channels = 1
+    network = ATTRIBUTE_NETWORK
+    identity_params = ("body_w", "lung_w", "lung_h", "heart", "heart_x", "rib_phase", "rib_period", "dev_side",
+                       "dev_x", "dev_y", "lead_bend", "spine_w", "clav")
+    image_params = ("tx", "ty", "rot", "scale", "exposure", "contrast", "gamma", "eff_side", "eff_h", "inspire",
+                    "tissue")
+    noise_std = 0.02
+
+    def pose(self, p: dict[str, Tensor]) -> Tensor:
+        return D.pose_theta((p["tx"] - 0.5) * 0.10, (p["ty"] - 0.5) * 0.08, (p["rot"] - 0.5) * math.radians(8),
+                            0.96 + 0.08 * p["scale"])
+
+    def texture(self, ids: np.ndarray) -> Tensor:
+        """Per-image low-frequency texture B x 1 x TEXTURE x TEXTURE (own stream)."""
+        arr = [np.random.default_rng(sample_seed(self.seed, int(s), f"{self.name}/texture"))
+               .standard_normal((1, TEXTURE, TEXTURE), np.float32) for s in ids]
+        return torch.from_numpy(np.stack(arr))
+
+    def _draw(self, p: dict[str, Tensor], lab: dict[str, Tensor], ids: np.ndarray) -> Tensor:
+        B = len(ids)
+        bc = D.bc
+        c = D.Canvas(B, 1, self.resolution)
+        male, cardio, pace, eff = lab["Male"], lab["Cardiomegaly"], lab["Pacemaker"], lab["Effusion"]
+        g = lambda v: torch.full((B, 1, 1, 1), float(v))  # noqa: E731
+
+        bw = (0.78 + 0.10 * p["body_w"]) * (1 + 0.08 * male)
+        lw = 0.92 + 0.14 * p["lung_w"] + 0.05 * male
+        lh = (0.92 + 0.12 * p["lung_h"]) * (0.97 + 0.06 * p["inspire"])
+        hs = (0.94 + 0.12 * p["heart"]) * (1 + 0.36 * cardio)
+        base = 0.40 * lh + 0.08
+
+        # --- air and body
+        w = c.full()
+        c.img.copy_((0.05 + 0.04 * (w.Y + 1) / 2).expand(B, 1, c.S, c.S))
+        d_body = torch.minimum(D.sd_box(w.X, w.Y, 0.0, 0.45, bc(bw), 0.95, 0.40),
+                               D.sd_box(w.X, w.Y, 0.0, -0.8, 0.17, 0.35, 0.05))
+        d_body = torch.minimum(d_body, D.sd_ellipse(w.X, w.Y, 0.0, -0.52, bc(bw * 1.18), 0.26))
+        w.paint(D.soft(d_body, 0.06), 0.40 + 0.06 * bc(p["tissue"]))
+
+        # --- lungs with vascular texture
+        tex = F.interpolate(self.texture(ids), size=(c.S, c.S), mode="bicubic", align_corners=False)
+        d_lung = None
+        for s in (-1.0, 1.0):
+            cx = bc(s * 0.34 * lw)
+            rx, ry = bc(0.25 * lw), bc(0.56 * lh)
+            d = D.sd_ellipse(w.X, w.Y, cx, -0.05, rx, ry)
+            dome = bc(base) - 0.10 * (1 - ((w.X - cx) / rx).clamp(-1, 1) ** 2)
+            d = torch.maximum(d, w.Y - dome)
+            d = torch.maximum(d, 0.07 - s * w.X)
+            d_lung = d if d_lung is None else torch.minimum(d_lung, d)
+        lung_a = D.soft(d_lung, 0.05)
+        hilum = torch.exp(-((w.X.abs() - 0.18) ** 2 + (w.Y - 0.05) ** 2) / 0.04)
+        lung_col = (0.13 + 0.05 * tex + 0.10 * hilum).clamp(0.03, 0.4)
+        w.paint(lung_a * 0.92, lung_col)
+
+        # --- breast shadows (women), effusion
+        w2 = c.window(-0.9, 0.9, 0.05, 0.9)
+        for s in (-1.0, 1.0):
+            d = D.sd_ellipse(w2.X, w2.Y, s * 0.40, 0.50, 0.30, 0.20)
+            w2.paint(D.soft(d, 0.12) * bc(0.55 * (1 - male)), g(0.42))
+        side = p["eff_side"]
+        for s in (-1.0, 1.0):
+            on = eff * torch.where(torch.as_tensor(s) < 0, (side < 0.6).float(), (side > 0.4).float())
+            cx = s * 0.34 * lw
+            level = bc(base - 0.10 - 0.12 * p["eff_h"]) - 0.18 * ((w2.X - bc(cx)) * s / bc(0.25 * lw)).clamp(0, 1) ** 2
+            d = torch.maximum(level - w2.Y, D.sd_ellipse(w2.X, w2.Y, bc(cx), -0.05, bc(0.27 * lw), bc(0.6 * lh)))
+            d = torch.maximum(d, 0.07 - s * w2.X)
+            w2.paint(D.soft(d, 0.04) * bc(0.85 * on), g(0.46))
+
+        # --- heart, mediastinum, spine
+        w3 = c.window(-0.6, 0.7, -0.8, 0.8)
+        d = D.sd_ellipse(w3.X, w3.Y, bc(0.07 + 0.04 * p["heart_x"] + 0.05 * (hs - 1)), bc(base - 0.17),
+                         bc(0.21 * hs), bc(0.17 * (1 + 0.4 * (hs - 1))))
+        w3.paint(D.soft(d, 0.05) * 0.95, g(0.47))
+        d = D.sd_box(w3.X, w3.Y, 0.0, -0.25, 0.085, 0.6, 0.05)
+        w3.paint(D.soft(d, 0.04) * 0.9, g(0.50))
+        sw = 0.05 + 0.015 * p["spine_w"]
+        d = D.sd_box(w3.X, w3.Y, 0.0, 0.0, bc(sw), 0.95, 0.02)
+        band = 0.9 + 0.12 * torch.cos(w3.Y * (2 * math.pi / 0.115))
+        w3.paint(c.cover(d) * 0.6, 0.62 * band)
+
+        # --- ribs and clavicles
+        w4 = c.window(-0.95, 0.95, -0.75, 0.6)
+        period = bc(0.105 + 0.02 * p["rib_period"])
+        v = w4.Y - 0.55 * w4.X.abs() ** 2 + bc(p["rib_phase"] * 0.1)
+        q = (v / period) - torch.floor(v / period)
+        d = (q - 0.5).abs() * period - 0.28 * period
+        thorax = D.soft(torch.maximum(D.sd_ellipse(w4.X, w4.Y, 0.0, -0.05, bc(0.72 * lw), bc(0.64 * lh)),
+                                      bc(base + 0.02) - 0.1 - w4.Y), 0.06)
+        w4.scale(g(1.45), c.cover(d) * thorax * (w4.X.abs() > 0.05).float())
+        for s in (-1.0, 1.0):
+            d = D.sd_segment(w4.X, w4.Y, s * 0.07, bc(-0.56 + 0.04 * p["clav"]), s * 0.60,
+                             bc(-0.66 + 0.04 * p["clav"])) - 0.028
+            w4.paint(c.cover(d) * 0.8, g(0.62))
+
+        # --- pacemaker: device + lead
+        if bool((pace > 0.5).any()):
+            w5 = c.window(-0.75, 0.75, -0.7, 0.5)
+            ds = torch.where(p["dev_side"] < 0.85, 1.0, -1.0)
+            dx, dy = ds * (0.40 + 0.12 * p["dev_x"]), -0.46 + 0.10 * p["dev_y"]
+            a = bc(pace)
+            d = D.sd_box(w5.X, w5.Y, bc(dx), bc(dy), 0.075, 0.055, 0.025)
+            t = torch.linspace(0, 1, 9).view(1, -1)
+            hx, hy = 0.03 + 0.05 * p["heart_x"], base - 0.2
+            cx1, cy1 = dx * 0.35, dy + 0.2 + 0.25 * p["lead_bend"]
+            px = (1 - t) ** 2 * (dx - ds * 0.06).view(-1, 1) + 2 * t * (1 - t) * cx1.view(-1, 1) + t ** 2 * hx.view(-1, 1)
+            py = (1 - t) ** 2 * (dy + 0.03).view(-1, 1) + 2 * t * (1 - t) * cy1.view(-1, 1) + t ** 2 * hy.view(-1, 1)
+            d_lead = D.sd_polyline(w5.X, w5.Y, px, py) - 0.011
+            w5.paint(c.cover(d_lead) * a, g(0.90))
+            w5.paint(c.cover(d) * a, g(0.97))
+            w5.paint(c.cover(d + 0.03) * a, g(0.88))
+
+        # --- exposure and contrast
+        img = c.finish(self.pose(p))
+        contrast = bc(0.9 + 0.25 * p["contrast"])
+        img = (img - 0.35) * contrast + 0.35 + bc(0.08 * (p["exposure"] - 0.5))
+        return img.clamp_(0, 1) ** bc(0.85 + 0.3 * p["gamma"])

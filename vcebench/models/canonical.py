@@ -1,0 +1,422 @@
+"""Canonical (paper-setting) weights from user paths, in the formats the reference code ships.
+
+Never downloads; every ``.pth`` goes through ``torch.load(weights_only=True)``.
+Formats (config ``models.<dataset>.<role>.format``):
+
+==========================  ================  ===================================================================
+format                      roles             checkpoint layout / source
+==========================  ================  ===================================================================
+``dime_densenet121``        classifier,       ``{'feat_extract': {...}, 'classifier': {weight, bias}}``: torchvision
+                            oracle            DenseNet-121 (``classifier = Identity``) + ``Linear(1024, num_outputs)``,
+                                              input in [-1, 1] (DiME ``core/classifier/densenet.py``; ACE
+                                              ``models/dive/densenet.py`` wraps it in ``Normalizer(0.5, 0.5)`` on
+                                              [0, 1] images, the same thing). ``head``: ``1logit`` (column of the
+                                              query attribute; 40 CelebA outputs) or ``2logit`` (2 outputs).
+``ace_oracle_resnet50``     oracle            ``{'feat_extract': ..., 'classifier': ...}``: VGGFace2 ResNet-50-128
+                                              (BTE / ACE ``eval_utils/oracle_celeba_metrics.py``) + ``Linear(128,
+                                              40)``; its forward maps [-1, 1] to BGR minus the VGGFace2 mean and
+                                              resizes to 224 (bicubic), as the reference.
+``facenet_vggface2``        identity          facenet-pytorch ``InceptionResnetV1`` state dict (``logits.*`` of the
+                                              8631-way VGGFace2 head ignored); input resized to 160, fixed image
+                                              standardisation; L2-normalised 512-d output.
+``simsiam_official``        simsiam           facebookresearch/simsiam ``checkpoint_0099.pth.tar``: ``state_dict``
+                                              with ``module.encoder.*`` (ResNet-50 + 3-layer projector); the
+                                              predictor is dropped (ACE ``eval_utils/simsiam.py``); ImageNet
+                                              normalisation of [0, 1] images; grey images repeated to 3 channels.
+``pytorch_fid_inception``   fid_features      pytorch-fid ``pt_inception-2015-12-05-6726825d.pth`` (the same file
+                                              clean-fid's ``legacy_pytorch`` mode uses): FID Inception-v3, bilinear
+                                              resize to 299, pool3 2048-d.
+``vgg19_dime``              perceptual        torchvision VGG-19 state dict; ``features[:18]`` with ImageNet
+                                              normalisation, per-sample feature MSE (DiME ``PerceptualLoss``).
+``lpips``                   perceptual        lpips package (linear layers ship in its wheel) with ``net: vgg|alex``;
+                                              ``weights`` = the torchvision backbone file, e.g. the torch hub
+                                              cache's ``vgg16-397923af.pth`` / ``alexnet-owt-7be5be79.pth``.
+==========================  ================  ===================================================================
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import torchvision
+from torch import Tensor, nn
+
+from ..config import check_keys
+from ..tasks import Task
+from .base import BinaryHead
+from .training import CheckpointError, load_state_strict
+
+CELEBA_ATTRIBUTES = [
+    "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips", "Big_Nose",
+    "Black_Hair", "Blond_Hair", "Blurry", "Brown_Hair", "Bushy_Eyebrows", "Chubby", "Double_Chin", "Eyeglasses",
+    "Goatee", "Gray_Hair", "Heavy_Makeup", "High_Cheekbones", "Male", "Mouth_Slightly_Open", "Mustache",
+    "Narrow_Eyes", "No_Beard", "Oval_Face", "Pale_Skin", "Pointy_Nose", "Receding_Hairline", "Rosy_Cheeks",
+    "Sideburns", "Smiling", "Straight_Hair", "Wavy_Hair", "Wearing_Earrings", "Wearing_Hat", "Wearing_Lipstick",
+    "Wearing_Necklace", "Wearing_Necktie", "Young",
+]
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+FORMATS = {
+    "classifier": ("dime_densenet121",),
+    "oracle": ("dime_densenet121", "ace_oracle_resnet50"),
+    "identity": ("facenet_vggface2",),
+    "simsiam": ("simsiam_official",),
+    "fid_features": ("pytorch_fid_inception",),
+    "perceptual": ("vgg19_dime", "lpips"),
+}
+SPEC_KEYS = {"weights", "format", "head", "num_outputs", "index", "attribute_names", "net", "name"}
+
+
+def torch_load(role: str, path: str | Path) -> Any:
+    """``torch.load(weights_only=True)`` with a CheckpointError naming role and path on failure."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"role {role!r}: cannot read {path} as a torch checkpoint with weights_only=True "
+                              f"(corrupt, truncated, or pickled code): {type(e).__name__}: {e}") from e
+
+
+def _sub(role: str, path: Any, ck: Any, key: str) -> dict[str, Tensor]:
+    if not isinstance(ck, dict) or key not in ck or not isinstance(ck[key], dict):
+        have = list(ck)[:5] if isinstance(ck, dict) else type(ck).__name__
+        raise CheckpointError(f"role {role!r}: {path} has no {key!r} state dict (found {have}); "
+                              f"is it in the expected format?")
+    return ck[key]
+
+
+def strip_prefix(state: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
+
+
+def _fix_densenet_keys(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Old torchvision DenseNet keys (``norm.1``) -> current (``norm1``), as torchvision's own loader does."""
+    pattern = re.compile(r"^(.*denselayer\d+\.(?:norm|relu|conv))\."
+                         r"((?:[12])\.(?:weight|bias|running_mean|running_var))$")
+    out = {}
+    for k, v in state.items():
+        m = pattern.match(k)
+        out[m.group(1) + m.group(2) if m else k] = v
+    return out
+
+
+# ----------------------------------------------------------------------------- networks
+
+class DiMEDenseNet(nn.Module):
+    """DiME / ACE / BTE DenseNet-121 classifier (``feat_extract.feat_extract`` = torchvision DenseNet-121)."""
+
+    def __init__(self, num_outputs: int = 40):
+        super().__init__()
+        dn = torchvision.models.densenet121(weights=None)
+        dn.classifier = nn.Identity()
+        self.feat_extract = nn.Module()
+        self.feat_extract.feat_extract = dn
+        self.classifier = nn.Linear(1024, num_outputs)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[1] == 1:
+            x = x.expand(-1, 3, -1, -1)
+        return self.classifier(self.feat_extract.feat_extract(x))
+
+
+class Resnet50_128(nn.Module):
+    """VGGFace2 ResNet-50 with a 128-d feature layer (caffe-converted; BTE / ACE oracle), named as the reference."""
+
+    MEAN_BGR = (131.0912, 103.8827, 91.4953)
+
+    def __init__(self):
+        super().__init__()
+        self.conv1_7x7_s2 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.conv1_7x7_s2_bn = nn.BatchNorm2d(64)
+        self.blocks: list[tuple[str, bool]] = []
+        ci = 64
+        for stage, (n, mid) in enumerate([(3, 64), (4, 128), (6, 256), (3, 512)], start=2):
+            for b in range(1, n + 1):
+                p = f"conv{stage}_{b}"
+                stride = 2 if (b == 1 and stage > 2) else 1
+                co = 4 * mid
+                for name, conv in ((f"{p}_1x1_reduce", nn.Conv2d(ci, mid, 1, stride, bias=False)),
+                                   (f"{p}_3x3", nn.Conv2d(mid, mid, 3, 1, 1, bias=False)),
+                                   (f"{p}_1x1_increase", nn.Conv2d(mid, co, 1, 1, bias=False))):
+                    self.add_module(name, conv)
+                    self.add_module(name + "_bn", nn.BatchNorm2d(conv.out_channels))
+                if b == 1:
+                    self.add_module(f"{p}_1x1_proj", nn.Conv2d(ci, co, 1, stride, bias=False))
+                    self.add_module(f"{p}_1x1_proj_bn", nn.BatchNorm2d(co))
+                self.blocks.append((p, b == 1))
+                ci = co
+        self.feat_extract = nn.Conv2d(2048, 128, 1, 1, bias=False)
+        self.register_buffer("mean", torch.tensor(self.MEAN_BGR).view(1, 3, 1, 1) / 255.0, persistent=False)
+
+    def _cbr(self, name: str, x: Tensor, relu: bool = True) -> Tensor:
+        y = getattr(self, name + "_bn")(getattr(self, name)(x))
+        return F.relu(y) if relu else y
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = (x + 1) / 2
+        x = x[:, [2, 1, 0]] - self.mean
+        x = F.interpolate(x, size=(224, 224), mode="bicubic", align_corners=False)
+        x = F.max_pool2d(self._cbr("conv1_7x7_s2", x), 3, 2, ceil_mode=True)
+        for p, first in self.blocks:
+            h = self._cbr(f"{p}_1x1_reduce", x)
+            h = self._cbr(f"{p}_3x3", h)
+            h = self._cbr(f"{p}_1x1_increase", h, relu=False)
+            skip = self._cbr(f"{p}_1x1_proj", x, relu=False) if first else x
+            x = F.relu(h + skip)
+        x = F.adaptive_avg_pool2d(x, 1)  # the reference's AvgPool2d(7) on its 7x7 map
+        return self.feat_extract(x).flatten(1)
+
+
+class ACEOracle(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.feat_extract = Resnet50_128()
+        self.classifier = nn.Linear(128, 40)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.classifier(self.feat_extract(x))
+
+
+class FacenetIdentity(nn.Module):
+    """facenet-pytorch InceptionResnetV1 on [-1, 1] images: resize to 160, ``(255 x - 127.5) / 128`` standardisation."""
+
+    def __init__(self):
+        super().__init__()
+        from facenet_pytorch import InceptionResnetV1
+
+        self.net = InceptionResnetV1(pretrained=None, classify=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[-1] != 160 or x.shape[-2] != 160:
+            x = F.interpolate(x, size=(160, 160), mode="bilinear", align_corners=False)
+        return self.net(x * (127.5 / 128.0))
+
+
+def simsiam_encoder(dim: int = 2048) -> nn.Module:
+    """torchvision ResNet-50 whose ``fc`` is SimSiam's 3-layer projector (facebookresearch/simsiam builder.py)."""
+    enc = torchvision.models.resnet50(weights=None, num_classes=dim)
+    prev = enc.fc.weight.shape[1]
+    enc.fc = nn.Sequential(nn.Linear(prev, prev, bias=False), nn.BatchNorm1d(prev), nn.ReLU(inplace=True),
+                           nn.Linear(prev, prev, bias=False), nn.BatchNorm1d(prev), nn.ReLU(inplace=True),
+                           enc.fc, nn.BatchNorm1d(dim, affine=False))
+    return enc
+
+
+class ImageNetInput(nn.Module):
+    """[-1, 1] (grey or RGB) -> ImageNet-normalised RGB, then ``net``."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+        self.register_buffer("mu", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("sigma", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[1] == 1:
+            x = x.expand(-1, 3, -1, -1)
+        return self.net(((x.clamp(-1, 1) + 1) / 2 - self.mu) / self.sigma)
+
+
+def fid_inception() -> nn.Module:
+    """pytorch-fid's FID Inception-v3 (TF 2015-12-05 graph), built offline from clean-fid's block classes."""
+    from cleanfid.inception_pytorch import FIDInceptionA, FIDInceptionC, FIDInceptionE_1, FIDInceptionE_2
+
+    net = torchvision.models.Inception3(num_classes=1008, aux_logits=False, init_weights=False)
+    net.Mixed_5b = FIDInceptionA(192, pool_features=32)
+    net.Mixed_5c = FIDInceptionA(256, pool_features=64)
+    net.Mixed_5d = FIDInceptionA(288, pool_features=64)
+    net.Mixed_6b = FIDInceptionC(768, channels_7x7=128)
+    net.Mixed_6c = FIDInceptionC(768, channels_7x7=160)
+    net.Mixed_6d = FIDInceptionC(768, channels_7x7=160)
+    net.Mixed_6e = FIDInceptionC(768, channels_7x7=192)
+    net.Mixed_7b = FIDInceptionE_1(1280)
+    net.Mixed_7c = FIDInceptionE_2(2048)
+    return net
+
+
+class InceptionPool3(nn.Module):
+    """pool3 (2048-d) of the FID Inception on [-1, 1] input, resized bilinearly to 299 (pytorch-fid default)."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net, self.dim = net, 2048
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.shape[1] == 1:
+            x = x.expand(-1, 3, -1, -1)
+        x = F.interpolate(x, size=(299, 299), mode="bilinear", align_corners=False)
+        n = self.net
+        for m in (n.Conv2d_1a_3x3, n.Conv2d_2a_3x3, n.Conv2d_2b_3x3):
+            x = m(x)
+        x = F.max_pool2d(x, 3, 2)
+        x = n.Conv2d_4a_3x3(n.Conv2d_3b_1x1(x))
+        x = F.max_pool2d(x, 3, 2)
+        for m in (n.Mixed_5b, n.Mixed_5c, n.Mixed_5d, n.Mixed_6a, n.Mixed_6b, n.Mixed_6c, n.Mixed_6d, n.Mixed_6e,
+                  n.Mixed_7a, n.Mixed_7b, n.Mixed_7c):
+            x = m(x)
+        return F.adaptive_avg_pool2d(x, 1).flatten(1)
+
+
+class VGGFeatureMSE(nn.Module):
+    """DiME ``PerceptualLoss``: per-sample MSE of VGG-19 ``features[:layer]`` on ImageNet-normalised inputs."""
+
+    def __init__(self, features: nn.Module):
+        super().__init__()
+        self.features = ImageNetInput(features)
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        fx, fy = self.features(x), self.features(y)
+        return (fx - fy).pow(2).flatten(1).mean(1)
+
+
+class LPIPSDistance(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor, y: Tensor) -> Tensor:
+        if x.shape[1] == 1:
+            x, y = x.expand(-1, 3, -1, -1), y.expand(-1, 3, -1, -1)
+        return self.model(x, y, normalize=False).flatten()
+
+
+# ----------------------------------------------------------------------------- loaders
+
+class _Dim(nn.Module):
+    """Embedding wrapper exposing ``dim`` and ``name``."""
+
+    def __init__(self, net: nn.Module, dim: int, name: str):
+        super().__init__()
+        self.net, self.dim, self.name = net, dim, name
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+def _query_index(role: str, spec: dict, names: list[str], task: Task, key: str) -> int:
+    if spec.get("index") is not None:
+        return int(spec["index"])
+    if task.attribute not in names:
+        raise CheckpointError(f"role {role!r}: query attribute {task.attribute!r} of task {task.name!r} is not among "
+                              f"the checkpoint's outputs {names}; set `{key}.index` or `{key}.attribute_names`")
+    return names.index(task.attribute)
+
+
+def load_canonical(role: str, spec: dict, task: Task, key: str) -> tuple[nn.Module, str]:
+    """Build the role's module from ``spec['weights']`` in ``spec['format']``; return (module, name)."""
+    from .zoo import AttributeClassifier
+
+    check_keys(key, spec, SPEC_KEYS)
+    fmt, path = spec.get("format"), Path(spec["weights"])
+    if fmt not in FORMATS.get(role, ()):
+        raise CheckpointError(f"role {role!r}: config key `{key}.format` is {fmt!r}; supported for this role: "
+                              f"{', '.join(FORMATS.get(role, ())) or 'none (train it instead)'}")
+    name = spec.get("name")
+    if fmt == "dime_densenet121":
+        head = spec.get("head", "1logit")
+        n_out = int(spec.get("num_outputs", 2 if head == "2logit" else 40))
+        if head == "2logit" and n_out != 2:
+            raise CheckpointError(f"role {role!r}: `{key}.head: 2logit` needs num_outputs 2, got {n_out}")
+        ck = torch_load(role, path)
+        feat = _fix_densenet_keys(strip_prefix(_sub(role, path, ck, "feat_extract"), "module."))
+        cls = strip_prefix(_sub(role, path, ck, "classifier"), "module.")
+        w = cls.get("weight")
+        if w is None or w.ndim != 2:
+            raise CheckpointError(f"role {role!r}: {path}['classifier'] has no 2-D 'weight'")
+        if w.shape[0] != n_out:
+            raise CheckpointError(f"role {role!r}: {path} has {w.shape[0]} outputs but config key "
+                                  f"`{key}.num_outputs` (head {head}) expects {n_out} (wrong number of classes)")
+        net = DiMEDenseNet(n_out)
+        load_state_strict(role, path, net.feat_extract, feat)
+        load_state_strict(role, path, net.classifier, cls)
+        names = list(spec.get("attribute_names") or (CELEBA_ATTRIBUTES if n_out == 40 else []))
+        if role == "oracle":
+            if len(names) != n_out:
+                raise CheckpointError(f"role 'oracle': {path} has {n_out} outputs; set `{key}.attribute_names` "
+                                      f"to their {n_out} names")
+            return AttributeClassifier(net, names, name or "densenet121-oracle"), \
+                f"{name or 'densenet121'} (DiME/ACE format, {path.name})"
+        if head == "2logit":
+            return BinaryHead(net, "2logit"), f"{name or 'densenet121'} (DiME/ACE format, 2-logit, {path.name})"
+        if n_out == 1:
+            idx = 0
+        else:
+            idx = _query_index(role, spec, names or [f"out{i}" for i in range(n_out)], task, key)
+        return BinaryHead(net, "1logit", idx), f"{name or 'densenet121'} (DiME/ACE format, output {idx}, {path.name})"
+    if fmt == "ace_oracle_resnet50":
+        ck = torch_load(role, path)
+        net = ACEOracle()
+        cls = strip_prefix(_sub(role, path, ck, "classifier"), "module.")
+        if "weight" in cls and cls["weight"].ndim == 2 and cls["weight"].shape[0] != 40:
+            raise CheckpointError(f"role 'oracle': {path} has {cls['weight'].shape[0]} outputs, the ACE oracle "
+                                  f"format has 40 (CelebA attributes) (wrong number of classes)")
+        load_state_strict(role, path, net.feat_extract, strip_prefix(_sub(role, path, ck, "feat_extract"), "module."))
+        load_state_strict(role, path, net.classifier, cls)
+        return AttributeClassifier(net, CELEBA_ATTRIBUTES, name or "ace-oracle"), \
+            f"{name or 'vggface2-resnet50-128 oracle'} (ACE format, {path.name})"
+    if fmt == "facenet_vggface2":
+        state = torch_load(role, path)
+        if not isinstance(state, dict):
+            raise CheckpointError(f"role 'identity': {path} is not a state dict")
+        state = {k: v for k, v in strip_prefix(state, "module.").items() if not k.startswith("logits.")}
+        net = FacenetIdentity()
+        load_state_strict(role, path, net.net, state)
+        return _Dim(net, 512, name or "facenet-inceptionresnetv1-vggface2"), \
+            f"{name or 'facenet InceptionResnetV1'} (VGGFace2 weights, {path.name}, 512-d)"
+    if fmt == "simsiam_official":
+        ck = torch_load(role, path)
+        state = _sub(role, path, ck, "state_dict")
+        enc_state = {k[len("module.encoder."):]: v for k, v in state.items() if k.startswith("module.encoder.")}
+        if not enc_state:
+            enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+        if not enc_state:
+            raise CheckpointError(f"role 'simsiam': {path}['state_dict'] has no 'module.encoder.*' keys "
+                                  f"(found e.g. {list(state)[:3]}); expected the official SimSiam checkpoint")
+        dim = int(enc_state.get("fc.6.weight", torch.empty(2048, 1)).shape[0])
+        enc = simsiam_encoder(dim)
+        load_state_strict(role, path, enc, enc_state)
+        return _Dim(ImageNetInput(enc), dim, name or "simsiam-resnet50"), \
+            f"{name or 'simsiam-resnet50'} (official checkpoint, {path.name}, projector {dim}-d)"
+    if fmt == "pytorch_fid_inception":
+        state = torch_load(role, path)
+        if not isinstance(state, dict):
+            raise CheckpointError(f"role 'fid_features': {path} is not a state dict")
+        net = fid_inception()
+        load_state_strict(role, path, net, state)
+        return _Dim(InceptionPool3(net), 2048, name or "inception-v3-pool3"), \
+            f"{name or 'inception-v3-pool3'} (pytorch-fid weights, {path.name})"
+    if fmt == "vgg19_dime":
+        state = torch_load(role, path)
+        vgg = torchvision.models.vgg19(weights=None)
+        load_state_strict(role, path, vgg, strip_prefix(state if isinstance(state, dict) else {}, "module."))
+        return VGGFeatureMSE(vgg.features[:18]), f"{name or 'vgg19-features18-mse'} (DiME perceptual loss, {path.name})"
+    if fmt == "lpips":
+        return _load_lpips(role, spec, path, key)
+    raise CheckpointError(f"role {role!r}: unhandled format {fmt!r}")
+
+
+def _load_lpips(role: str, spec: dict, path: Path, key: str) -> tuple[nn.Module, str]:
+    """LPIPS v0.1 (Zhang et al. 2018): lpips package linear layers + a torchvision backbone from ``path``."""
+    import lpips
+
+    net = spec.get("net", "vgg")
+    if net not in ("vgg", "alex"):
+        raise CheckpointError(f"role {role!r}: `{key}.net` must be 'vgg' or 'alex', got {net!r}")
+    model = lpips.LPIPS(pretrained=False, net=net, pnet_rand=True, verbose=False)
+    lin = torch_load(role, Path(lpips.__file__).parent / "weights" / "v0.1" / f"{net}.pth")
+    model.load_state_dict(lin, strict=False)
+    backbone = torch_load(role, path)
+    own = model.net.state_dict()
+    mapped = {}
+    for k in own:  # net.sliceK.<i>.<param>  <-  features.<i>.<param>
+        _, i, p = k.split(".", 2)
+        src = f"features.{i}.{p}"
+        if src not in backbone:
+            raise CheckpointError(f"role {role!r}: {path} lacks {src!r}; expected a torchvision {net} state dict "
+                                  f"(e.g. {'vgg16-397923af.pth' if net == 'vgg' else 'alexnet-owt-7be5be79.pth'})")
+        mapped[k] = backbone[src]
+    load_state_strict(role, path, model.net, mapped)
+    return LPIPSDistance(model), f"lpips-{net}-v0.1 ({path.name})"

@@ -1,0 +1,325 @@
+"""The ``pmf`` role: pixel MeanFlow, FiRe's one-step clean-image predictor.
+
+MeanFlow (Geng et al. 2025, "Mean Flows for One-step Generative Modeling") learns the average
+velocity ``u(z, r, t) = 1/(t - r) int_r^t v(z_s, s) ds`` of the flow path ``z_t = (1 - t) x + t eps``
+(``v = eps - x``) from the MeanFlow identity ``u = v - (t - r) du/dt``. Pixel MeanFlow (pMF,
+Lyy-iiis/pMF ``pmf.py``) predicts in x-space: the network outputs ``x_u`` and
+``u = (z - x_u) / max(t, 0.05)``; it is conditioned on ``t`` and ``h = t - r``.
+FiRe uses ``G(z, t) = z - t u(z, 0, t)`` (one network call), see ``PixelMeanFlow.predict_clean``.
+
+Differences from pMF's ImageNet recipe, for a small unconditional CPU model: no CFG / class labels,
+no auxiliary v-head and no perceptual losses; the JVP tangent is the true ``v`` (MeanFlow) rather
+than pMF's predicted v; a flow-matching warm start (``r = t`` only) precedes MeanFlow training; the
+(t, r) sampler puts most MeanFlow samples at ``r = 0``, FiRe's use.
+du/dt is the exact ``torch.func.jvp`` (``jvp: exact``, GroupNorm swapped for an explicit mean/var
+version, see ``unet.ExplicitGroupNorm``) or a forward finite difference (``jvp: fd``, one extra
+no-grad forward on the ``r < t`` rows), validated against each other in the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from vcebench.io import atomic_path, write_json
+from vcebench.models.unet import (
+    TRAIN_KEYS,
+    RoleConfigError,
+    batched,
+    build_unet,
+    check_role_keys,
+    remove_checkpoint,
+    require,
+    save_grid,
+    sharpness_ratio,
+    to_float_images,
+    train_loop,
+    unet_kwargs,
+    use_explicit_groupnorm,
+)
+
+PMF_KEYS = TRAIN_KEYS | {"unet", "jvp", "fd_eps", "fm_warmup", "p_fm", "p_r0", "t_mean", "t_std", "p_t_uniform",
+                         "p_t1", "adaptive_p", "adaptive_eps", "t_clip", "time_scale", "eval_images", "n_samples"}
+
+
+class PixelMeanFlow(nn.Module):
+    """x-prediction MeanFlow network: ``x_u = net(z, t, h = t - r)``, ``u = (z - x_u) / max(t, t_clip)``.
+
+    t and h enter diffusers' sinusoidal embeddings as ``time_scale * t`` (max frequency ``time_scale``
+    rad per unit t; 50 keeps du/dt smooth enough for finite differences, MeanFlow's EDM-style
+    UNet uses 1)."""
+
+    def __init__(self, unet_config: dict, t_clip: float = 0.05, time_scale: float = 50.0):
+        super().__init__()
+        self.unet_config = dict(unet_config)
+        self.t_clip = float(t_clip)
+        self.time_scale = float(time_scale)
+        self.net = build_unet(self.unet_config)
+
+    def x_pred(self, z: Tensor, t: Tensor, h: Tensor) -> Tensor:
+        """Network output ``x_u`` for (N,) times ``t`` and interval lengths ``h``."""
+        return self.net(z, t * self.time_scale, class_labels=h * self.time_scale).sample
+
+    def u(self, z: Tensor, r: Tensor | float, t: Tensor | float) -> Tensor:
+        """Average velocity over [r, t] (pMF: ``u = (z - x_u) / max(t, 0.05)``)."""
+        t, r = _times(t, z), _times(r, z)
+        return (z - self.x_pred(z, t, t - r)) / t.clamp_min(self.t_clip).reshape(-1, 1, 1, 1)
+
+    def predict_clean(self, z: Tensor, t: Tensor | float) -> Tensor:
+        """FiRe's ``G(z, t) = z - t * u(z, 0, t)``: the one-step clean-image prediction."""
+        t = _times(t, z)
+        return z - t.reshape(-1, 1, 1, 1) * self.u(z, torch.zeros_like(t), t)
+
+    def config_dict(self) -> dict:
+        return {"unet": _jsonable(self.unet_config), "t_clip": self.t_clip, "time_scale": self.time_scale}
+
+    def save(self, out_dir: str | Path) -> None:
+        """``out_dir/model.safetensors`` + ``out_dir/config.json`` (architecture), atomically."""
+        from safetensors.torch import save_file
+
+        out_dir = Path(out_dir)
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        with atomic_path(out_dir / "model.safetensors") as tmp:
+            save_file(state, str(tmp), metadata={"format": "pt", "role": "pmf"})
+        cfg_path = out_dir / "config.json"
+        cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        write_json(cfg_path, {**cfg, "role": "pmf", "architecture": self.config_dict()})
+
+    @classmethod
+    def load(cls, dir: str | Path) -> PixelMeanFlow:
+        """Load ``model.safetensors`` + ``config.json`` written by :meth:`save` / ``train_pmf``."""
+        from safetensors.torch import load_file
+
+        d = Path(dir)
+        wpath, cpath = d / "model.safetensors", d / "config.json"
+        for p in (wpath, cpath):
+            if not p.is_file():
+                raise FileNotFoundError(f"pmf: {p} does not exist; expected a folder with model.safetensors and "
+                                        f"config.json written by `vcebench train pmf` (resources/models/<dataset>/pmf)")
+        try:
+            arch = json.loads(cpath.read_text())["architecture"]
+            unet = dict(arch["unet"])
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"pmf: {cpath} is not a PMF config (needs an `architecture.unet` entry): {e}") from e
+        for k in ("block_out_channels", "down_block_types", "up_block_types"):
+            if k in unet:
+                unet[k] = tuple(unet[k])
+        model = cls(unet, float(arch.get("t_clip", 0.05)), float(arch.get("time_scale", 50.0)))
+        try:
+            state = load_file(str(wpath))
+        except Exception as e:  # safetensors raises its own error types for corrupt files
+            raise ValueError(f"pmf: cannot read weights {wpath}: {e}") from e
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise ValueError(f"pmf: weights {wpath} do not match the architecture in {cpath}: {e}") from e
+        return model.eval()
+
+
+def _times(t: Tensor | float, z: Tensor) -> Tensor:
+    t = torch.as_tensor(t, dtype=z.dtype, device=z.device)
+    return t.expand(z.shape[0]) if t.ndim == 0 else t.reshape(z.shape[0])
+
+
+def _jsonable(d: dict) -> dict:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+
+
+# ----------------------------------------------------------------------------- MeanFlow objective
+
+def sample_tr(n: int, g: torch.Generator, cfg: dict, flow_matching_only: bool) -> tuple[Tensor, Tensor]:
+    """(t, r) for one batch. t: logit-normal(``t_mean``, ``t_std``), with a ``p_t_uniform`` share
+    U(0, 1) and a ``p_t1`` share exactly 1 (one-step sampling from noise). r: ``r = t`` (flow
+    matching) with ``p_fm``, ``r = 0`` (FiRe's G) with ``p_r0``, else U(0, t)."""
+    t = torch.sigmoid(torch.randn(n, generator=g) * float(cfg.get("t_std", 1.0)) + float(cfg.get("t_mean", 0.0)))
+    u1, u2, u3, u4 = torch.rand(4, n, generator=g)
+    t = torch.where(u1 < float(cfg.get("p_t_uniform", 0.1)), u2, t)
+    t = torch.where(u3 < float(cfg.get("p_t1", 0.05)), torch.ones_like(t), t)
+    if flow_matching_only:
+        return t, t.clone()
+    p_fm, p_r0 = float(cfg.get("p_fm", 0.5)), float(cfg.get("p_r0", 0.4))
+    r = torch.where(u4 < p_fm, t, torch.where(u4 < p_fm + p_r0, torch.zeros_like(t), u2 * t))
+    return t, r
+
+
+def du_dt(model: PixelMeanFlow, z: Tensor, t: Tensor, h: Tensor, v: Tensor, x_u: Tensor, mode: str,
+          fd_eps: float = 1e-3) -> Tensor:
+    """Total derivative ``du/dt`` along the tangent (dz = v, dr = 0, dt = 1), i.e. (dz, dt, dh) = (v, 1, 1).
+
+    ``u = (z - x_u) / c(t)``, ``c = max(t, t_clip)``: ``du/dt = (v - dx_u) / c - (z - x_u) c' / c^2``
+    with the network's directional derivative ``dx_u`` from ``torch.func.jvp`` (``exact``) or a forward
+    difference ``(net(z + e v, t + e, h + e) - x_u) / e`` (``fd``). ``x_u``: the primal output.
+    """
+    with torch.no_grad():
+        ones = torch.ones_like(t)
+        if mode == "exact":
+            _, dx = torch.func.jvp(model.x_pred, (z, t, h), (v, ones, ones))
+        elif mode == "fd":
+            dx = (model.x_pred(z + fd_eps * v, t + fd_eps, h + fd_eps) - x_u) / fd_eps
+        else:
+            raise RoleConfigError(f"config key `models.<dataset>.pmf.jvp` must be 'exact' or 'fd', got {mode!r}")
+        c = t.clamp_min(model.t_clip).reshape(-1, 1, 1, 1)
+        dc = (t > model.t_clip).to(z.dtype).reshape(-1, 1, 1, 1)
+        return (v - dx) / c - (z - x_u) * dc / c**2
+
+
+def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict, flow_matching_only: bool
+                  ) -> tuple[Tensor, Tensor]:
+    """Pixel MeanFlow loss (MeanFlow Eq. 9-10; pMF ``forward``): per-sample squared error of ``u``
+    against ``stopgrad(v - (t - r) du/dt)`` summed over pixels, adaptive weight ``l / sg(l + 0.01)^p``.
+    Returns (weighted mean loss, unweighted per-sample loss)."""
+    n = x.shape[0]
+    t, r = sample_tr(n, g, cfg, flow_matching_only)
+    eps = torch.randn(x.shape, generator=g)
+    tt = t.reshape(-1, 1, 1, 1)
+    z = (1 - tt) * x + tt * eps
+    v = eps - x
+    h = t - r
+    x_u = model.x_pred(z, t, h)
+    u = (z - x_u) / t.clamp_min(model.t_clip).reshape(-1, 1, 1, 1)
+    target = v.clone()
+    mf = h > 0
+    if bool(mf.any()):
+        idx = mf.nonzero().squeeze(1)
+        d = du_dt(model, z[idx], t[idx], h[idx], v[idx], x_u[idx].detach(), str(cfg.get("jvp", "fd")),
+                  float(cfg.get("fd_eps", 1e-3)))
+        target[idx] = v[idx] - h[idx].reshape(-1, 1, 1, 1) * d
+    per_sample = (u - target.detach()).pow(2).sum(dim=(1, 2, 3))
+    w = (per_sample.detach() + float(cfg.get("adaptive_eps", 0.01))) ** float(cfg.get("adaptive_p", 1.0))
+    return (per_sample / w).mean(), per_sample.detach()
+
+
+def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
+    check_role_keys(cfg, "pmf", PMF_KEYS | {"weights", "format", "seed"})
+    kwargs = unet_kwargs(require(cfg, "unet", "pmf"), channels, resolution, True, "pmf")
+    pmf = PixelMeanFlow(kwargs, float(cfg.get("t_clip", 0.05)), float(cfg.get("time_scale", 50.0)))
+    # h starts with no effect (zero-initialised last layer of its embedding, as adaLN-zero in DiT):
+    # after the flow-matching warm start, x_u(h > 0) starts from the posterior mean x_u(h = 0).
+    nn.init.zeros_(pmf.net.class_embedding.linear_2.weight)
+    nn.init.zeros_(pmf.net.class_embedding.linear_2.bias)
+    return pmf
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+@torch.no_grad()
+def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64,
+                 feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
+                 ddpm: Any = None, t_flow: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)) -> tuple[dict[str, Any], dict]:
+    """Quality of a PMF on float validation images in [-1, 1]; returns (metrics, images for grids).
+
+    At each ``t``: MSE and realism of G(z_t, t) (= x_u at h = t) and of the PMF's own posterior
+    mean (h = 0, flow matching). With ``ddpm`` (a :class:`DiffusersDDPM`), also its Tweedie
+    estimate at the SNR-matched timestep from the *same* noise (``z_flow = s * z_ddpm``,
+    ``s = sqrt((1-t)^2 + t^2)``), and the quality-gate ratios of issue 3. 1-step samples: G(eps, 1).
+    """
+    from vcebench.models.ddpm import generative_quality, matched_timestep
+
+    pmf.eval()
+    g = torch.Generator().manual_seed(seed)
+    m: dict[str, Any] = {"predict_clean": {}}
+    grids: dict[str, Tensor] = {}
+    for tf in t_flow:
+        eps = torch.randn(val.shape, generator=g)
+        z = (1 - tf) * val + tf * eps
+        pred = batched(lambda zz, tf=tf: pmf.predict_clean(zz, tf), z)
+        mmse = batched(lambda zz, tf=tf: pmf.x_pred(zz, _times(tf, zz), _times(0.0, zz)), z)
+        row = {"mse": float(F.mse_loss(pred, val)),
+               **generative_quality(pred.clamp(-1, 1), val, feature_fn, feature_name),
+               "h0_mse": float(F.mse_loss(mmse, val)), "h0_sharpness_ratio": sharpness_ratio(mmse, val)}
+        if ddpm is not None:
+            ts = matched_timestep(ddpm.alphas_cumprod, tf)
+            a = float(ddpm.alphas_cumprod[ts])
+            z_ddpm = math.sqrt(a) * val + math.sqrt(1 - a) * eps
+            tw = batched(lambda zz, ts=ts: ddpm.tweedie(zz, torch.full((zz.shape[0],), ts)), z_ddpm)
+            tw_q = generative_quality(tw.clamp(-1, 1), val, feature_fn, feature_name)
+            row["ddpm_tweedie"] = {"timestep": ts, "abar": a, "mse": float(F.mse_loss(tw, val)), **tw_q}
+            row["mse_ratio_vs_tweedie"] = row["mse"] / max(row["ddpm_tweedie"]["mse"], 1e-12)
+            if "fid" in row:
+                row["fid_lower_than_tweedie"] = row["fid"] < tw_q["fid"]
+            grids[f"t{tf:g}_tweedie"] = tw[:16]
+        m["predict_clean"][f"t{tf:g}"] = row
+        grids[f"t{tf:g}_noisy"], grids[f"t{tf:g}_pred"], grids[f"t{tf:g}_h0"] = z[:16], pred[:16], mmse[:16]
+    noise = torch.randn((n_samples, *val.shape[1:]), generator=g)
+    samples = batched(lambda zz: pmf.predict_clean(zz, 1.0), noise).clamp(-1, 1)
+    m["samples_1step"] = {"n": n_samples, **generative_quality(samples, val[:max(n_samples, 256)],
+                                                                 feature_fn, feature_name)}
+    grids["samples"] = samples
+    grids["real"] = val[:16]
+    return m, grids
+
+
+def _gate(m: dict, t_key: str = "t0.4") -> dict[str, Any]:
+    """Issue 3's pmf quality gate at t = 0.4 (needs the ddpm comparison)."""
+    row = m["predict_clean"].get(t_key, {})
+    if "ddpm_tweedie" not in row:
+        return {"evaluated": False, "why": "no ddpm given (train_pmf(..., reference_ddpm=...))"}
+    tw = row["ddpm_tweedie"]
+    ratio = row["mse_ratio_vs_tweedie"]
+    out = {"evaluated": True, "mse_ratio_vs_tweedie": ratio, "mse_within_2x": ratio <= 2.0,
+           "sharpness_ratio_pmf": row["sharpness_ratio"], "sharpness_ratio_tweedie": tw["sharpness_ratio"],
+           "sharper_than_tweedie": abs(math.log(row["sharpness_ratio"])) < abs(math.log(tw["sharpness_ratio"]))}
+    if "fid" in row:
+        out.update(fid_pmf=row["fid"], fid_tweedie=tw["fid"], fid_lower=row["fid"] < tw["fid"])
+    return out
+
+
+def write_pmf_grids(grids: dict[str, Tensor], out_dir: Path) -> None:
+    """``samples.png`` (1-step from t = 1) and ``predict_t0.4.png`` (rows: real, z_t, G, [Tweedie], h=0)."""
+    save_grid(grids["samples"], out_dir / "samples.png")
+    if "t0.4_pred" in grids:
+        rows = [grids["real"], grids["t0.4_noisy"], grids["t0.4_pred"]]
+        if "t0.4_tweedie" in grids:
+            rows.append(grids["t0.4_tweedie"])
+        rows.append(grids["t0.4_h0"])
+        save_grid(torch.cat([r[:8] for r in rows]), out_dir / "predict_t0.4.png", nrow=8)
+
+
+def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
+              val_images_uint8: Tensor | None = None, progress: bool = True, reference_ddpm: Any = None) -> dict:
+    """Train the ``pmf`` role and write ``out_dir``: ``model.safetensors`` (EMA weights), ``config.json``,
+    ``samples.png``, ``predict_t0.4.png`` and ``metrics.json`` (written last). The first ``fm_warmup``
+    share of the steps is flow matching only (r = t). Resumes from ``out_dir/checkpoint``.
+    ``reference_ddpm`` (optional, same dataset): adds the Tweedie comparison / quality gate."""
+    out_dir = Path(out_dir)
+    x_check = to_float_images(train_images_uint8[:1], "train_pmf: train_images_uint8")
+    channels, res = x_check.shape[1], x_check.shape[-1]
+    torch.manual_seed(seed)
+    pmf = build_pmf(cfg_role, channels, res)
+    jvp_mode = str(cfg_role.get("jvp", "fd"))
+    if jvp_mode == "exact":
+        use_explicit_groupnorm(pmf.net)
+    steps = int(require(cfg_role, "steps", "pmf"))
+    warm = int(float(cfg_role.get("fm_warmup", 0.2)) * steps)
+
+    def loss_fn(model: nn.Module, x: Tensor, g: torch.Generator, step: int) -> Tensor:
+        return meanflow_loss(model, x, g, cfg_role, flow_matching_only=step < warm)[0]
+
+    shadow, stats = train_loop(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress)
+    pmf = build_pmf(cfg_role, channels, res)  # plain GroupNorm, contiguous weights
+    pmf.load_state_dict(shadow)
+    pmf.eval()
+    stats["fm_warmup_steps"] = warm
+    metrics: dict[str, Any] = {"role": "pmf", "architecture": "pixel MeanFlow, diffusers UNet2DModel "
+                               "(class_embed_type=timestep for h)",
+                               "parameters": sum(p.numel() for p in pmf.parameters()),
+                               "jvp": jvp_mode, "training": stats, "ema": True}
+    val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
+    val = to_float_images(val_u8[: int(cfg_role.get("eval_images", 256))], "train_pmf: val_images_uint8")
+    ev, grids = evaluate_pmf(pmf, val, seed + 1, int(cfg_role.get("n_samples", 64)), ddpm=reference_ddpm)
+    metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
+    metrics["quality_gate"] = _gate(ev)
+    write_json(out_dir / "config.json", {"role": "pmf", "seed": seed, "config": cfg_role,
+                                         "image_shape": list(x_check.shape[1:])})
+    pmf.save(out_dir)
+    write_pmf_grids(grids, out_dir)
+    write_json(out_dir / "metrics.json", metrics)
+    remove_checkpoint(out_dir)
+    return metrics

@@ -1,0 +1,81 @@
+"""``train_role``: train one network role of a dataset into ``resources/models/<dataset>/<role>/``.
+
+Models are per dataset (one multi-attribute classifier serves every task of the dataset); the
+task only picks the dataset. ``ddpm`` and ``pmf`` dispatch to :mod:`vcebench.models.ddpm` and
+:mod:`vcebench.models.pmf`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError
+from ..tasks import Task, get_task
+from .classifier import CLASSIFIER_DEFAULTS, train_classifier
+from .features import FID_DEFAULTS, train_fid_features
+from .identity import IDENTITY_DEFAULTS, train_identity
+from .oracle import ORACLE_DEFAULTS, train_oracle
+from .perceptual import PERCEPTUAL_DEFAULTS, train_perceptual
+from .simsiam import SIMSIAM_DEFAULTS, train_simsiam
+from .zoo import check_settings, role_spec
+
+TRAINERS = {
+    "classifier": (CLASSIFIER_DEFAULTS, train_classifier),
+    "oracle": (ORACLE_DEFAULTS, train_oracle),
+    "identity": (IDENTITY_DEFAULTS, train_identity),
+    "perceptual": (PERCEPTUAL_DEFAULTS, train_perceptual),
+    "simsiam": (SIMSIAM_DEFAULTS, train_simsiam),
+    "fid_features": (FID_DEFAULTS, train_fid_features),
+}
+TRAINABLE = (*TRAINERS, "ddpm", "pmf")
+
+
+def task_attributes(cfg: dict, dataset: str) -> list[str]:
+    """Query attributes of every configured task on ``dataset`` (what the classifier must predict)."""
+    out: list[str] = []
+    for t in cfg.get("tasks", {}).values():
+        if t["dataset"] == dataset and t["attribute"] not in out:
+            out.append(t["attribute"])
+    return out
+
+
+def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | None = None,
+               out_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
+               progress: bool = True) -> dict[str, Any]:
+    """Train ``role`` on ``task``'s dataset; writes weights, config.json and metrics.json; returns the metrics."""
+    from ..data import load_split
+
+    task = get_task(cfg, task) if isinstance(task, str) else task
+    ds = task.dataset
+    if role not in TRAINABLE:
+        raise ConfigError(f"cannot train role {role!r}; trainable roles: {', '.join(TRAINABLE)}")
+    if role == "identity" and task.kind != "faces":
+        raise ConfigError(f"role 'identity' is for face datasets; {ds!r} is an x-ray dataset (use 'simsiam')")
+    spec = role_spec(cfg, ds, role)
+    if "weights" in spec:
+        raise ConfigError(f"config key `models.{ds}.{role}` names canonical weights ({spec.get('weights')!r}); "
+                          f"there is nothing to train. Remove `weights` to train this role instead.")
+    out = Path(out_dir) if out_dir else Path(model_dir) / ds / role
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if role in ("ddpm", "pmf"):
+        if role == "ddpm":
+            from .ddpm import train_ddpm as fn
+        else:
+            from .pmf import train_pmf as fn
+        train = load_split(cfg, ds, "train", data_dir)
+        val = load_split(cfg, ds, "val", data_dir)
+        return fn(spec, train.images, out, int(spec.get("seed", cfg.get("seed", 0))),
+                  val_images_uint8=val.images, progress=progress)
+    defaults, fn = TRAINERS[role]
+    settings = check_settings(role, ds, spec, defaults)
+    splits = {s: load_split(cfg, ds, s, data_dir) for s in ("train", "val", "test")}
+    metrics = fn(settings, splits, out, dataset=ds, task_attributes=task_attributes(cfg, ds),
+                 classifier_dir=out.parent / "classifier", progress=progress)
+    metrics["wall_seconds_total"] = round(time.perf_counter() - t0, 2)
+    from ..io import write_json
+
+    write_json(out / "metrics.json", metrics)
+    return metrics

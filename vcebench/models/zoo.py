@@ -1,0 +1,190 @@
+"""Resolve every network a task needs, by role: trained synthetic models or canonical weights.
+
+``models.<dataset>.<role>`` in config either holds training settings (the network lives in
+``<model_dir>/<dataset>/<role>/``, written by ``vcebench train <role> --task <task>``) or
+``weights: PATH`` + ``format`` (user-supplied canonical weights, :mod:`vcebench.models.canonical`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ConfigError
+from ..tasks import Task
+from .base import ROLES, BinaryHead, TaskModels, freeze
+from .nets import AutoEncoder, SimSiamNet, SyntheticNet
+from .perceptual import EncoderOnly, FeatureDistance
+from .training import CheckpointError, load_state_strict, read_trained
+
+TRAINED_ROLES = ("classifier", "oracle", "identity", "perceptual", "simsiam", "fid_features", "ddpm", "pmf")
+
+
+class MissingModelError(FileNotFoundError):
+    """A trained network that has not been produced yet; the message says which command makes it."""
+
+
+class AttributeClassifier(nn.Module):
+    """``oracle(x) -> (N, A)`` attribute logits, with ``attribute_names`` and ``name``."""
+
+    def __init__(self, net: nn.Module, attribute_names: list[str], name: str = ""):
+        super().__init__()
+        self.net, self.attribute_names, self.name = net, list(attribute_names), name
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class Embedding(nn.Module):
+    """``f(x) -> (N, D)``: ``net.features`` (``use_features``) or ``net(x)``, optionally L2-normalised."""
+
+    def __init__(self, net: nn.Module, dim: int, name: str = "", use_features: bool = True,
+                 normalize: bool = False):
+        super().__init__()
+        self.net, self.dim, self.name = net, dim, name
+        self.use_features, self.normalize = use_features, normalize
+
+    def forward(self, x: Tensor) -> Tensor:
+        f = self.net.features(x) if self.use_features else self.net(x)
+        return F.normalize(f, dim=1) if self.normalize else f
+
+
+def build_trained_net(config: dict) -> nn.Module:
+    """Instantiate the architecture described by ``config.json['net']`` (weights not loaded)."""
+    a = dict(config["net"])
+    kind = a.pop("kind")
+    if kind == "SyntheticNet":
+        return SyntheticNet(**a)
+    if kind == "SimSiamNet":
+        return SimSiamNet(**a)
+    if kind == "AutoEncoderEncoder":
+        return EncoderOnly(AutoEncoder(**a))
+    raise ValueError(f"unknown network kind {kind!r}")
+
+
+def load_trained_net(role: str, path: str | Path) -> tuple[nn.Module, dict]:
+    """The raw trained network of ``role`` in ``path`` (eval mode, frozen) and its config."""
+    config, state = read_trained(role, path)
+    try:
+        net = build_trained_net(config)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"role {role!r}: {Path(path) / 'config.json'} does not describe a known "
+                              f"architecture ({e})") from e
+    load_state_strict(role, Path(path) / "model.safetensors", net, state)
+    return freeze(net), config
+
+
+def wrap_trained(role: str, net: nn.Module, config: dict, task: Task, path: Path) -> tuple[nn.Module, str]:
+    """Put a trained network behind its role's call convention (models/base.py); return it and its name."""
+    name = config.get("name", f"{config.get('dataset')}-{role}")
+    if role == "classifier":
+        names = config["attribute_names"]
+        if task.attribute not in names:
+            raise CheckpointError(f"role 'classifier': {path} predicts {names}, not the query attribute "
+                                  f"{task.attribute!r} of task {task.name!r}; retrain it with "
+                                  f"`vcebench train classifier --task {task.name}`")
+        head = BinaryHead(net, "1logit", names.index(task.attribute))
+        head.attribute_names, head.name = names, name
+        return head, f"{name} (trained, query {task.attribute})"
+    if role == "oracle":
+        return AttributeClassifier(net, config["attribute_names"], name), \
+            f"{name} (trained, {len(config['attribute_names'])} attributes)"
+    if role in ("identity", "fid_features", "simsiam"):
+        dim = int(net.feature_dim)
+        emb = Embedding(net, dim, name, use_features=role != "simsiam", normalize=role == "identity")
+        return emb, f"{name} (trained, {dim}-d)"
+    if role == "perceptual":
+        return FeatureDistance(net, name), f"{name} (trained, LPIPS-style)"
+    raise ValueError(f"role {role!r} has no trained wrapper")
+
+
+def train_command(role: str, task: Task, model_dir: str | Path) -> str:
+    out = Path(model_dir) / task.dataset / role
+    return (f"`vcebench train {role} --task {task.name} --out {out}` "
+            f"(Snakemake target: {out}/metrics.json)")
+
+
+def _load_generative(role: str, path: Path, canonical: bool) -> tuple[nn.Module, str]:
+    """ddpm / pmf live in vcebench.models.ddpm / .pmf (another module's loaders)."""
+    try:
+        if role == "ddpm":
+            from .ddpm import DiffusersDDPM
+            model = DiffusersDDPM.from_pretrained_dir(path)
+        else:
+            from .pmf import PixelMeanFlow
+            model = PixelMeanFlow.load(path)
+    except ImportError as e:
+        raise CheckpointError(f"role {role!r}: cannot load {path}: vcebench.models.{role} is not available ({e})") \
+            from e
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"role {role!r}: cannot load {path}: {e}") from e
+    name = getattr(model, "name", None) or f"{path.name} ({'canonical' if canonical else 'trained'})"
+    return model, name
+
+
+def role_spec(cfg: dict, dataset: str, role: str) -> dict:
+    return dict(((cfg.get("models") or {}).get(dataset) or {}).get(role) or {})
+
+
+def load_role(cfg: dict, task: Task, role: str, model_dir: str | Path = "resources/models") -> tuple[nn.Module, str]:
+    """One role of ``task``: (module following the role's call convention, human-readable name)."""
+    if role not in ROLES:
+        raise ConfigError(f"unknown model role {role!r}; known: {', '.join(ROLES)}")
+    spec = role_spec(cfg, task.dataset, role)
+    key = f"models.{task.dataset}.{role}"
+    if "weights" in spec:
+        w = spec.get("weights")
+        if not w:
+            raise ConfigError(f"task {task.name!r} needs role {role!r}: set config key `{key}.weights` to the "
+                              f"canonical weights (format {spec.get('format')!r}; see docs/internals.md)")
+        if not Path(w).exists():
+            raise MissingModelError(f"role {role!r}: weights file {w} (config key `{key}.weights`) does not exist")
+        if role in ("ddpm", "pmf"):
+            return _load_generative(role, Path(w), canonical=True)
+        from .canonical import load_canonical
+        return load_canonical(role, spec, task, key)
+    if not task.synthetic and role not in ("ddpm", "pmf"):
+        raise ConfigError(f"task {task.name!r} needs role {role!r}: set config key `{key}.weights` "
+                          f"(real datasets use canonical weights)")
+    path = Path(model_dir) / task.dataset / role
+    sentinel = path / "metrics.json"
+    if not sentinel.exists():
+        raise MissingModelError(f"role {role!r} of task {task.name!r}: no trained model in {path} "
+                                f"({sentinel} missing); produce it with {train_command(role, task, model_dir)}")
+    if role in ("ddpm", "pmf"):
+        return _load_generative(role, path, canonical=False)
+    net, config = load_trained_net(role, path)
+    if config.get("dataset") != task.dataset:
+        raise CheckpointError(f"role {role!r}: {path} was trained on {config.get('dataset')!r}, "
+                              f"task {task.name!r} uses {task.dataset!r}")
+    return wrap_trained(role, net, config, task, path)
+
+
+def load_task_models(cfg: dict, task: Task | str, roles: tuple[str, ...] | list[str] = ROLES,
+                     device: str | torch.device = "cpu", model_dir: str | Path = "resources/models") -> TaskModels:
+    """Every network ``task`` needs for ``roles``, frozen, in eval mode, on ``device`` (docs/internals.md)."""
+    if isinstance(task, str):
+        from ..tasks import get_task
+        task = get_task(cfg, task)
+    models = TaskModels()
+    for role in roles:
+        module, name = load_role(cfg, task, role, model_dir)
+        if isinstance(module, nn.Module):
+            freeze(module)
+        setattr(models, role, module)
+        models.names[role] = name
+    return models.to(device)
+
+
+def check_settings(role: str, dataset: str, spec: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """Training settings = code defaults <- config ``models.<dataset>.<role>``; unknown keys are errors."""
+    from ..config import check_keys
+
+    check_keys(f"models.{dataset}.{role}", spec, defaults)
+    return {**defaults, **spec}
