@@ -82,13 +82,14 @@ def build_metrics(task, models, cfg: dict, *, fid_reference: FIDReference | None
                 raise MetricError(f"metric {n} needs the {role!r} network, which is not loaded "
                                   f"(vcebench.models.load_task_models roles=...)")
     extractor = models.names.get("fid_features", "")
+    frechet = mcfg.get("frechet_method", "sqrtm")
     out: list[Metric] = []
     for n in names:
         if n == "FID":
-            out.append(FID(models.fid_features, "successful", fid_reference, extractor))
+            out.append(FID(models.fid_features, "successful", fid_reference, extractor, frechet))
         elif n == "sFID":
             out.append(SFID(models.fid_features, mcfg.get("sfid_seeds", [0]), "successful", fid_reference,
-                            extractor))
+                            extractor, frechet))
         elif n == "FVA":
             out.append(FaceVerification(models.identity, "successful"))
         elif n == "MNAC":

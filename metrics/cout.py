@@ -32,11 +32,14 @@ from .base import EvalBatch, Subset, classifier_logits, require
 COUT_NUM_STEPS = 50  # ACE `evaluate`: cout_num_steps
 
 
-def cout_scores(x: Tensor, cf: Tensor, classifier: nn.Module, pred: Tensor | None = None) -> Tensor:
+def cout_scores(x: Tensor, cf: Tensor, classifier: nn.Module, pred: Tensor | None = None,
+                logits_cf: Tensor | None = None) -> Tensor:
     """Per-sample COUT (N,) of (N, C, H, W) images in [-1, 1] under a (N, 2)-logit classifier.
 
     ``pred`` is the original class of each x (default: the classifier's prediction on x,
-    as ACE's binary branch ``label = model(imgs) > 0``).
+    as ACE's binary branch ``label = model(imgs) > 0``). Once every pixel where cf differs from
+    x has been inserted, the perturbed image *is* cf; those steps reuse ``classifier(cf)``
+    (``logits_cf`` when given) instead of running the classifier again on identical inputs.
     """
     n, _, h, w = x.shape
     hw = h * w
@@ -47,14 +50,22 @@ def cout_scores(x: Tensor, cf: Tensor, classifier: nn.Module, pred: Tensor | Non
         if pred is None:
             pred = logits_x.argmax(1)
         pred = pred.long().view(n, 1)
-        order = (cf - x).abs().sum(1).view(n, hw).argsort(dim=1, descending=True, stable=True)
+        p_cf = torch.softmax((classifier(cf) if logits_cf is None else logits_cf).double(), 1).gather(1, pred)
+        diff = (cf - x).abs().sum(1).view(n, hw)
+        n_changed = (diff > 0).sum(1)
+        order = diff.argsort(dim=1, descending=True, stable=True)
         rank = torch.empty_like(order)
         rank.scatter_(1, order, torch.arange(hw, device=x.device).expand(n, hw))
         c = [torch.softmax(logits_x, 1).gather(1, pred).squeeze(1)]
         for k in range(1, n_steps + 1):
-            mask = (rank < min(k * step, hw)).view(n, 1, h, w).to(x.dtype)
-            perturbed = cf * mask + x * (1 - mask)
-            c.append(torch.softmax(classifier(perturbed).double(), 1).gather(1, pred).squeeze(1))
+            inserted = min(k * step, hw)
+            c_k = p_cf.squeeze(1).clone()
+            rows = torch.nonzero(n_changed > inserted).view(-1)  # cf pixels still missing
+            if len(rows):
+                mask = (rank[rows] < inserted).view(-1, 1, h, w).to(x.dtype)
+                perturbed = cf[rows] * mask + x[rows] * (1 - mask)
+                c_k[rows] = torch.softmax(classifier(perturbed).double(), 1).gather(1, pred[rows]).squeeze(1)
+            c.append(c_k)
         c = torch.stack(c, 1)  # (N, S + 1)
         c_prime = 1 - c
 
@@ -82,7 +93,8 @@ class COUT:
         if not keep.any():
             return
         pred = classifier_logits(batch, self.classifier, "x").argmax(1)
-        scores = cout_scores(batch.x[keep], batch.cf[keep], self.classifier, pred[keep])
+        logits_cf = classifier_logits(batch, self.classifier, "cf")
+        scores = cout_scores(batch.x[keep], batch.cf[keep], self.classifier, pred[keep], logits_cf[keep])
         self.sum += float(scores.sum())
         self.count += int(keep.sum())
 

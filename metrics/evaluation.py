@@ -40,6 +40,8 @@ def load_counterfactuals(path: str | os.PathLike) -> dict[str, np.ndarray]:
     for k in ("target", "pred", "flipped"):
         if k in z and z[k].shape != (n,):
             raise MetricError(f"{path}: `{k}` has shape {z[k].shape}, expected ({n},)")
+    if not np.isin(z["target"], (0, 1)).all():
+        raise MetricError(f"{path}: `target` must hold class indices 0 / 1")
     if len(np.unique(z["sample_id"])) != n:
         raise MetricError(f"{path}: duplicate sample ids")
     if n == 0:
@@ -83,8 +85,12 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progress: bool = False) -> dict:
+def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progress: bool = False,
+                strict: bool = False) -> dict:
     """Update every metric with every batch, then compute.
+
+    A metric with fewer samples than it needs raises :class:`InsufficientSamples`; with ``strict`` that
+    error propagates, otherwise the metric's outputs are ``None`` and the reason is kept in ``skipped``.
 
     Returns the metrics.json core: ``metrics``, ``higher_is_better``, ``n``, ``subsets``
     (metric output -> subset name, plus ``sizes`` per subset), ``roles`` (metric -> roles),
@@ -120,6 +126,8 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
         try:
             values = m.compute()
         except InsufficientSamples as e:
+            if strict:
+                raise
             out["skipped"][m.name] = str(e)
             for k in m.higher_is_better:
                 out["metrics"][k] = None

@@ -94,14 +94,28 @@ class FeatureStats:
         return s
 
 
+FRECHET_METHODS = ("sqrtm", "eigvals")
+
+
 def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray,
-                     eps: float = 1e-6) -> float:
-    """``||mu1 - mu2||^2 + Tr(sigma1 + sigma2 - 2 sqrt(sigma1 sigma2))`` (pytorch-fid, clean-fid)."""
+                     eps: float = 1e-6, method: str = "sqrtm") -> float:
+    """``||mu1 - mu2||^2 + Tr(sigma1 + sigma2 - 2 sqrt(sigma1 sigma2))``.
+
+    ``method="sqrtm"``: pytorch-fid / clean-fid (``scipy.linalg.sqrtm``); ``"eigvals"``: torchmetrics
+    (``Tr sqrt(A) = sum sqrt(eig(A))``, ~3x faster at D = 2048, equal to ~1e-12 when the covariances
+    are well conditioned; config key ``metrics.frechet_method``).
+    """
     mu1, mu2 = np.atleast_1d(mu1).astype(np.float64), np.atleast_1d(mu2).astype(np.float64)
     sigma1, sigma2 = np.atleast_2d(sigma1).astype(np.float64), np.atleast_2d(sigma2).astype(np.float64)
     if mu1.shape != mu2.shape or sigma1.shape != sigma2.shape:
         raise MetricError(f"feature statistics differ in dimension: {mu1.shape} vs {mu2.shape}")
     diff = mu1 - mu2
+    if method == "eigvals":
+        ev = torch.linalg.eigvals(torch.from_numpy(sigma1 @ sigma2)).sqrt().real.sum().item()
+        return float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * ev)
+    if method != "sqrtm":
+        raise MetricError(f"unknown Frechet distance method {method!r} (config key `metrics.frechet_method`); "
+                          f"known: {', '.join(FRECHET_METHODS)}")
     covmean = linalg.sqrtm(sigma1 @ sigma2)
     if not np.isfinite(covmean).all():
         offset = np.eye(sigma1.shape[0]) * eps
@@ -114,10 +128,10 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
 
 
 def fid_from_stats(a: FeatureStats, b: FeatureStats, what_a: str = "originals",
-                   what_b: str = "counterfactuals") -> float:
+                   what_b: str = "counterfactuals", method: str = "sqrtm") -> float:
     mu1, s1 = a.mean_cov(what_a)
     mu2, s2 = b.mean_cov(what_b)
-    return frechet_distance(mu1, s1, mu2, s2)
+    return frechet_distance(mu1, s1, mu2, s2, method=method)
 
 
 @dataclass
@@ -213,8 +227,8 @@ class FID:
     roles = ("fid_features",)
 
     def __init__(self, fid_features: nn.Module | None, subset: Subset = "successful",
-                 reference: FIDReference | None = None, extractor: str = ""):
-        self.net, self.subset = fid_features, subset
+                 reference: FIDReference | None = None, extractor: str = "", method: str = "sqrtm"):
+        self.net, self.subset, self.method = fid_features, subset, method
         self.originals_of = _OriginalFeatures(fid_features, reference, extractor)
         self.orig, self.cf = FeatureStats(), FeatureStats()
         self.n: dict[str, int] = {}
@@ -232,7 +246,7 @@ class FID:
     def compute(self) -> dict[str, float]:
         require(self.cf.n, 2, "FID", self.subset)
         self.n = {"FID": self.cf.n, "FID_originals": self.orig.n}
-        return {"FID": fid_from_stats(self.orig, self.cf)}
+        return {"FID": fid_from_stats(self.orig, self.cf, method=self.method)}
 
 
 def sfid_halves(sample_ids: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -253,10 +267,10 @@ class SFID:
     roles = ("fid_features",)
 
     def __init__(self, fid_features: nn.Module | None, seeds: list[int], subset: Subset = "successful",
-                 reference: FIDReference | None = None, extractor: str = ""):
+                 reference: FIDReference | None = None, extractor: str = "", method: str = "sqrtm"):
         if not seeds:
             raise MetricError("sFID needs at least one seed (config key `metrics.sfid_seeds`)")
-        self.net, self.seeds, self.subset = fid_features, [int(s) for s in seeds], subset
+        self.net, self.seeds, self.subset, self.method = fid_features, [int(s) for s in seeds], subset, method
         self.originals_of = _OriginalFeatures(fid_features, reference, extractor)
         self.ids: list[np.ndarray] = []
         self.orig: list[np.ndarray] = []
@@ -288,7 +302,7 @@ class SFID:
                 c_rows = [self.cf[int(i)] for i in hc if int(i) in self.cf]
                 require(len(c_rows), 2, f"sFID (seed {seed}, counterfactual half)", self.subset)
                 fids.append(fid_from_stats(o, FeatureStats().update(np.stack(c_rows)),
-                                           "originals half", "counterfactuals half"))
+                                           "originals half", "counterfactuals half", self.method))
             values.append(float(np.mean(fids)))
         self.n = {"sFID": len(self.cf), "sFID_std": len(self.seeds)}
         return {"sFID": float(np.mean(values)),

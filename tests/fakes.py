@@ -38,11 +38,13 @@ def make_celeba(root: str | Path, n: int = 12, fmt: str = "txt", kaggle_nested: 
     part = partitions or [(0, 0, 1, 2)[i % 4] for i in range(n)]
     if fmt == "txt":
         rows = [f"{f} " + " ".join(f"{v:2d}" for v in lab[i]) for i, f in enumerate(files)]
-        (root / "list_attr_celeba.txt").write_text(f"{n}\n" + " ".join(CELEBA_ATTRIBUTES) + " \n" + "\n".join(rows) + "\n")
+        header = " ".join(CELEBA_ATTRIBUTES) + " "
+        (root / "list_attr_celeba.txt").write_text(f"{n}\n{header}\n" + "\n".join(rows) + "\n")
         (root / "list_eval_partition.txt").write_text("".join(f"{f} {p}\n" for f, p in zip(files, part)))
     else:
         rows = [f"{f}," + ",".join(str(v) for v in lab[i]) for i, f in enumerate(files)]
-        (root / "list_attr_celeba.csv").write_text("image_id," + ",".join(CELEBA_ATTRIBUTES) + "\n" + "\n".join(rows) + "\n")
+        header = "image_id," + ",".join(CELEBA_ATTRIBUTES)
+        (root / "list_attr_celeba.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
         (root / "list_eval_partition.csv").write_text("image_id,partition\n" +
                                                      "".join(f"{f},{p}\n" for f, p in zip(files, part)))
     return root

@@ -17,6 +17,7 @@ described with ``SlurmdParameters=config_overrides`` so a CPU / memory mismatch 
 
 from __future__ import annotations
 
+import atexit
 import getpass
 import os
 import secrets
@@ -127,7 +128,7 @@ class SlurmCluster:
             status = "not started" if proc is None else ("running" if rc is None else f"exited rc={rc}")
             out.append(f"--- {name} ({status}), {log}:\n{_tail(log, n)}")
             console = log.with_suffix(".stdout")
-            if console.exists() and console.stat().st_size:
+            if console != log and console.exists() and console.stat().st_size:
                 out.append(f"--- {name} console:\n{_tail(console, n)}")
         return "\n".join(out)
 
@@ -289,11 +290,12 @@ def start_cluster(cpus: int = 2, mem_mb: int | None = None, timeout: float = 40.
         if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and k != "SLURM_CONF":
             del env[k]
     logs = {
-        "munged": root / "log" / "munged.log",
+        "munged": root / "log" / "munged.stdout",  # in the foreground munged logs to stderr only
         "slurmctld": root / "log" / "slurmctld.log",
         "slurmd": root / "log" / "slurmd.log",
     }
     cluster = SlurmCluster(root=root, conf=conf, node=node, env=env, logs=logs)
+    atexit.register(cluster.stop)  # safety net if the caller never reaches stop(); stop() is idempotent
 
     key = root / "munge" / "munge.key"
     key.write_bytes(secrets.token_bytes(1024))
@@ -302,7 +304,7 @@ def start_cluster(cpus: int = 2, mem_mb: int | None = None, timeout: float = 40.
     cmds = {
         "munged": [
             find_binary("munged"), "--foreground", "--force", f"--socket={munge_sock}",
-            f"--key-file={key}", f"--log-file={logs['munged']}", f"--pid-file={root / 'run' / 'munged.pid'}",
+            f"--key-file={key}", f"--pid-file={root / 'run' / 'munged.pid'}",
             f"--seed-file={root / 'munge' / 'munged.seed'}", "--num-threads=2",
         ],
         "slurmctld": [find_binary("slurmctld"), "-D", "-c", "-i", "-f", str(conf)],

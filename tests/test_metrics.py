@@ -247,6 +247,8 @@ def test_run_metrics_skips_with_reason_and_rejects_duplicates():
     assert out["subsets"]["MNAC"] == "successful" and out["subsets"]["sizes"]["successful"] == 0
     with pytest.raises(MetricError, match="duplicate sample ids"):
         run_metrics([FlipRate()], [batch(x, x), batch(x, x)])
+    with pytest.raises(MetricError, match="MNAC needs at least 1 sample"):
+        run_metrics([MNAC(PixelOracle(["q"]))], [batch(x, x, flipped=[False] * 3)], strict=True)
 
 
 def test_sigma_l_mean_pairwise_distance():

@@ -45,6 +45,9 @@ def test_frechet_matches_cleanfid_and_torchmetrics():
     assert ours > 1.0
     assert ours == pytest.approx(ref_clean, rel=1e-6)
     assert ours == pytest.approx(ref_tm, rel=1e-6)
+    assert frechet_distance(mu1, s1, mu2, s2, method="eigvals") == pytest.approx(ref_clean, rel=1e-6)
+    with pytest.raises(MetricError, match="frechet_method"):
+        frechet_distance(mu1, s1, mu2, s2, method="svd")
     # and through our streamed statistics
     streamed = fid_from_stats(FeatureStats().update(a[:150]).update(a[150:]), FeatureStats().update(b))
     assert streamed == pytest.approx(ref_clean, rel=1e-6)

@@ -45,14 +45,18 @@ def slurm() -> SlurmCluster:
     if reason:
         pytest.skip(reason)
     try:
-        cluster = start_cluster(cpus=2)
+        # 2 CPUs like this machine; 64 GB declared (SlurmdParameters=config_overrides) so the profile's
+        # cluster-sized mem_mb requests (16 GB for explain_shard / evaluate) fit side by side.
+        cluster = start_cluster(cpus=2, mem_mb=64000)
     except ClusterUnavailable as e:
         pytest.skip(f"one-node SLURM cluster cannot run on this machine: {e}")
     yield cluster
     cluster.stop()
 
 
-def _snakemake(cluster: SlurmCluster, args: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+def _snakemake(
+    cluster: SlurmCluster, args: list[str], cwd: Path, timeout: float, expect_ok: bool = True
+) -> subprocess.CompletedProcess:
     """Run snakemake with profiles/slurm against the test cluster; fail with both logs on error."""
     env = dict(cluster.env)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # jobs run `vcebench` (sbatch --export=ALL)
@@ -67,7 +71,7 @@ def _snakemake(cluster: SlurmCluster, args: list[str], cwd: Path, timeout: float
             f"squeue: {cluster.run('squeue', '--states=all', check=False).stdout}\n"
             f"{out[-4000:]}\n{cluster.diagnostics()}"
         )
-    if r.returncode != 0:
+    if expect_ok and r.returncode != 0:
         pytest.fail(
             f"snakemake --profile profiles/slurm failed (rc={r.returncode}):\n{r.stderr[-6000:]}\n"
             f"{cluster.diagnostics()}"
@@ -75,74 +79,54 @@ def _snakemake(cluster: SlurmCluster, args: list[str], cwd: Path, timeout: float
     return r
 
 
-# Two independent jobs (they run side by side on the node's 2 CPUs) named like workflow rules, so
-# the profile's per-rule set-resources apply. Each job records what SLURM granted it.
+# Two independent jobs that run side by side on the node's 2 CPUs, named like workflow rules so the
+# profile's per-rule set-resources apply: one records what SLURM granted it, one fails on purpose.
+# (One snakemake run for both: the executor's status polling backs off 1 s, 11 s, 21 s, ... so
+# every extra round of jobs costs ~30 s.)
 _SNAKEFILE = textwrap.dedent(
     """
     rule all:
-        input: "merge.txt", "report.txt"
+        input: "merge.txt", "never.txt"
 
     rule merge_counterfactuals:
         output: "merge.txt"
         threads: 1
         resources: mem_mb=100, runtime=1
-        shell: "{RECORD}"
+        shell:
+            "echo job=$SLURM_JOB_ID granted=$(squeue -h -j $SLURM_JOB_ID -o %m,%l,%C) "
+            "vcebench=$(command -v vcebench) > {output}"
 
-    rule report_task:
-        output: "report.txt"
+    rule regression:
+        output: "never.txt"
         threads: 1
-        shell: "{RECORD}"
+        shell: "echo failing on purpose in job $SLURM_JOB_ID >&2; exit 3"
     """
-).replace(
-    "{RECORD}",
-    "echo job=$SLURM_JOB_ID mem=$SLURM_MEM_PER_NODE cpus=$SLURM_CPUS_PER_TASK "
-    "limit=$(squeue -h -j $SLURM_JOB_ID -o %l) vcebench=$(command -v vcebench) > {output}",
 )
 
 
-def _record(path: Path) -> dict[str, str]:
-    return dict(item.split("=", 1) for item in path.read_text().split())
-
-
 def test_profile_runs_jobs_through_sbatch(slurm: SlurmCluster, tmp_path: Path) -> None:
-    """Every rule becomes a SLURM job carrying the profile's per-rule memory / runtime and the rule's threads."""
+    """Each rule becomes a SLURM job with the profile's per-rule resources; a failing job fails the run."""
     (tmp_path / "Snakefile").write_text(_SNAKEFILE)
     t0 = time.monotonic()
-    _snakemake(slurm, ["--snakefile", str(tmp_path / "Snakefile"), "--directory", str(tmp_path)],
-               cwd=tmp_path, timeout=150)
+    args = ["--retries", "0", "--snakefile", str(tmp_path / "Snakefile"), "--directory", str(tmp_path)]
+    r = _snakemake(slurm, args, cwd=tmp_path, timeout=150, expect_ok=False)
     elapsed = time.monotonic() - t0
-    merge, report = _record(tmp_path / "merge.txt"), _record(tmp_path / "report.txt")
-    assert merge["job"].isdigit() and report["job"].isdigit(), (merge, report)
-    assert merge["job"] != report["job"]
-    # profile set-resources win over the rule's own resources (mem_mb=100, runtime=1)
-    assert (merge["mem"], merge["limit"], merge["cpus"]) == ("4000", "15:00", "1"), merge
-    assert (report["mem"], report["limit"], report["cpus"]) == ("2000", "15:00", "1"), report
-    assert Path(merge["vcebench"]).parent == BIN  # the venv reached the job through --export=ALL
-    states = slurm.run("squeue", "--states=all", "-h", "-o", "%i %T").stdout.split("\n")
-    finished = {line.split()[0]: line.split()[1] for line in states if line.strip()}
-    assert finished.get(merge["job"]) == "COMPLETED" and finished.get(report["job"]) == "COMPLETED", finished
-    print(f"two SLURM jobs through profiles/slurm in {elapsed:.1f} s")
-
-
-def test_failed_job_fails_the_run_with_its_log(slurm: SlurmCluster, tmp_path: Path) -> None:
-    """A job exiting non-zero is reported as failed (after the profile's retry), not as success."""
-    (tmp_path / "Snakefile").write_text(textwrap.dedent(
-        """
-        rule regression:
-            output: "never.txt"
-            threads: 1
-            shell: "echo failing on purpose attempt {resources.mem_mb} >&2; exit 3"
-        """
-    ))
-    env = dict(slurm.env, PATH=f"{BIN}{os.pathsep}{slurm.env.get('PATH', '')}")
-    r = subprocess.run(
-        [str(BIN / "snakemake"), "--profile", str(PROFILE), *FAST_POLL, "--retries", "0",
-         "--snakefile", str(tmp_path / "Snakefile"), "--directory", str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150,
-    )
-    assert r.returncode != 0, r.stderr[-3000:]
+    assert r.returncode != 0, "a failed SLURM job must fail the snakemake run"
     assert not (tmp_path / "never.txt").exists()
-    assert "SLURM-job" in r.stderr and "FAILED" in r.stderr, r.stderr[-3000:]
+    err = r.stderr
+    assert "SLURM-job" in err and "'FAILED'" in err and "failing on purpose" in err, err[-3000:]
+    # keep-going (profile): the independent job finished, with the profile's set-resources, not
+    # the rule's own mem_mb=100 / runtime=1
+    assert (tmp_path / "merge.txt").exists(), f"{r.stderr[-4000:]}\n{slurm.diagnostics()}"
+    merge = dict(item.split("=", 1) for item in (tmp_path / "merge.txt").read_text().split())
+    assert merge["job"].isdigit(), merge
+    assert merge["granted"] == "4000M,15:00,1", merge  # memory, time limit, CPUs
+    assert Path(merge["vcebench"]).parent == BIN  # the venv reached the job through --export=ALL
+    lines = slurm.run("squeue", "--states=all", "-h", "-o", "%i %T").stdout.splitlines()
+    states = dict(line.split() for line in lines if line.strip())
+    assert states.get(merge["job"]) == "COMPLETED", states
+    assert sorted(states.values()) == ["COMPLETED", "FAILED"], states
+    print(f"two SLURM jobs through profiles/slurm in {elapsed:.1f} s")
 
 
 def test_cluster_teardown_leaves_no_process() -> None:
@@ -155,10 +139,11 @@ def test_cluster_teardown_leaves_no_process() -> None:
     except ClusterUnavailable as e:
         pytest.skip(f"one-node SLURM cluster cannot run on this machine: {e}")
     try:
-        job = cluster.run("sbatch", "--parsable", "--mem", "100", "-o", "/dev/null", "--wrap", "sleep 300").stdout
+        job = cluster.run("sbatch", "--parsable", "--mem", "100", "-o", "/dev/null", "--wrap", "sleep 300")
+        job = job.stdout.strip()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            if cluster.run("squeue", "-h", "-j", job.strip(), "-o", "%T").stdout.strip() == "RUNNING":
+            if cluster.run("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() == "RUNNING":
                 break
             time.sleep(0.3)
         else:
@@ -174,6 +159,35 @@ def test_cluster_teardown_leaves_no_process() -> None:
     assert cluster.stray_pids() == []
     for pid in pids:
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_daemon_failure_is_reported_with_its_log_and_cleaned_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon that dies at start-up gives ClusterUnavailable quoting its output; the others are stopped."""
+    import slurm_cluster
+
+    if missing_binaries():
+        pytest.skip(f"SLURM/munge not installed: {', '.join(missing_binaries())}")
+    fake = tmp_path / "slurmd"
+    fake.write_text("#!/bin/sh\necho 'slurmd: fatal: pretend cgroup failure' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    real = slurm_cluster.find_binary
+    monkeypatch.setattr(slurm_cluster, "find_binary", lambda n: str(fake) if n == "slurmd" else real(n))
+    with pytest.raises(ClusterUnavailable) as info:
+        start_cluster(timeout=20)
+    msg = str(info.value)
+    assert "slurmd exited with rc=1" in msg and "pretend cgroup failure" in msg, msg
+    root = Path(msg.split("--- munged", 1)[1].split(", ", 1)[1].split("/log/", 1)[0])
+    assert not root.exists()  # state directory removed
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _mentions(p, str(root))]
+
+
+def _mentions(proc: Path, marker: str) -> bool:
+    try:
+        return marker.encode() in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _render_implemented() -> bool:

@@ -48,13 +48,31 @@ class FlopCount:
     by_op: dict[str, int] = field(default_factory=dict)
 
 
+class _GlobalOnly:
+    """Stand-in for FlopCounterMode's ModuleTracker: totals only, no module hooks.
+
+    The tracker's backward hooks raise inside ``torch.autograd.grad`` ("A leaf node was passed to
+    _will_engine_execute_node ..."), which every guidance step uses; per-module splits are not needed.
+    """
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> _GlobalOnly:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def count_flops(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, FlopCount]:
     """Run ``fn(*args, **kwargs)`` under FlopCounterMode (math SDPA backend); return (result, count).
 
     Works on ``meta`` tensors too (shapes only, nothing computed), which is how the paper-size
-    networks are counted without running them.
+    networks are counted without running them, and with ``torch.autograd.grad`` inside ``fn``.
     """
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+    counter = FlopCounterMode(display=False)
+    counter.mod_tracker = _GlobalOnly()  # see _GlobalOnly
+    with sdpa_kernel(SDPBackend.MATH), counter:
         out = fn(*args, **kwargs)
     by_op = {str(k): int(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
     return out, FlopCount(total=int(counter.get_total_flops()), by_op=by_op)

@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
     p.add_argument("--only", action="append", metavar="METRIC",
                    help="evaluate only these metric families (repeatable), e.g. --only FID --only FR")
+    p.add_argument("--strict", action="store_true",
+                   help="fail when a metric has too few samples (default: write null and the reason under "
+                        "`skipped`, e.g. FID of a method with < 2 successful counterfactuals)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_config_arg(p)
     p.set_defaults(func=run)
@@ -73,10 +76,13 @@ def _run(args: argparse.Namespace) -> int:
     cfs = args.cfs or f"results/{task.name}/{method}/counterfactuals.npz"
     out = args.out or f"results/{task.name}/{method}/metrics.json"
     result = evaluate_task(cfg, task, method, cfs, fid_ref=args.fid_ref, data_dir=args.data,
-                           model_dir=args.models, device=device, only=args.only, progress=not args.no_progress)
+                           model_dir=args.models, device=device, only=args.only, progress=not args.no_progress,
+                           strict=args.strict)
     from ..io import write_json
 
     write_json(out, result)
+    for name, reason in result["skipped"].items():
+        print(f"vcebench evaluate: warning: {name} skipped: {reason}", file=sys.stderr)
     shown = ", ".join(f"{k}={v:.4g}" if v is not None else f"{k}=skipped" for k, v in result["metrics"].items())
     print(f"{task.name}/{method}: {shown} ({result['seconds_total']:.1f} s) -> {out}")
     return 0
@@ -112,7 +118,8 @@ def write_reference(cfg: dict, task, out: str, data_dir: str | None, model_dir: 
 
 def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str | None = None,
                   data_dir: str | None = None, model_dir: str = "resources/models", device="cpu",
-                  only: list[str] | None = None, progress: bool = False, models=None) -> dict:
+                  only: list[str] | None = None, progress: bool = False, strict: bool = False,
+                  models=None) -> dict:
     """Everything `vcebench evaluate` writes to metrics.json (``models``: preloaded TaskModels, tests)."""
     from metrics import build_metrics, metric_names, required_roles
     from metrics.base import SUBSETS
@@ -168,14 +175,15 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
             checks["target_not_1_minus_pred"] += int((b.target != 1 - b.pred).sum())
             yield b
 
-    core = run_metrics(metrics, batches(), progress=progress)
+    core = run_metrics(metrics, batches(), progress=progress, strict=strict)
     used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
     return {
-        "task": task.name, "method": method,
+        "task": task.name, "method": method, "n_inputs": int(len(ids)),
         "metrics": core["metrics"], "higher_is_better": core["higher_is_better"], "n": core["n"],
         "models": {r: models.names.get(r, r) for r in used},
         "subsets": core["subsets"], "subset_definitions": SUBSETS,
         "seeds": list(cfg.get("metrics", {}).get("sfid_seeds", [])), "seed": cfg.get("seed"),
+        "frechet_method": cfg.get("metrics", {}).get("frechet_method", "sqrtm"),
         "skipped": core["skipped"], "checks": checks,
         "inputs": {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": split_name,
                    "n_counterfactuals": int(len(ids))},

@@ -59,11 +59,13 @@ def load_chexpert(dc: dict, split: str, seed: int = 0) -> Split:
     meta = meta[meta["Frontal/Lateral"] == "Frontal"]
     meta = meta.assign(key=meta["Path"].map(_key)).drop_duplicates("key").set_index("key")
     pm = _read_csv(pm_path, "pacemaker_csv", ("Path", "Pacemaker"))
-    bad = ~pm["Pacemaker"].isin([0, 1, 0.0, 1.0])
+    values = pd.to_numeric(pm["Pacemaker"], errors="coerce")
+    bad = ~values.isin([0, 1])
     if bad.any():
         i = int(np.nonzero(bad.to_numpy())[0][0])
         raise DatasetError(f"{pm_path} (config key `datasets.chexpert.pacemaker_csv`), row {i + 2}: Pacemaker must "
                            f"be 0 or 1, got {pm['Pacemaker'].iloc[i]!r}")
+    pm = pm.assign(Pacemaker=values)
     pm = pm.assign(key=pm["Path"].map(_key)).drop_duplicates("key").set_index("key")
     keys = sorted(set(pm.index) & set(meta.index))
     if not keys:

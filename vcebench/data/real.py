@@ -111,8 +111,8 @@ def make_reader(paths: Sequence[str], sample_ids: Sequence[int], resolution: int
     """A reader ``rows -> uint8 tensor rows x C x res x res``: resize the shorter side to ``resolution``
     (PIL bilinear, antialiased, as torchvision's ``Resize``) and centre-crop, as DiME/ACE/FastDiME."""
     from PIL import Image, UnidentifiedImageError
-    from torchvision.transforms import functional as TF
     from torchvision.transforms import InterpolationMode
+    from torchvision.transforms import functional as TF
 
     mode = "RGB" if channels == 3 else "L"
 
@@ -125,7 +125,7 @@ def make_reader(paths: Sequence[str], sample_ids: Sequence[int], resolution: int
                     im = im.convert(mode)
                     im = TF.resize(im, resolution, interpolation=InterpolationMode.BILINEAR)
                     im = TF.center_crop(im, resolution)
-                    arr = np.asarray(im, dtype=np.uint8)
+                    arr = np.array(im, dtype=np.uint8)
             except (OSError, UnidentifiedImageError, ValueError) as e:
                 raise DatasetError(f"{dataset}: cannot read image of sample {sample_ids[r]} at {path}: {e} "
                                    f"(expected a readable JPEG/PNG; re-download it from {SOURCES[dataset]})") from None

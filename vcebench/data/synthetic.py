@@ -142,7 +142,8 @@ class SyntheticDataset:
             out[sl] = (img * 2 - 1).clamp_(-1, 1)
         return out
 
-    def render_uint8(self, sample_ids: torch.Tensor | Sequence[int], labels: torch.Tensor | None = None) -> torch.Tensor:
+    def render_uint8(self, sample_ids: torch.Tensor | Sequence[int],
+                     labels: torch.Tensor | None = None) -> torch.Tensor:
         """uint8 N x C x H x W, quantised as ``round((x + 1) * 127.5)``."""
         return ((self.render(sample_ids, labels) + 1) * 127.5).round_().to(torch.uint8)
 

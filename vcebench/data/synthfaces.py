@@ -189,7 +189,7 @@ class SynthFaces(SyntheticDataset):
         skin = _mix(D.rgb(0.97, 0.82, 0.71), D.rgb(0.40, 0.26, 0.18), t)
         skin = skin + (p["skin_hue"] - 0.5).view(-1, 1, 1, 1) * D.rgb(0.06, 0.0, -0.05)
         grey = skin.mean(1, keepdim=True) * D.rgb(1.02, 1.0, 0.96)
-        skin = skin + bc(old) * (0.35 * (grey - skin) - 0.05 * skin)
+        skin = skin + bc(old) * (0.45 * (grey - skin) - 0.06 * skin)
         other = _mix(D.rgb(0.50, 0.22, 0.10), D.rgb(0.24, 0.15, 0.09), p["other_hair"])
         hair = other
         for name, col in (("Brown_Hair", D.rgb(0.42, 0.26, 0.14)), ("Black_Hair", D.rgb(0.09, 0.075, 0.07)),
@@ -198,7 +198,7 @@ class SynthFaces(SyntheticDataset):
         hair = hair * bc(0.9 + 0.2 * p["hair_tone"])
         hair = hair + bc(old * (1 - lab["Gray_Hair"])) * 0.4 * (D.rgb(0.66, 0.66, 0.68) - hair)
         brow = hair * 0.75 * (1 - 0.25 * bc(lab["Blond_Hair"] + lab["Gray_Hair"]).clamp(max=1)) + 0.02
-        lips = skin * D.rgb(0.78, 0.48, 0.48)
+        lips = skin + 0.55 * (D.rgb(0.55, 0.20, 0.22) - skin)
         lips = torch.where(bc(lab["Wearing_Lipstick"]) > 0.5, D.rgb(0.72, 0.10, 0.16).expand(B, 3, 1, 1), lips)
         iris_choices = torch.cat([D.rgb(0.36, 0.21, 0.10), D.rgb(0.16, 0.10, 0.07), D.rgb(0.30, 0.46, 0.66),
                                   D.rgb(0.36, 0.46, 0.30)], 0)
@@ -278,18 +278,18 @@ class SynthFaces(SyntheticDataset):
             w = c.window(-0.35, 0.35, -0.55, -0.2)
             for k in range(3):
                 yk = bc(ey - 0.23 - 0.06 * k) + 0.06 * w.X ** 2
-                d = (w.Y - yk).abs() - 0.010
+                d = (w.Y - yk).abs() - 0.013
                 d = torch.maximum(d, w.X.abs() - 0.22 + 0.03 * k)
-                w.scale(bc(torch.full((B,), 0.72)), c.cover(d) * bc(old))
+                w.scale(bc(torch.full((B,), 0.62)), c.cover(d) * bc(old))
             w = c.window(-0.36, 0.36, -0.1, 0.1)
             for s in (-1.0, 1.0):
                 d = D.sd_ellipse(w.X, w.Y, bc(s * ex), bc(ey + 0.045), bc(0.085 * esz), 0.045)
-                ring = torch.maximum(d.abs() - 0.012, bc(ey + 0.05) - w.Y)
-                w.scale(bc(torch.full((B,), 0.70)), c.cover(ring) * bc(old))
+                ring = torch.maximum(d.abs() - 0.017, bc(ey + 0.05) - w.Y)
+                w.scale(bc(torch.full((B,), 0.58)), c.cover(ring) * bc(old))
             w = c.window(-0.3, 0.3, 0.1, 0.5)
             for s in (-1.0, 1.0):
                 d = D.sd_segment(w.X, w.Y, bc(s * 0.085 * nw), bc(ny + 0.0), bc(s * (mw + 0.045)), bc(my + 0.045))
-                w.scale(bc(torch.full((B,), 0.72)), c.cover(d - 0.011) * bc(old))
+                w.scale(bc(torch.full((B,), 0.6)), c.cover(d - 0.014) * bc(old))
 
         # --- beard / moustache
         if bool((lab["No_Beard"] < 0.5).any()):
@@ -317,11 +317,11 @@ class SynthFaces(SyntheticDataset):
 
         # --- mouth
         w = c.window(-0.35, 0.35, 0.18, 0.6)
-        mw_e = mw * (1 + 0.25 * smile)
+        mw_e = mw * (1 + 0.3 * smile)
         xn = w.X / bc(mw_e)
         env = (1 - xn ** 2).clamp(min=0).sqrt()
         inside_x = 1 - xn.abs()
-        bend = -(0.095 + 0.03 * p["smile_amt"]) * smile + (0.012 * p["mouth_curve"]) * (1 - smile)
+        bend = -(0.11 + 0.03 * p["smile_amt"]) * smile + (0.012 * p["mouth_curve"]) * (1 - smile)
         ctr = bc(my) + bc(bend) * xn ** 2
         gap = mopen * (0.030 + 0.015 * p["open_amt"] + 0.018 * smile)
         tu, tl = bc(0.026 * lipk), bc(0.034 * lipk)
@@ -334,8 +334,8 @@ class SynthFaces(SyntheticDataset):
         d_teeth = torch.maximum(torch.maximum(ctr - g_up * env - w.Y, w.Y - ctr - 0.35 * g_lo * env),
                                 -inside_x * 0.2 - 0.01)
         w.paint(c.cover(d_teeth) * bc(((gap > 0) & (smile > 0.5)).float()), D.rgb(0.95, 0.93, 0.88).expand(B, 3, 1, 1))
-        d_line = torch.maximum((w.Y - ctr).abs() - bc(0.007 + 0.006 * smile), -inside_x * 0.2)
-        w.scale(bc(torch.full((B,), 0.45)), c.cover(d_line) * bc((gap <= 0).float()))
+        d_line = torch.maximum((w.Y - ctr).abs() - bc(0.008 + 0.007 * smile), -inside_x * 0.2)
+        w.scale(bc(torch.full((B,), 0.35)), c.cover(d_line) * bc((gap <= 0).float()))
         for s in (-1.0, 1.0):  # smile lines at the mouth corners
             d = D.sd_segment(w.X, w.Y, bc(s * (mw_e + 0.025)), bc(my + bend - 0.05), bc(s * (mw_e + 0.045)),
                              bc(my + bend + 0.03)) - 0.011

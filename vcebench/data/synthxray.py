@@ -80,92 +80,95 @@ class SynthXray(SyntheticDataset):
         male, cardio, pace, eff = lab["Male"], lab["Cardiomegaly"], lab["Pacemaker"], lab["Effusion"]
         g = lambda v: torch.full((B, 1, 1, 1), float(v))  # noqa: E731
 
-        bw = (0.78 + 0.10 * p["body_w"]) * (1 + 0.08 * male)
-        lw = 0.92 + 0.14 * p["lung_w"] + 0.05 * male
+        bw = (0.86 + 0.08 * p["body_w"]) * (1 + 0.05 * male)
+        lw = 0.92 + 0.12 * p["lung_w"] + 0.05 * male
         lh = (0.92 + 0.12 * p["lung_h"]) * (0.97 + 0.06 * p["inspire"])
         hs = (0.94 + 0.12 * p["heart"]) * (1 + 0.36 * cardio)
-        base = 0.40 * lh + 0.08
+        base = 0.38 * lh + 0.10          # lung bases (diaphragm) at the lateral sides
+        top = -0.62 * lh + 0.02          # lung apices
 
-        # --- air and body
+        # --- air and body (soft tissue), shoulders and neck
         w = c.full()
-        c.img.copy_((0.05 + 0.04 * (w.Y + 1) / 2).expand(B, 1, c.S, c.S))
-        d_body = torch.minimum(D.sd_box(w.X, w.Y, 0.0, 0.45, bc(bw), 0.95, 0.40),
-                               D.sd_box(w.X, w.Y, 0.0, -0.8, 0.17, 0.35, 0.05))
-        d_body = torch.minimum(d_body, D.sd_ellipse(w.X, w.Y, 0.0, -0.52, bc(bw * 1.18), 0.26))
-        w.paint(D.soft(d_body, 0.06), 0.40 + 0.06 * bc(p["tissue"]))
+        c.img.copy_((0.04 + 0.03 * (w.Y + 1) / 2).expand(B, 1, c.S, c.S))
+        d_body = D.sd_box(w.X, w.Y, 0.0, 0.35, bc(bw), 0.95, 0.35)
+        d_body = torch.minimum(d_body, D.sd_box(w.X, w.Y, 0.0, -0.8, 0.16, 0.35, 0.05))
+        w.paint(D.soft(d_body, 0.10), 0.36 + 0.06 * bc(p["tissue"]))
 
-        # --- lungs with vascular texture
+        # --- lungs (wider at the base) with vascular texture
         tex = F.interpolate(self.texture(ids), size=(c.S, c.S), mode="bicubic", align_corners=False)
         d_lung = None
         for s in (-1.0, 1.0):
-            cx = bc(s * 0.34 * lw)
-            rx, ry = bc(0.25 * lw), bc(0.56 * lh)
-            d = D.sd_ellipse(w.X, w.Y, cx, -0.05, rx, ry)
-            dome = bc(base) - 0.10 * (1 - ((w.X - cx) / rx).clamp(-1, 1) ** 2)
+            cx = bc(s * 0.38 * lw)
+            rx, ry = bc(0.31 * lw), bc((base - top) / 2 + 0.08)
+            cy = bc((base + top) / 2)
+            widen = 0.62 + 0.38 * ((w.Y - bc(top)) / bc(base - top)).clamp(0, 1) ** 0.6
+            d = D.sd_ellipse(w.X, w.Y, cx + s * (1 - widen) * 0.05, cy, rx * widen, ry.expand_as(widen))
+            dome = bc(base) - 0.09 * (1 - ((w.X - cx) / rx).clamp(-1, 1) ** 2)
             d = torch.maximum(d, w.Y - dome)
-            d = torch.maximum(d, 0.07 - s * w.X)
+            d = torch.maximum(d, 0.09 - s * w.X)
             d_lung = d if d_lung is None else torch.minimum(d_lung, d)
-        lung_a = D.soft(d_lung, 0.05)
-        hilum = torch.exp(-((w.X.abs() - 0.18) ** 2 + (w.Y - 0.05) ** 2) / 0.04)
-        lung_col = (0.13 + 0.05 * tex + 0.10 * hilum).clamp(0.03, 0.4)
-        w.paint(lung_a * 0.92, lung_col)
+        lung_a = D.soft(d_lung, 0.06)
+        hilum = torch.exp(-((w.X.abs() - 0.2) ** 2 + (w.Y - 0.0) ** 2) / 0.03)
+        lung_col = (0.12 + 0.04 * tex + 0.10 * hilum).clamp(0.03, 0.4)
+        w.paint(lung_a * 0.95, lung_col)
 
-        # --- breast shadows (women), effusion
-        w2 = c.window(-0.9, 0.9, 0.05, 0.9)
+        # --- ribs (posterior arcs over the thorax), clavicles
+        w4 = c.window(-0.95, 0.95, -0.8, 0.6)
+        period = bc(0.11 + 0.02 * p["rib_period"])
+        v = w4.Y - 0.45 * w4.X ** 2 + bc(p["rib_phase"] * 0.1)
+        q = (v / period) - torch.floor(v / period)
+        d = (q - 0.5).abs() * period - 0.22 * period
+        thorax = D.soft(torch.maximum(D.sd_ellipse(w4.X, w4.Y, 0.0, bc((base + top) / 2), bc(0.70 * lw),
+                                                   bc((base - top) / 2 + 0.1)), w4.Y - bc(base)), 0.08)
+        w4.get().add_(0.09 * D.soft(d, 0.02 * period) * thorax * (w4.X.abs() > 0.08).float())
         for s in (-1.0, 1.0):
-            d = D.sd_ellipse(w2.X, w2.Y, s * 0.40, 0.50, 0.30, 0.20)
-            w2.paint(D.soft(d, 0.12) * bc(0.55 * (1 - male)), g(0.42))
+            d = D.sd_segment(w4.X, w4.Y, s * 0.08, bc(top + 0.05 + 0.04 * p["clav"]), s * 0.62,
+                             bc(top - 0.06 + 0.04 * p["clav"])) - 0.03
+            w4.paint(D.soft(d, 0.02) * 0.75, g(0.58))
+
+        # --- breast shadows (women), effusion at the lung bases
+        w2 = c.window(-0.9, 0.9, 0.0, 0.9)
+        for s in (-1.0, 1.0):
+            d = D.sd_ellipse(w2.X, w2.Y, s * 0.42, bc(base), 0.32, 0.22)
+            w2.get().add_(0.06 * D.soft(d, 0.15) * bc(1 - male))
         side = p["eff_side"]
         for s in (-1.0, 1.0):
-            on = eff * torch.where(torch.as_tensor(s) < 0, (side < 0.6).float(), (side > 0.4).float())
-            cx = s * 0.34 * lw
-            level = bc(base - 0.10 - 0.12 * p["eff_h"]) - 0.18 * ((w2.X - bc(cx)) * s / bc(0.25 * lw)).clamp(0, 1) ** 2
-            d = torch.maximum(level - w2.Y, D.sd_ellipse(w2.X, w2.Y, bc(cx), -0.05, bc(0.27 * lw), bc(0.6 * lh)))
-            d = torch.maximum(d, 0.07 - s * w2.X)
-            w2.paint(D.soft(d, 0.04) * bc(0.85 * on), g(0.46))
+            on = eff * ((side < 0.6) if s < 0 else (side > 0.4)).float()
+            cx = s * 0.38 * lw
+            level = bc(base - 0.12 - 0.12 * p["eff_h"]) - 0.15 * ((w2.X - bc(cx)) * s / bc(0.27 * lw)).clamp(0, 1) ** 2
+            d = torch.maximum(level - w2.Y, D.sd_ellipse(w2.X, w2.Y, bc(cx), bc(base - 0.3), bc(0.35 * lw), 0.5))
+            d = torch.maximum(d, torch.maximum(0.09 - s * w2.X, w2.Y - bc(base) - 0.05))
+            w2.paint(D.soft(d, 0.04) * bc(0.8 * on), g(0.40))
 
-        # --- heart, mediastinum, spine
-        w3 = c.window(-0.6, 0.7, -0.8, 0.8)
-        d = D.sd_ellipse(w3.X, w3.Y, bc(0.07 + 0.04 * p["heart_x"] + 0.05 * (hs - 1)), bc(base - 0.17),
-                         bc(0.21 * hs), bc(0.17 * (1 + 0.4 * (hs - 1))))
-        w3.paint(D.soft(d, 0.05) * 0.95, g(0.47))
-        d = D.sd_box(w3.X, w3.Y, 0.0, -0.25, 0.085, 0.6, 0.05)
-        w3.paint(D.soft(d, 0.04) * 0.9, g(0.50))
+        # --- mediastinum, spine, heart
+        w3 = c.window(-0.7, 0.7, -0.9, 0.8)
+        d = D.sd_box(w3.X, w3.Y, 0.0, -0.3, 0.09, 0.6, 0.05)
+        w3.paint(D.soft(d, 0.05) * 0.9, g(0.46))
         sw = 0.05 + 0.015 * p["spine_w"]
         d = D.sd_box(w3.X, w3.Y, 0.0, 0.0, bc(sw), 0.95, 0.02)
-        band = 0.9 + 0.12 * torch.cos(w3.Y * (2 * math.pi / 0.115))
-        w3.paint(c.cover(d) * 0.6, 0.62 * band)
+        band = 1 + 0.06 * torch.cos(w3.Y * (2 * math.pi / 0.11))
+        w3.paint(D.soft(d, 0.02) * 0.5, 0.55 * band)
+        hx, hy = 0.08 + 0.04 * p["heart_x"] + 0.06 * (hs - 1), base - 0.19 - 0.03 * (hs - 1)
+        d = D.sd_ellipse(w3.X, w3.Y, bc(hx), bc(hy), bc(0.26 * hs), bc(0.19 * (1 + 0.4 * (hs - 1))))
+        w3.paint(D.soft(d, 0.04) * 0.95, g(0.50))
 
-        # --- ribs and clavicles
-        w4 = c.window(-0.95, 0.95, -0.75, 0.6)
-        period = bc(0.105 + 0.02 * p["rib_period"])
-        v = w4.Y - 0.55 * w4.X.abs() ** 2 + bc(p["rib_phase"] * 0.1)
-        q = (v / period) - torch.floor(v / period)
-        d = (q - 0.5).abs() * period - 0.28 * period
-        thorax = D.soft(torch.maximum(D.sd_ellipse(w4.X, w4.Y, 0.0, -0.05, bc(0.72 * lw), bc(0.64 * lh)),
-                                      bc(base + 0.02) - 0.1 - w4.Y), 0.06)
-        w4.scale(g(1.45), c.cover(d) * thorax * (w4.X.abs() > 0.05).float())
-        for s in (-1.0, 1.0):
-            d = D.sd_segment(w4.X, w4.Y, s * 0.07, bc(-0.56 + 0.04 * p["clav"]), s * 0.60,
-                             bc(-0.66 + 0.04 * p["clav"])) - 0.028
-            w4.paint(c.cover(d) * 0.8, g(0.62))
-
-        # --- pacemaker: device + lead
+        # --- pacemaker: generator under a clavicle + lead to the right ventricle
         if bool((pace > 0.5).any()):
-            w5 = c.window(-0.75, 0.75, -0.7, 0.5)
+            w5 = c.window(-0.75, 0.75, -0.7, 0.6)
             ds = torch.where(p["dev_side"] < 0.85, 1.0, -1.0)
-            dx, dy = ds * (0.40 + 0.12 * p["dev_x"]), -0.46 + 0.10 * p["dev_y"]
+            dx, dy = ds * (0.38 + 0.12 * p["dev_x"]), top + 0.12 + 0.08 * p["dev_y"]
             a = bc(pace)
             d = D.sd_box(w5.X, w5.Y, bc(dx), bc(dy), 0.075, 0.055, 0.025)
-            t = torch.linspace(0, 1, 9).view(1, -1)
-            hx, hy = 0.03 + 0.05 * p["heart_x"], base - 0.2
-            cx1, cy1 = dx * 0.35, dy + 0.2 + 0.25 * p["lead_bend"]
-            px = (1 - t) ** 2 * (dx - ds * 0.06).view(-1, 1) + 2 * t * (1 - t) * cx1.view(-1, 1) + t ** 2 * hx.view(-1, 1)
-            py = (1 - t) ** 2 * (dy + 0.03).view(-1, 1) + 2 * t * (1 - t) * cy1.view(-1, 1) + t ** 2 * hy.view(-1, 1)
-            d_lead = D.sd_polyline(w5.X, w5.Y, px, py) - 0.011
-            w5.paint(c.cover(d_lead) * a, g(0.90))
+            t = torch.linspace(0, 1, 13).view(1, -1)
+            pts = [(dx - ds * 0.07, dy + 0.02), (dx * 0.3, dy + 0.02), (0.02 + 0.06 * p["lead_bend"], hy - 0.35),
+                   (hx + 0.08 * hs, hy + 0.05)]
+            bern = [(1 - t) ** 3, 3 * t * (1 - t) ** 2, 3 * t ** 2 * (1 - t), t ** 3]
+            px = sum(b * torch.as_tensor(q[0]).view(-1, 1) for b, q in zip(bern, pts))
+            py = sum(b * torch.as_tensor(q[1]).view(-1, 1) for b, q in zip(bern, pts))
+            d_lead = D.sd_polyline(w5.X, w5.Y, px, py) - 0.008
+            w5.paint(c.cover(d_lead) * a * 0.9, g(0.92))
             w5.paint(c.cover(d) * a, g(0.97))
-            w5.paint(c.cover(d + 0.03) * a, g(0.88))
+            w5.paint(c.cover(d + 0.03) * a, g(0.86))
 
         # --- exposure and contrast
         img = c.finish(self.pose(p))

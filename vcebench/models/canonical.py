@@ -88,7 +88,9 @@ def _sub(role: str, path: Any, ck: Any, key: str) -> dict[str, Tensor]:
     return ck[key]
 
 
-def strip_prefix(state: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+def strip_prefix(state: Any, prefix: str) -> dict[str, Tensor]:
+    if not isinstance(state, dict):
+        raise CheckpointError(f"expected a state dict, got {type(state).__name__}")
     return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in state.items()}
 
 
@@ -260,6 +262,13 @@ class InceptionPool3(nn.Module):
         return F.adaptive_avg_pool2d(x, 1).flatten(1)
 
 
+def vgg19_features() -> nn.Sequential:
+    """torchvision VGG-19 ``features`` (config 'E') without building the 120M-parameter classifier."""
+    from torchvision.models.vgg import cfgs, make_layers
+
+    return make_layers(cfgs["E"], batch_norm=False)
+
+
 class VGGFeatureMSE(nn.Module):
     """DiME ``PerceptualLoss``: per-sample MSE of VGG-19 ``features[:layer]`` on ImageNet-normalised inputs."""
 
@@ -389,10 +398,11 @@ def load_canonical(role: str, spec: dict, task: Task, key: str) -> tuple[nn.Modu
         return _Dim(InceptionPool3(net), 2048, name or "inception-v3-pool3"), \
             f"{name or 'inception-v3-pool3'} (pytorch-fid weights, {path.name})"
     if fmt == "vgg19_dime":
-        state = torch_load(role, path)
-        vgg = torchvision.models.vgg19(weights=None)
-        load_state_strict(role, path, vgg, strip_prefix(state if isinstance(state, dict) else {}, "module."))
-        return VGGFeatureMSE(vgg.features[:18]), f"{name or 'vgg19-features18-mse'} (DiME perceptual loss, {path.name})"
+        state = strip_prefix(torch_load(role, path), "module.")
+        features = vgg19_features()
+        load_state_strict(role, path, features, {k[len("features."):]: v for k, v in state.items()
+                                                 if k.startswith("features.")})
+        return VGGFeatureMSE(features[:18]), f"{name or 'vgg19-features18-mse'} (DiME perceptual loss, {path.name})"
     if fmt == "lpips":
         return _load_lpips(role, spec, path, key)
     raise CheckpointError(f"role {role!r}: unhandled format {fmt!r}")

@@ -299,8 +299,9 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     steps = int(require(cfg_role, "steps", "pmf"))
     warm = int(float(cfg_role.get("fm_warmup", 0.2)) * steps)
 
-    def loss_fn(model: nn.Module, x: Tensor, g: torch.Generator, step: int) -> Tensor:
-        return meanflow_loss(model, x, g, cfg_role, flow_matching_only=step < warm)[0]
+    def loss_fn(model: nn.Module, x: Tensor, g: torch.Generator, step: int) -> tuple[Tensor, Tensor]:
+        loss, per_sample = meanflow_loss(model, x, g, cfg_role, flow_matching_only=step < warm)
+        return loss, per_sample.mean() / x[0].numel()  # logged: unweighted squared error of u per pixel
 
     shadow, stats = train_loop(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress)
     pmf = build_pmf(cfg_role, channels, res)  # plain GroupNorm, contiguous weights

@@ -152,6 +152,7 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
             optimizer.load_state_dict(ck["optimizer"])
             start, losses, seconds = int(ck["step"]), list(ck["losses"]), float(ck["seconds"])
             tqdm.write(f"[{desc}] resuming from {ckpt_path} at step {start}/{steps}")
+    warmup = min(warmup, max(1, steps // 5))
     model.train()
     t0 = time.perf_counter()
     bar = tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not progress,

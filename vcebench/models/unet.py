@@ -175,10 +175,14 @@ def _save_checkpoint(path: Path, model: nn.Module, ema: EMA, opt: torch.optim.Op
                     "step": torch.tensor(step), "losses": torch.tensor(losses, dtype=torch.float64)}, tmp)
 
 
-def train_loop(model: nn.Module, loss_fn: Callable[[nn.Module, Tensor, torch.Generator, int], Tensor],
+def train_loop(model: nn.Module,
+               loss_fn: Callable[[nn.Module, Tensor, torch.Generator, int], Tensor | tuple[Tensor, Tensor]],
                cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True
                ) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Run ``cfg['steps']`` optimiser steps of ``loss_fn(model, x, generator, step)`` on uint8 ``images``.
+
+    ``loss_fn`` returns the loss to minimise, or (that loss, the number to log), e.g. when an adaptive
+    weight makes the minimised loss uninformative.
 
     Resumes from ``out_dir/checkpoint/state.pt`` (written atomically every ``checkpoint_every``
     steps). Returns the EMA state dict and training statistics (budget, wall time, loss curve).
@@ -218,13 +222,14 @@ def train_loop(model: nn.Module, loss_fn: Callable[[nn.Module, Tensor, torch.Gen
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         loss = loss_fn(model, x, g, step)
+        loss, logged = loss if isinstance(loss, tuple) else (loss, loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.get("grad_clip"):
             torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
         opt.step()
         ema.update(model, step)
-        losses.append(float(loss.detach()))
+        losses.append(float(logged.detach()))
         if step % 20 == 0:
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
         if (step + 1) % every == 0 and step + 1 < steps:

@@ -1,0 +1,238 @@
+"""vcebench.profiling, vcebench.paper_scale and `vcebench profile` (issue 6)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from methods.base import Counterfactuals
+from vcebench.profiling import (
+    PeakMemory,
+    conv2d_flops,
+    count_flops,
+    linear_flops,
+    nfe_by_network,
+    nfe_total,
+    profile_run,
+)
+
+
+class TinyConvNet(nn.Module):
+    """conv 3->8 (3x3, pad 1) on 8x8, ReLU, conv 8->4 (3x3, stride 2, pad 1) -> 4x4, linear 64 -> 5."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 4, 3, stride=2, padding=1)
+        self.fc = nn.Linear(64, 5)
+
+    def forward(self, x):
+        return self.fc(F.relu(self.c2(F.relu(self.c1(x)))).flatten(1))
+
+
+def analytic_forward(batch: int) -> int:
+    # By hand: c1 = 2*B*8*8*8*3*9 = 27648 B, c2 = 2*B*4*4*4*8*9 = 9216 B, fc = 2*B*64*5 = 640 B.
+    return batch * (27648 + 9216 + 640)
+
+
+def test_conv_net_flops_equal_analytic_count():
+    net = TinyConvNet().requires_grad_(False)
+    x = torch.randn(2, 3, 8, 8)
+    _, fc = count_flops(net, x)
+    assert fc.total == analytic_forward(2)
+    assert conv2d_flops(3, 8, 3, 8, 8, batch=2) + conv2d_flops(8, 4, 3, 4, 4, batch=2) \
+        + linear_flops(64, 5, batch=2) == analytic_forward(2)
+
+    # Backward to the input only (frozen weights): every layer's input gradient costs its forward.
+    def fwd_bwd():
+        xg = x.clone().requires_grad_(True)
+        net(xg).sum().backward()
+
+    _, both = count_flops(fwd_bwd)
+    assert both.total == 2 * analytic_forward(2)
+
+
+def test_attention_is_counted_with_math_backend():
+    b, h, length, d = 2, 3, 16, 8
+    q, k, v = (torch.randn(b, h, length, d) for _ in range(3))
+    _, fc = count_flops(F.scaled_dot_product_attention, q, k, v)
+    assert fc.total == 2 * (2 * b * h * length * length * d)  # QK^T and AV
+
+
+def test_nfe_by_network_aggregates_means_and_rejects_bad_keys():
+    info = {"nfe_classifier_fwd": torch.tensor([3.0, 5.0]), "nfe_classifier_bwd": torch.tensor([2.0, 4.0]),
+            "nfe_pmf_fwd": torch.tensor([1.0, 2.0]), "failed": torch.tensor([False, False])}
+    nets = nfe_by_network(info)
+    assert nets == {"classifier": {"fwd": 4.0, "bwd": 3.0}, "pmf": {"fwd": 1.5, "bwd": 0.0}}
+    assert nfe_total(nets) == 5.5
+    with pytest.raises(ValueError, match="nfe_<network>"):
+        nfe_by_network({"nfe_classifier": torch.zeros(1)})
+
+
+def test_peak_memory_sees_a_large_cpu_allocation():
+    with PeakMemory("cpu") as mem:
+        big = torch.ones(64, 1024, 1024)  # 256 MiB, touched
+        big += 1
+        del big
+    assert mem.kind == "cpu_peak_rss_increase"
+    assert mem.peak_mb > 128
+
+
+class FakeMethod:
+    """Sample i runs ``i % 3 + 1`` batched classifier calls (its "steps"), counted like methods/ do."""
+
+    def __init__(self):
+        self.net = TinyConvNet().requires_grad_(False)
+
+    def __call__(self, x, target, ids):
+        steps = torch.tensor([int(i) % 3 + 1 for i in ids])
+        count = torch.zeros(len(x))
+        for s in range(int(steps.max())):
+            rows = torch.nonzero(steps > s).flatten()  # compaction: finished rows leave the batch
+            self.net(x[rows])
+            count[rows] += 1
+        return Counterfactuals(images=x.clone(), flipped=steps > 1, steps=steps,
+                               info={"nfe_classifier_fwd": count, "failed": torch.zeros(len(x), dtype=torch.bool)})
+
+
+def test_profile_run_aggregates_flops_nfe_and_steps():
+    x = torch.randn(5, 3, 8, 8)
+    ids = [10, 11, 12, 13, 14]  # steps 2, 3, 1, 2, 3
+    r = profile_run(FakeMethod(), x, torch.zeros(5, dtype=torch.long), ids, batch_size=2)
+    assert r["mean_steps"] == pytest.approx(11 / 5)
+    assert r["nfe_by_network"] == {"classifier": {"fwd": pytest.approx(11 / 5), "bwd": 0.0}}
+    assert r["nfe_per_cf"] == pytest.approx(11 / 5)
+    assert r["flops_per_cf"] == pytest.approx(analytic_forward(1) * 11 / 5)
+    assert r["steps_histogram"] == {1: 1, 2: 2, 3: 2}
+    assert r["flip_rate"] == pytest.approx(4 / 5)
+    assert r["batch_size"] == 2 and r["n"] == 5 and r["sec_per_cf"] > 0
+    # FLOPs on a subset: stated, and per CF over that subset only (steps 2 and 3).
+    r2 = profile_run(FakeMethod(), x, torch.zeros(5, dtype=torch.long), ids, batch_size=2, flop_n=2)
+    assert r2["flop_n"] == 2 and r2["flops_per_cf"] == pytest.approx(analytic_forward(1) * 5 / 2)
+
+
+# --------------------------------------------------------------------------- the real methods
+
+
+def _fire_params(cfg, **over):
+    from vcebench.tasks import get_task, method_params
+
+    p = method_params(cfg, get_task(cfg, "synthfaces_smile"), "fire")
+    p.update({"K": 3, "smoothgrad_n": 4, **over})
+    return p
+
+
+def test_fire_profile_on_tiny_models_matches_algorithm_nfe(cfg):
+    from methods import get_method
+    from vcebench.paper_scale import fire_nfe, tiny_standins
+    from vcebench.rng import SampleGenerators
+
+    models = tiny_standins()
+    method = get_method("fire", _fire_params(cfg))
+    x = torch.rand(3, 3, 8, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    target = 1 - models.classifier(x).argmax(1)
+
+    def call(xb, tb, idb):
+        return method(xb, tb, models, SampleGenerators(0, idb))
+
+    r = profile_run(call, x, target, [0, 1, 2], batch_size=2)
+    expected = {k: v for k, v in fire_nfe(r["mean_steps"], 4).items() if v["fwd"] or v["bwd"]}
+    got = {k: v for k, v in r["nfe_by_network"].items() if v["fwd"] or v["bwd"]}
+    assert got.keys() == expected.keys()
+    for net in got:
+        assert got[net] == pytest.approx(expected[net])
+    assert r["tflops_per_cf"] > 0
+
+
+def test_paper_nfe_counters_match_analytic_counts(cfg):
+    from vcebench.paper_scale import measured_paper_nfe
+
+    out = measured_paper_nfe(cfg, methods=("fire", "maskdime", "fastdime2plus"))
+    for name, d in out.items():
+        assert d["match"], (name, d["nfe"], d["analytic"])
+    assert out["maskdime"]["nfe"]["unet"]["fwd"] == pytest.approx(out["maskdime"]["mean_steps"])  # 1 per step
+
+
+def test_ddpm_family_nfe_follows_the_reference_loops():
+    from vcebench.paper_scale import ddpm_family_nfe
+
+    dime = ddpm_family_nfe("dime", 60)
+    assert dime["unet"]["fwd"] == 60 + sum(range(60))  # guided step + recursive unguided denoising
+    assert ddpm_family_nfe("maskdime", 60, attempts=3)["unet"]["fwd"] == 180
+    assert ddpm_family_nfe("fastdime2", 60)["perceptual"]["bwd"] == 120
+
+
+def test_paper_scale_report_is_consistent_with_its_own_table():
+    from vcebench.paper_scale import CELEBA, fire_nfe, flops_from_nfe, format_markdown, paper_scale_report
+
+    r = paper_scale_report("celeba", fvcore=False)
+    calls = r["networks"]
+    assert calls["unet"]["fwd_flops"] > 50 * calls["classifier"]["fwd_flops"]
+    for pmf, d in r["fire"]["implied"].items():
+        c = {**calls, "pmf": calls["pmf" if pmf == "unet" else "pmf_dit_b16"]}
+        steps = d["mean_updates_for_1.28_PFLOPs"]
+        assert flops_from_nfe(fire_nfe(steps, CELEBA.smoothgrad_n), c) == pytest.approx(1.28e12)
+    assert "MaskDiME / FiRe" in format_markdown(r)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.fixture
+def tiny_load(monkeypatch, cfg):
+    """Replace data + trained-model loading by tiny stand-ins (the profile logic is what is tested)."""
+    from methods import get_method
+    from vcebench.commands import profile as cmd
+    from vcebench.paper_scale import tiny_standins
+    from vcebench.tasks import get_task
+
+    def fake_load(cfg_, task_name, method_name, *, n, device, data_dir, model_dir, overrides):
+        params = _fire_params(cfg_, **overrides)
+        models = tiny_standins()
+        x = torch.rand(n, 3, 8, 8, generator=torch.Generator().manual_seed(1)) * 2 - 1
+        target = 1 - models.classifier(x).argmax(1)
+        return get_task(cfg_, task_name), params, get_method(method_name, params), models, x, target, list(range(n))
+
+    monkeypatch.setattr(cmd, "_load", fake_load)
+    return cmd
+
+
+REQUIRED = ("sec_per_cf", "tflops_per_cf", "nfe_per_cf", "nfe_by_network", "peak_mem_mb", "mean_steps",
+            "batch_size", "device", "flop_convention", "torch", "threads")
+
+
+def test_profile_command_writes_every_field(tiny_load, tmp_path):
+    from vcebench.cli import main
+
+    out = tmp_path / "profile.json"
+    timing = tmp_path / "timing-0-of-1.json"
+    timing.write_text(json.dumps({"seconds": 3.0, "n": 6, "batch_size": 2}))
+    assert main(["profile", "--task", "synthfaces_smile", "--method", "fire", "--n", "3", "--batch-size", "2",
+                 "--out", str(out), "--timings", str(timing)]) == 0
+    d = json.loads(out.read_text())
+    for key in REQUIRED:
+        assert key in d, key
+    assert d["sec_per_cf"] == pytest.approx(0.5) and d["sec_per_cf_profile_run"] > 0
+    assert d["batch_size"] == 2 and d["n"] == 3
+
+
+def test_compare_compaction_runs_both_settings(tiny_load, tmp_path):
+    from vcebench.cli import main
+
+    out = tmp_path / "compaction.json"
+    assert main(["profile", "--task", "synthfaces_smile", "--method", "fire", "--n", "3", "--batch-size", "3",
+                 "--compare-compaction", "--out", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["with_compaction"]["compaction"] is True and d["without_compaction"]["compaction"] is False
+    # Without compaction finished samples still ride along: never fewer FLOPs.
+    assert d["without_compaction"]["flops_per_cf"] >= d["with_compaction"]["flops_per_cf"]
+
+
+def test_profile_command_needs_task_and_method():
+    from vcebench.cli import main
+
+    assert main(["profile", "--method", "fire"]) == 2
