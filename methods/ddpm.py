@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 from .base import FAIL_NONFINITE_STATE, NFE, nonfinite
-from .guidance import p_target  # noqa: F401  (re-exported for methods)
 
 
 def space_timesteps(num_train_timesteps: int, respacing: int) -> list[int]:
@@ -73,12 +72,6 @@ class Schedule:
         x0 = ((z - self._s((1 - self.abar).sqrt(), i, z) * eps) / self._s(self.abar.sqrt(), i, z)).clamp(-1, 1)
         mean = self._s(self.coef_x0, i, z) * x0 + self._s(self.coef_z, i, z) * z
         return mean, self._s(self.variance, i, z), x0
-
-    def check(self, respacing: int, start_step: int, section: str) -> None:
-        from .base import require
-
-        require(1 <= start_step < respacing, section,
-                f"start_step must be in [1, respacing) = [1, {respacing}), got {start_step}")
 
 
 def sample_step(mean: Tensor, var: Tensor, grads: Tensor, i: int, noise: Tensor) -> Tensor:

@@ -61,6 +61,15 @@ class _WithLogit(nn.Module):
         return torch.stack([torch.zeros_like(logit), logit], 1)
 
 
+class _Features(nn.Module):
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net.features(x)
+
+
 class _Oracle(_TinyNet):
     def __init__(self, channels: int, attribute_names: Sequence[str], seed: int):
         super().__init__(channels, len(attribute_names), seed)
@@ -94,9 +103,8 @@ def arch_standin_models(attribute_names: Sequence[str], channels: int = 3, thres
     oracle.attribute_names = list(attribute_names)
     nets = {"classifier": _WithLogit(SyntheticNet("resnet", channels, 16, 1, out_dim=a), threshold),
             "oracle": oracle, "identity": SyntheticNet("resnet", channels, 16, 1, embed_dim=64),
-            "simsiam": SimSiamNet("resnet", channels, 16, 1), "fid_features": SyntheticNet("resnet", channels, 24, 1,
-                                                                                          embed_dim=128)}
-    nets["fid_features"].forward = nets["fid_features"].features
+            "simsiam": SimSiamNet("resnet", channels, 16, 1),
+            "fid_features": _Features(SyntheticNet("resnet", channels, 24, 1, embed_dim=128))}
     return TaskModels(**{k: freeze(v) for k, v in nets.items()}, names={k: f"arch-standin-{k}" for k in nets})
 
 

@@ -142,4 +142,5 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
             out["higher_is_better"][k] = m.higher_is_better[k]
             out["subsets"][k] = m.subset
             out["n"][k] = int(m.n.get(k, 0))
+        out["n"].update({k: int(v) for k, v in m.n.items() if k not in values})  # e.g. FID_originals
     return out

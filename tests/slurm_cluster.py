@@ -266,8 +266,18 @@ def start_cluster(cpus: int = 2, mem_mb: int | None = None, timeout: float = 40.
     cpus / mem_mb: what the node offers (mem_mb defaults to 80 % of this machine's memory, so a
     rule's ``mem_mb`` request that fits the machine is accepted). Raises ClusterUnavailable with
     the daemons' last log lines when a binary is missing or the node is not idle within
-    ``timeout`` seconds; everything started so far is stopped first.
+    ``timeout`` seconds; everything started so far is stopped first. A port taken between
+    picking and binding (another process won the race) gets one more try on fresh ports.
     """
+    try:
+        return _start_once(cpus, mem_mb, timeout)
+    except ClusterUnavailable as e:
+        if "Address already in use" not in str(e):
+            raise
+    return _start_once(cpus, mem_mb, timeout)
+
+
+def _start_once(cpus: int, mem_mb: int | None, timeout: float) -> SlurmCluster:
     missing = missing_binaries()
     if missing:
         raise ClusterUnavailable(

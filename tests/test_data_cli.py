@@ -11,7 +11,7 @@ from vcebench.cli import main
 
 
 def tiny_config(tmp_path):
-    cfg = {"datasets": {"synthfaces": {"n_identities": 10, "images_per_identity": 8},
+    cfg = {"threads": 1, "datasets": {"synthfaces": {"n_identities": 10, "images_per_identity": 8},
                         "synthxray": {"n_patients": 20}}}
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -41,18 +41,19 @@ def test_show_writes_grid_with_counterfactuals(tmp_path):
 
 def test_check_celeba_ok_and_error_exit_codes(tmp_path, capsys):
     root = make_celeba(tmp_path / "celeba", n=8, fmt="csv")
-    assert main(["data", "check", "celeba", "--root", str(root)]) == 0
+    one = tiny_config(tmp_path)
+    assert main(["data", "check", "celeba", "--root", str(root), *one]) == 0
     out = capsys.readouterr().out
     assert "celeba/train: 4 images" in out and "celeba/val: 2 images" in out and "celeba/test: 2 images" in out
-    assert main(["data", "check", "celeba", "--root", str(tmp_path / "missing")]) != 0
+    assert main(["data", "check", "celeba", "--root", str(tmp_path / "missing"), *one]) != 0
     err = capsys.readouterr().err
     assert "datasets.celeba.root" in err and "does not exist" in err and "Traceback" not in err
     (root / "img_align_celeba" / "000002.jpg").write_bytes(b"broken")
-    assert main(["data", "check", "celeba", "--root", str(root), "--read-images"]) != 0
+    assert main(["data", "check", "celeba", "--root", str(root), "--read-images", *one]) != 0
     assert "sample 2" in capsys.readouterr().err
 
 
 def test_bench_prints_rates(tmp_path, capsys):
-    assert main(["data", "bench", "--n", "64", "--resolutions", "32", *tiny_config(tmp_path)]) == 0
+    assert main(["data", "bench", "--n", "32", "--resolutions", "32", *tiny_config(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "synthfaces" in out and "synthxray" in out and "images/s" in out

@@ -96,7 +96,7 @@ def test_measured_correlations_match_documented_matrix(cfg, name):
     if name == "synthfaces":
         c["datasets"][name].update(n_identities=2500, images_per_identity=8)
     else:
-        c["datasets"][name].update(n_patients=20000)
+        c["datasets"][name].update(n_patients=10000)
     ds = get_synthetic(c, name)
     lab = ds.labels(torch.arange(ds.n_samples)).numpy().astype(np.float64)
     measured = np.corrcoef(lab.T)
@@ -137,3 +137,19 @@ def test_cache_round_trip_and_mismatch(cfg, tmp_path):
         load_split(c, "synthxray", "train", data_dir=tmp_path)
     with pytest.raises(DatasetError, match="not in split"):
         back.index_of([10 ** 9])
+
+
+@pytest.mark.parametrize("module", ["synthfaces", "synthxray"])
+def test_docstring_matrix_is_the_sampling_networks(module):
+    import importlib
+
+    mod = importlib.import_module(f"vcebench.data.{module}")
+    names, corr = mod.attribute_correlation()
+    rows = {}
+    for line in mod.__doc__.splitlines():
+        parts = line.split()
+        if parts and parts[0] in names + ["prevalence"] and len(parts) == len(names) + 1:
+            rows[parts[0]] = [float(v) for v in parts[1:]]
+    documented = np.array([rows[n] for n in names])
+    assert np.abs(documented - corr).max() <= 0.006
+    assert np.abs(np.array(rows["prevalence"]) - mod.ATTRIBUTE_NETWORK.marginals()).max() <= 0.006

@@ -219,3 +219,43 @@ def test_every_configured_method_builds(cfg):
         for name in all_methods(cfg):
             m = methods.get_method(name, method_params(cfg, get_task(cfg, task), name))
             assert m.name == name and "classifier" in m.roles
+
+
+def test_batch_independence_with_a_real_unet(world):
+    """A diffusers UNet's batched convolutions are not bitwise batch-invariant on CPU, but close."""
+    x, target, _ = world
+    models = toy_models(unet=True)
+    method = methods.get_method("maskdime", {**TOY_PARAMS["maskdime"], "scales": [8.0]})
+    batch = method(x, target, models, gens(len(x)))
+    alone = method(x[5:6], target[5:6], models, SampleGenerators(0, [5]))
+    torch.testing.assert_close(alone.images[0], batch.images[5], atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+def test_fire_semantic_edits_on_trained_synthfaces(cfg):
+    """With the trained synthetic models: FiRe flips >= 90% of smile inputs and edits the truly changed region
+    (closer to the ground-truth counterfactual there than the input is; most changed pixels inside it)."""
+    from pathlib import Path
+
+    from vcebench.data import eval_split_name, get_synthetic, load_split
+    from vcebench.models import load_task_models
+    from vcebench.tasks import get_task, method_params
+
+    if not Path("resources/models/synthfaces/pmf/metrics.json").exists():
+        pytest.skip("trained synthfaces models not found in resources/models")
+    task = get_task(cfg, "synthfaces_smile")
+    split = load_split(cfg, task.dataset, eval_split_name(task.dataset))
+    ids = split.sample_ids[:32]
+    x = split.float_images(split.index_of(ids))
+    method = methods.get_method("fire", method_params(cfg, task, "fire"))
+    models = load_task_models(cfg, task, roles=method.roles)
+    with torch.no_grad():
+        target = 1 - models.classifier(x).argmax(1)
+    cf = method(x, target, models, SampleGenerators(cfg["seed"], ids, stream="fire"))
+    gt = get_synthetic(cfg, task.dataset).gt_counterfactuals(ids, task.attribute)
+    region = (gt - x).abs().amax(1, keepdim=True) > 0.1
+    changed = (cf.images - x).abs().amax(1, keepdim=True) > 0.1
+    assert cf.flipped.float().mean() >= 0.9
+    err = lambda a: ((a - gt).abs() * region).sum() / region.expand_as(a).sum()  # noqa: E731
+    assert err(cf.images) < err(x)
+    assert (changed & region).sum() > 0.5 * changed.sum()

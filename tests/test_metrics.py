@@ -260,3 +260,41 @@ def test_sigma_l_mean_pairwise_distance():
     m = SigmaL(l1)
     m.update(b)
     assert m.compute()["sigma_L"] == pytest.approx((0.2 + 0.6 + 0.4) / 3)
+
+
+def _cout_reference_transcription(imgs, cfs, model):
+    """ACE eval_utils/cout_metrics.py `calculate_cout` (binary=False branch with softmax over 2 logits),
+    transcribed loop for loop: min-max normalised abs mask, argsort, cumulative insertion, trapezoid."""
+    n, _, h, w = imgs.shape
+    step = max(1, (h * w) // 50)
+    masks = (cfs - imgs).view(n, imgs.shape[1], -1).abs().sum(1)
+    masks = masks - masks.min(1, keepdim=True)[0]
+    masks = masks / masks.max(1, keepdim=True)[0]
+    label = model(imgs).argmax(1)
+    probs = lambda im: torch.softmax(model(im).double(), 1)  # noqa: E731
+    l_ = torch.arange(n)
+    c_curve, cp_curve = [probs(imgs)[l_, label]], [1 - probs(imgs)[l_, label]]
+    num_pixels = h * w
+    cur_mask = torch.zeros(n, num_pixels)
+    elements = torch.argsort(masks, dim=1, descending=True)
+    for pixels in range(0, num_pixels, step):
+        indices = elements[l_, pixels:pixels + step].view(n, -1)
+        cur_mask[l_, indices.permute(1, 0)] = 1
+        up = cur_mask.view(-1, 1, h, w)
+        pr = probs(cfs * up + imgs * (1 - up))
+        c_curve.append(pr[l_, label])
+        cp_curve.append(1 - pr[l_, label])
+    auc = lambda c: (c[0] / 2 + sum(c[1:-1]) + c[-1] / 2) * step / (h * w)  # noqa: E731
+    return auc(cp_curve) - auc(c_curve)
+
+
+def test_cout_matches_reference_transcription_with_sparse_edits():
+    g = torch.Generator().manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, 2, 1), torch.nn.Tanh(), torch.nn.Flatten(),
+                              torch.nn.Linear(4 * 6 * 6, 2)).double()
+    x = torch.rand(5, 3, 12, 12, generator=g, dtype=torch.float64) * 2 - 1
+    cf = x.clone()
+    cf[:, :, 2:7, 3:9] += torch.rand(5, 3, 5, 6, generator=g, dtype=torch.float64)  # 30 of 144 pixels edited
+    cf[4] = x[4] + torch.rand(3, 12, 12, generator=g, dtype=torch.float64) * 0.3  # dense edit
+    expect = _cout_reference_transcription(x, cf, net)
+    np.testing.assert_allclose(cout_scores(x, cf, net).numpy(), expect.detach().numpy(), rtol=1e-10, atol=1e-12)

@@ -9,8 +9,14 @@ import torchvision
 
 from vcebench.config import deep_merge
 from vcebench.models import CheckpointError, load_task_models
-from vcebench.models.canonical import (CELEBA_ATTRIBUTES, ACEOracle, DiMEDenseNet, fid_inception,
-                                       simsiam_encoder, vgg19_features)
+from vcebench.models.canonical import (
+    CELEBA_ATTRIBUTES,
+    ACEOracle,
+    DiMEDenseNet,
+    fid_inception,
+    simsiam_encoder,
+    vgg19_features,
+)
 
 
 def _cfg(cfg, dataset, role, **spec):
@@ -54,7 +60,8 @@ def test_wrong_number_of_classes_names_role_path_and_mismatch(cfg, densenet_ckpt
     d, _ = densenet_ckpt
     path = d / "classifier2.pth"
     c = _cfg(cfg, "celeba", "classifier", weights=str(path), head="1logit", num_outputs=40)
-    with pytest.raises(CheckpointError, match=rf"role 'classifier'.*{path.name}.*2 outputs.*40.*wrong number of classes"):
+    msg = rf"role 'classifier'.*{path.name}.*2 outputs.*40.*wrong number of classes"
+    with pytest.raises(CheckpointError, match=msg):
         load_task_models(c, "celeba_smile", ("classifier",))
 
 

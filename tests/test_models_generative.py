@@ -78,15 +78,24 @@ def test_pmf_loss_falls():
     assert _loss_falls(losses), losses
 
 
-def test_train_ddpm_writes_diffusers_folder_and_round_trips(tmp_path: Path):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict[str, Path]:
+    """A tiny ddpm and pmf trained once (4 steps each) on 3-channel blobs."""
+    root = tmp_path_factory.mktemp("gen")
     imgs = _images(24)
-    m = train_ddpm(_ddpm_cfg(), imgs, tmp_path / "ddpm", seed=0, val_images_uint8=imgs[:8], progress=False)
-    out = tmp_path / "ddpm"
+    train_ddpm(_ddpm_cfg(), imgs, root / "ddpm", seed=0, val_images_uint8=imgs[:8], progress=False)
+    train_pmf(_pmf_cfg(), imgs, root / "pmf", seed=0, val_images_uint8=imgs[:8], progress=False,
+              reference_ddpm=DiffusersDDPM.from_pretrained_dir(root / "ddpm"))
+    return {"ddpm": root / "ddpm", "pmf": root / "pmf", "images": imgs}
+
+
+def test_train_ddpm_writes_diffusers_folder_and_round_trips(trained: dict, tmp_path: Path):
+    out = trained["ddpm"]
+    m = json.loads((out / "metrics.json").read_text())
     for f in ("unet/config.json", "scheduler/scheduler_config.json", "metrics.json", "config.json", "samples.png"):
         assert (out / f).is_file(), f
     assert not (out / "checkpoint").exists()
-    saved = json.loads((out / "metrics.json").read_text())
-    assert saved["training"]["images_seen"] == TRAIN["steps"] * TRAIN["batch_size"] == m["training"]["images_seen"]
+    assert m["training"]["images_seen"] == TRAIN["steps"] * TRAIN["batch_size"]
     ddpm = DiffusersDDPM.from_pretrained_dir(out)
     assert ddpm.num_train_timesteps == 50 and ddpm.alphas_cumprod.dtype == torch.float64
     # bit-exact round trip: save the loaded model again and reload
@@ -133,20 +142,20 @@ def test_matched_timestep_matches_snr():
     assert abs(float(snr_ddpm) - 0.6 / 0.4) < 0.02
 
 
-def test_train_pmf_round_trip_and_predict_clean(tmp_path: Path):
-    imgs = _images(24, c=1)
-    train_pmf(_pmf_cfg(), imgs, tmp_path / "pmf", seed=0, val_images_uint8=imgs[:8], progress=False)
-    out = tmp_path / "pmf"
+def test_train_pmf_round_trip_and_predict_clean(trained: dict, tmp_path: Path):
+    out = trained["pmf"]
     for f in ("model.safetensors", "config.json", "metrics.json", "samples.png", "predict_t0.4.png"):
         assert (out / f).is_file(), f
     m = json.loads((out / "metrics.json").read_text())
-    assert m["training"]["images_seen"] == TRAIN["steps"] * TRAIN["batch_size"]
+    assert m["training"]["images_seen"] == TRAIN["steps"] * TRAIN["batch_size"]  # the ddpm's budget
+    gate = m["quality_gate"]
+    assert gate["evaluated"] and gate["mse_ratio_vs_tweedie"] > 0
     pmf = PixelMeanFlow.load(out)
     pmf.save(tmp_path / "again")
     again = PixelMeanFlow.load(tmp_path / "again")
     for (k, v), (k2, v2) in zip(pmf.state_dict().items(), again.state_dict().items(), strict=True):
         assert k == k2 and torch.equal(v, v2), k
-    z = torch.randn(3, 1, 8, 8)
+    z = torch.randn(3, 3, 8, 8)
     with torch.no_grad():
         for t in (0.4, torch.tensor([0.2, 0.5, 1.0])):
             tt = torch.as_tensor(t).expand(3).reshape(-1, 1, 1, 1)
@@ -257,3 +266,22 @@ def test_bad_config_names_key():
         build_ddpm(_ddpm_cfg(typo=1), 3, 8)
     with pytest.raises(ValueError, match="uint8"):
         train_ddpm(_ddpm_cfg(), torch.rand(4, 3, 8, 8), Path("/nonexistent"), seed=0)
+
+
+def test_evaluate_generative_adds_fid_with_a_feature_function(trained: dict):
+    from vcebench.models.unet import evaluate_generative
+
+    def feats(x: torch.Tensor) -> torch.Tensor:  # a dummy extractor: channel means and stds
+        return torch.cat([x.mean((2, 3)), x.std((2, 3))], 1)
+
+    imgs = trained["images"]
+    new = evaluate_generative("pmf", trained["pmf"], imgs, feats, "dummy", reference_ddpm_dir=trained["ddpm"],
+                              n_samples=8)
+    row = new["eval_fid"]["predict_clean"]["t0.4"]
+    assert row["fid"] >= 0 and row["ddpm_tweedie"]["fid"] >= 0 and row["fid_features"] == "dummy"
+    assert "fid_pmf" in new["quality_gate"]
+    saved = json.loads((trained["pmf"] / "metrics.json").read_text())
+    assert saved["eval_fid"]["samples_1step"]["fid"] == new["eval_fid"]["samples_1step"]["fid"]
+    assert "training" in saved  # merged, not replaced
+    d = evaluate_generative("ddpm", trained["ddpm"], imgs, feats, "dummy", n_samples=8, write=False)
+    assert d["eval_fid"]["samples"]["fid"] >= 0

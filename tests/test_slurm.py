@@ -195,15 +195,23 @@ def _render_implemented() -> bool:
     return r.returncode == 0 and "render" in r.stdout
 
 
+def _quick_args(workdir: Path) -> list[str]:
+    """The real Snakefile with the quick preset, writing into ``workdir`` (not the checkout's runs/quick).
+
+    Needs the Snakefile's ``configfile:`` and ``workdir:`` to be absolute (workflow.basedir): each
+    SLURM job reruns snakemake from inside the workdir, where relative ones do not resolve.
+    """
+    return ["--slurm-logdir", str(workdir / "slurm_logs"),
+            "--config", f"workdir={workdir}", "--configfile", str(ROOT / "config/presets/quick.yaml")]
+
+
 @pytest.mark.slow
 def test_quick_preset_render_through_slurm(slurm: SlurmCluster, tmp_path: Path) -> None:
     """The real Snakefile: one synthetic dataset of the quick preset rendered by a SLURM job."""
     if not _render_implemented():
         pytest.skip("`vcebench data render` is not implemented yet")
     target = "resources/data/synthxray/train.npz"
-    _snakemake(slurm, ["--configfile", str(ROOT / "config/presets/quick.yaml"),
-                       "--config", f"workdir={tmp_path}", "--directory", str(ROOT), target],
-               cwd=ROOT, timeout=600)
+    _snakemake(slurm, [target, *_quick_args(tmp_path)], cwd=ROOT, timeout=600)
     assert (tmp_path / target).stat().st_size > 0
 
 
@@ -212,9 +220,7 @@ def test_quick_preset_through_slurm(slurm: SlurmCluster, tmp_path: Path) -> None
     """The whole quick preset (all synthetic tasks, all methods) through profiles/slurm."""
     if not _render_implemented():
         pytest.skip("`vcebench data render` is not implemented yet")
-    _snakemake(slurm, ["--configfile", str(ROOT / "config/presets/quick.yaml"),
-                       "--config", f"workdir={tmp_path}", "--directory", str(ROOT)],
-               cwd=ROOT, timeout=3600)
+    _snakemake(slurm, _quick_args(tmp_path), cwd=ROOT, timeout=3600)
     import yaml
 
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())

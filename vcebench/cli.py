@@ -37,19 +37,19 @@ def add_config_arg(p: argparse.ArgumentParser) -> None:
                    help="config file(s), later ones deep-merged over earlier (default: config/config.yaml)")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .config import ConfigError
+USER_ERRORS = ("ConfigError", "DatasetError", "CheckpointError", "RoleConfigError", "MissingModelError",
+               "ShardError", "MetricError", "InsufficientSamples")
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one verb; user errors (config, data, checkpoints, metrics) print one clear line, exit 2."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as e:
-        print(f"vcebench: configuration error: {e}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ValueError) as e:
-        if type(e).__name__ in ("DatasetError", "CheckpointError", "FileNotFoundError"):
-            print(f"vcebench: {e}", file=sys.stderr)
+    except (ValueError, FileNotFoundError) as e:
+        if isinstance(e, FileNotFoundError) or any(c.__name__ in USER_ERRORS for c in type(e).__mro__):
+            print(f"vcebench {args.verb}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
         raise
 

@@ -18,10 +18,12 @@ METRIC_COLUMNS = {
     "xray": ["FID", "L1", "MAD", "S3", "FR"],
 }
 SYNTHETIC_COLUMNS = ["GT_L1", "GT_L1_region", "GT_precision", "GT_recall", "FR_oracle"]
+# Floors printed beside GT_L1: the same numbers for the unedited input (not ranked).
+FLOOR_COLUMNS = ["GT_L1_input", "GT_L1_region_input"]
 # Directions of the columns a metrics.json may not declare (costs are always lower-is-better).
 DEFAULT_HIGHER = {"FR": True, "FVA": True, "FS": True, "COUT": True, "MAD": True, "S3": True,
                   "FR_oracle": True, "GT_precision": True, "GT_recall": True, "mean_steps": False}
-PRETTY = {"S3": "S$^3$", "FR": "FR(%)", "sec_per_cf": "s/CF", "tflops_per_cf": "TFLOPs/CF",
+PRETTY = {"GT_L1_input": "GT_L1 (input)", "GT_L1_region_input": "GT_L1_region (input)", "S3": "S$^3$", "FR": "FR(%)", "sec_per_cf": "s/CF", "tflops_per_cf": "TFLOPs/CF",
           "nfe_per_cf": "NFE/CF", "peak_mem_mb": "Mem (MB)", "mean_steps": "steps"}
 METHOD_LABELS = {"fire": "FiRe", "dime": "DiME", "fastdime": "FastDiME", "fastdime2": "FastDiME-2",
                  "fastdime2plus": "FastDiME-2+", "maskdime": "MaskDiME"}
@@ -36,7 +38,7 @@ def method_label(m: str) -> str:
 def task_columns(kind: str, synthetic: bool) -> list[str]:
     cols = list(METRIC_COLUMNS[kind])
     if synthetic:
-        cols += SYNTHETIC_COLUMNS
+        cols += SYNTHETIC_COLUMNS + FLOOR_COLUMNS
     return cols
 
 
@@ -64,6 +66,8 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str,
             df[c] = np.nan
     for c in COST_COLUMNS:
         higher[c] = False
+    for c in FLOOR_COLUMNS:
+        higher.pop(c, None)
     return df[cols], higher
 
 

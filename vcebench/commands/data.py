@@ -46,8 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--n", type=int, default=64)
     s.add_argument("--out", required=True)
     s.add_argument("--split", default=None, help="default: the evaluation split")
-    s.add_argument("--counterfactual", default=None, metavar="ATTR",
-                   help="synthetic only: rows of image / ground-truth counterfactual / |difference|")
+    s.add_argument("--counterfactual", nargs="+", default=None, metavar="ATTR",
+                   help="synthetic only: tiles of image, then ground-truth counterfactual and |difference| "
+                        "for each ATTR")
     s.add_argument("--resolution", type=int, default=None, help="synthetic only: override the resolution")
     s.add_argument("--root", default=None)
     s.add_argument("--scale", type=int, default=1, help="nearest-neighbour upscaling of the grid")
@@ -145,10 +146,13 @@ def _show(args: argparse.Namespace) -> int:
         ids = ids[torch.linspace(0, len(ids) - 1, min(args.n, len(ids))).round().long()]  # spread over people
         x = ds.render(ids)
         if args.counterfactual:
-            cf = ds.gt_counterfactuals(ids, args.counterfactual)
-            diff = ((cf - x).abs().amax(1, keepdim=True) * 2 - 1).expand_as(x)
-            grid = torch.stack([x, cf, diff], 1).reshape(-1, *x.shape[1:])
-            nrow = 3 * max(1, int(round((len(ids) / 3) ** 0.5)))
+            tiles = [x]
+            for attr in args.counterfactual:
+                cf = ds.gt_counterfactuals(ids, attr)
+                tiles += [cf, ((cf - x).abs().amax(1, keepdim=True) * 2 - 1).expand_as(x)]
+            k = len(tiles)
+            grid = torch.stack(tiles, 1).reshape(-1, *x.shape[1:])
+            nrow = k * max(1, int(round((len(ids) / k) ** 0.5)))
         else:
             grid, nrow = x, max(1, int(round(len(ids) ** 0.5)))
     else:

@@ -151,7 +151,7 @@ def profile_task(cfg: dict, task_name: str, method_name: str, *, n: int, batch_s
     seed = int(cfg["seed"])
 
     def call(xb, tb, idb):
-        return method(xb, tb, models, SampleGenerators(seed, idb))
+        return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name))  # as explain
 
     report = profile_run(call, x, target, ids, batch_size=batch_size, device=device, flop_n=flop_n, warmup=warmup)
     return {"task": task.name, "method": method_name, **report, "sec_per_cf_source": "profile run",

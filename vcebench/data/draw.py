@@ -39,7 +39,9 @@ class Window:
     def paint(self, alpha: Tensor, color: Tensor) -> None:
         """Alpha-composite ``color`` (B,C,1,1 or B,C,h,w) with coverage ``alpha`` (B,1,h,w) over the window."""
         view = self.canvas.img[:, :, self.sy, self.sx]
-        view.add_(alpha * (color - view))
+        if not torch.is_tensor(color) or color.dim() == 0:
+            color = torch.tensor(float(color))
+        view.lerp_(color.expand_as(view), alpha.expand_as(view[:, :1]))
 
     def scale(self, factor: Tensor, alpha: Tensor) -> None:
         """Multiply the window by ``1 + alpha * (factor - 1)`` (shading, darkening)."""

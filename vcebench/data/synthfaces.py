@@ -15,8 +15,9 @@ Smiling, Mouth_Slightly_Open, Wearing_Lipstick, Heavy_Makeup, Eyeglasses.
 
 What each attribute draws:
 
-- Smiling: wider mouth with upturned corners, raised rosy cheek apples (mouth/cheek region only);
-  with Mouth_Slightly_Open a smile shows teeth, otherwise the open mouth is dark.
+- Smiling: wider mouth with upturned corners that bares the upper teeth, smile lines at the corners,
+  raised rosy cheek apples (mouth/cheek region only). Mouth_Slightly_Open: a dark gap between the
+  lips (below the teeth when smiling).
 - Young = 0: forehead lines, eye bags, nasolabial folds, greyer less saturated skin, greying hair
   (identity, pose and everything else unchanged).
 - Male: wider face and jaw, thicker brows, short hair (a person's hair length is part of the
@@ -28,17 +29,26 @@ What each attribute draws:
   with value 1 clears the other three hair colours (exclusive rendering).
 - Wearing_Lipstick: red lips. Heavy_Makeup: eye shadow, heavier lashes and blush.
 
-Attribute correlations mimic CelebA's signs and rough sizes (:data:`ATTRIBUTE_NETWORK`,
-:func:`attribute_correlation`). Exact values (seed-independent) at the time of writing::
+Attribute correlations mimic CelebA's signs and rough sizes. They are realised by the Bayesian
+network :data:`ATTRIBUTE_NETWORK` (identity-level nodes drawn once per person) and documented by the
+exact Pearson (phi) matrix :func:`attribute_correlation` (``vcebench data describe synthfaces``)::
 
-    prevalence: Bangs .17, Black .25, Blond .15, Brown .22, Eyeglasses .09, Gray .07,
-    Heavy_Makeup .36, Male .42, Mouth_Slightly_Open .46, No_Beard .81, Smiling .49,
-    Wearing_Lipstick .46, Young .78
-    selected correlations: Smiling~Mouth_Slightly_Open +0.48, Young~Gray_Hair -0.47,
-    Male~No_Beard -0.56, Male~Wearing_Lipstick -0.78, Male~Heavy_Makeup -0.61,
-    Wearing_Lipstick~Heavy_Makeup +0.73, Male~Blond_Hair -0.30, Young~Eyeglasses -0.20
+                         Bangs BlackH BlondH BrownH Eyegla GrayHa HeavyM   Male MouthS NoBear Smilin Wearin  Young
+    Bangs                 1.00  -0.02   0.06  -0.00  -0.03  -0.02   0.11  -0.21   0.01   0.12   0.01   0.16   0.04
+    Black_Hair           -0.02   1.00  -0.26  -0.28  -0.00  -0.16  -0.06   0.11  -0.00  -0.05  -0.01  -0.09   0.05
+    Blond_Hair            0.06  -0.26   1.00  -0.24  -0.05  -0.14   0.17  -0.30   0.01   0.17   0.02   0.23   0.11
+    Brown_Hair           -0.00  -0.28  -0.24   1.00  -0.01  -0.15   0.00   0.01  -0.00   0.00  -0.00  -0.01   0.06
+    Eyeglasses           -0.03  -0.00  -0.05  -0.01   1.00   0.11  -0.08   0.12  -0.00  -0.10  -0.01  -0.09  -0.26
+    Gray_Hair            -0.02  -0.16  -0.14  -0.15   0.11   1.00  -0.08   0.09  -0.00  -0.10  -0.01  -0.07  -0.44
+    Heavy_Makeup          0.11  -0.06   0.17   0.00  -0.08  -0.08   1.00  -0.55   0.02   0.31   0.04   0.71   0.19
+    Male                 -0.21   0.11  -0.30   0.01   0.12   0.09  -0.55   1.00  -0.03  -0.56  -0.07  -0.77  -0.20
+    Mouth_Slightly_Open   0.01  -0.00   0.01  -0.00  -0.00  -0.00   0.02  -0.03   1.00   0.02   0.50   0.03   0.01
+    No_Beard              0.12  -0.05   0.17   0.00  -0.10  -0.10   0.31  -0.56   0.02   1.00   0.04   0.43   0.23
+    Smiling               0.01  -0.01   0.02  -0.00  -0.01  -0.01   0.04  -0.07   0.50   0.04   1.00   0.05   0.01
+    Wearing_Lipstick      0.16  -0.09   0.23  -0.01  -0.09  -0.07   0.71  -0.77   0.03   0.43   0.05   1.00   0.16
+    Young                 0.04   0.05   0.11   0.06  -0.26  -0.44   0.19  -0.20   0.01   0.23   0.01   0.16   1.00
+    prevalence            0.17   0.23   0.18   0.21   0.09   0.08   0.34   0.42   0.47   0.81   0.49   0.46   0.78
 
-(`vcebench data describe synthfaces` prints the full matrix.)
 """
 
 from __future__ import annotations
@@ -268,8 +278,8 @@ class SynthFaces(SyntheticDataset):
         # --- cheeks: smile apples, makeup blush
         w = c.window(-0.47, 0.47, 0.12, 0.5)
         for s in (-1.0, 1.0):
-            d = D.sd_ellipse(w.X, w.Y, bc(s * (0.23 + 0.02 * p["face_w"])), bc(my - 0.13), 0.105, 0.07)
-            w.paint(D.soft(d, 0.06) * bc(0.55 * smile), skin * 1.08 + D.rgb(0.06, -0.01, -0.01))
+            d = D.sd_ellipse(w.X, w.Y, bc(s * (0.24 + 0.02 * p["face_w"])), bc(my - 0.13), 0.115, 0.08)
+            w.paint(D.soft(d, 0.07) * bc(0.8 * smile), skin * 1.15 + D.rgb(0.08, -0.02, -0.02))
             d = D.sd_ellipse(w.X, w.Y, bc(s * 0.29), bc(my - 0.10), 0.09, 0.06)
             w.paint(D.soft(d, 0.06) * bc(0.35 * lab["Heavy_Makeup"]), D.rgb(0.90, 0.45, 0.50).expand(B, 3, 1, 1))
 
@@ -316,14 +326,16 @@ class SynthFaces(SyntheticDataset):
             w.scale(bc(torch.full((B,), 0.45)), c.cover(d))
 
         # --- mouth
-        w = c.window(-0.35, 0.35, 0.18, 0.6)
-        mw_e = mw * (1 + 0.3 * smile)
+        w = c.window(-0.42, 0.42, 0.18, 0.6)
+        mw_e = mw * (1 + 0.35 * smile)
         xn = w.X / bc(mw_e)
         env = (1 - xn ** 2).clamp(min=0).sqrt()
         inside_x = 1 - xn.abs()
         bend = -(0.11 + 0.03 * p["smile_amt"]) * smile + (0.012 * p["mouth_curve"]) * (1 - smile)
         ctr = bc(my) + bc(bend) * xn ** 2
-        gap = mopen * (0.030 + 0.015 * p["open_amt"] + 0.018 * smile)
+        g_teeth = smile * (0.026 + 0.010 * p["smile_amt"])      # a smile bares the upper teeth
+        g_dark = mopen * (0.028 + 0.015 * p["open_amt"])        # an open mouth adds a dark gap below them
+        gap = g_teeth + g_dark
         tu, tl = bc(0.026 * lipk), bc(0.034 * lipk)
         g_up, g_lo = bc(0.3 * gap), bc(0.7 * gap)
         d_lips = torch.maximum(torch.maximum(ctr - (tu + g_up) * env - w.Y, w.Y - ctr - (tl + g_lo) * env),
@@ -331,10 +343,10 @@ class SynthFaces(SyntheticDataset):
         w.paint(c.cover(d_lips), lips)
         d_open = torch.maximum(torch.maximum(ctr - g_up * env - w.Y, w.Y - ctr - g_lo * env), -inside_x * 0.2)
         w.paint(c.cover(d_open) * bc((gap > 0).float()), D.rgb(0.22, 0.07, 0.07).expand(B, 3, 1, 1))
-        d_teeth = torch.maximum(torch.maximum(ctr - g_up * env - w.Y, w.Y - ctr - 0.35 * g_lo * env),
+        d_teeth = torch.maximum(torch.maximum(ctr - g_up * env - w.Y, w.Y - ctr + g_up * env - bc(g_teeth) * env),
                                 -inside_x * 0.2 - 0.01)
-        w.paint(c.cover(d_teeth) * bc(((gap > 0) & (smile > 0.5)).float()), D.rgb(0.95, 0.93, 0.88).expand(B, 3, 1, 1))
-        d_line = torch.maximum((w.Y - ctr).abs() - bc(0.008 + 0.007 * smile), -inside_x * 0.2)
+        w.paint(c.cover(d_teeth) * bc(smile), D.rgb(0.95, 0.93, 0.88).expand(B, 3, 1, 1))
+        d_line = torch.maximum((w.Y - ctr).abs() - 0.008, -inside_x * 0.2)
         w.scale(bc(torch.full((B,), 0.35)), c.cover(d_line) * bc((gap <= 0).float()))
         for s in (-1.0, 1.0):  # smile lines at the mouth corners
             d = D.sd_segment(w.X, w.Y, bc(s * (mw_e + 0.025)), bc(my + bend - 0.05), bc(s * (mw_e + 0.045)),

@@ -11,14 +11,21 @@ Attributes (CheXpert-like names):
 - Pacemaker: a bright metal device under one clavicle (the patient's left, image right, in most
   patients) with a lead wire running to the heart. The ground-truth counterfactual removes (or
   adds) the device and lead and nothing else.
-- Cardiomegaly: a heart shadow about 35% wider (cardiothoracic ratio above 0.5).
+- Cardiomegaly: a heart shadow about 45% wider (cardiothoracic ratio above 0.5).
 - Effusion: a fluid opacity with a meniscus at one or both lung bases.
 - Male: broader thorax, no breast shadows.
 
 Patients are the identities (``n_patients`` x ``images_per_patient`` images); Male, Cardiomegaly
 and Pacemaker belong to the patient, Effusion to the image. Pacemaker and Cardiomegaly are
-strongly correlated (the shortcut a classifier may take; exact matrix from
-:func:`attribute_correlation`): Pacemaker~Cardiomegaly +0.42, Cardiomegaly~Effusion +0.28.
+strongly correlated (the shortcut a classifier may take). Exact correlation matrix
+(:func:`attribute_correlation`, ``vcebench data describe synthxray``)::
+
+                        Cardio Effusi   Male Pacema
+    Cardiomegaly          1.00   0.31   0.06   0.43
+    Effusion              0.31   1.00   0.02   0.13
+    Male                  0.06   0.02   1.00   0.02
+    Pacemaker             0.43   0.13   0.02   1.00
+    prevalence            0.28   0.20   0.55   0.41
 """
 
 from __future__ import annotations
@@ -83,7 +90,7 @@ class SynthXray(SyntheticDataset):
         bw = (0.86 + 0.08 * p["body_w"]) * (1 + 0.05 * male)
         lw = 0.92 + 0.12 * p["lung_w"] + 0.05 * male
         lh = (0.92 + 0.12 * p["lung_h"]) * (0.97 + 0.06 * p["inspire"])
-        hs = (0.94 + 0.12 * p["heart"]) * (1 + 0.36 * cardio)
+        hs = (0.94 + 0.12 * p["heart"]) * (1 + 0.45 * cardio)
         base = 0.38 * lh + 0.10          # lung bases (diaphragm) at the lateral sides
         top = -0.62 * lh + 0.02          # lung apices
 
@@ -96,6 +103,8 @@ class SynthXray(SyntheticDataset):
 
         # --- lungs (wider at the base) with vascular texture
         tex = F.interpolate(self.texture(ids), size=(c.S, c.S), mode="bicubic", align_corners=False)
+        w = c.window(-0.85, 0.85, -0.75, 0.65)
+        tex = tex[:, :, w.sy, w.sx]
         d_lung = None
         for s in (-1.0, 1.0):
             cx = bc(s * 0.38 * lw)

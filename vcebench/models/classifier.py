@@ -20,8 +20,8 @@ from .nets import SyntheticNet
 from .training import augment, count_params, identity_halves, loss_summary, save_trained, to_float, train_loop
 
 CLASSIFIER_DEFAULTS: dict[str, Any] = {
-    "arch": "resnet", "width": 16, "blocks": 1, "attributes": None, "data_half": "A", "steps": 900,
-    "batch": 64, "lr": 3e-3, "weight_decay": 5e-4, "seed": 11, "noise": 0.2, "blur": 1.2, "shift": 2,
+    "arch": "vgg", "width": 16, "blocks": 1, "pool": "avgmax", "attributes": None, "data_half": "A", "steps": 1500,
+    "batch": 64, "lr": 6e-3, "weight_decay": 5e-4, "seed": 11, "noise": 0.1, "blur": 0.5, "shift": 1,
     "flip": True,
 }
 GATE_ACCURACY = 0.97
@@ -88,7 +88,8 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
     c = images.shape[1]
     torch.manual_seed(settings["seed"])
     net = SyntheticNet(settings["arch"], c, settings["width"], settings["blocks"], out_dim=len(names),
-                       embed_dim=settings.get("embed_dim", 0)).to(memory_format=torch.channels_last)
+                       embed_dim=settings.get("embed_dim", 0), pool=settings["pool"])
+    net = net.to(memory_format=torch.channels_last)
     extra = extra_module(net.feature_dim) if extra_module is not None else nn.Identity()
     both = nn.ModuleDict({"net": net, "extra": extra})
     opt = torch.optim.AdamW(both.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay", 5e-4))
@@ -112,7 +113,8 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
     config = {
         "role": role, "dataset": dataset, "attribute_names": names,
         "net": {"kind": "SyntheticNet", "arch": settings["arch"], "in_channels": c, "width": settings["width"],
-                "blocks": settings["blocks"], "out_dim": len(names), "embed_dim": settings.get("embed_dim", 0)},
+                "blocks": settings["blocks"], "out_dim": len(names), "embed_dim": settings.get("embed_dim", 0),
+                "pool": settings["pool"]},
         "resolution": int(images.shape[-1]), "train": settings,
     }
     metrics: dict[str, Any] = {

@@ -18,7 +18,7 @@ from .nets import SyntheticNet
 from .training import augment, count_params, loss_summary, save_trained, to_float, train_loop
 
 IDENTITY_DEFAULTS: dict[str, Any] = {
-    "arch": "resnet", "width": 16, "blocks": 1, "embed_dim": 64, "steps": 900, "batch": 128, "lr": 3e-3,
+    "arch": "resnet", "width": 16, "blocks": 1, "pool": "avg", "embed_dim": 64, "steps": 900, "batch": 128, "lr": 3e-3,
     "weight_decay": 5e-4, "seed": 31, "margin": 0.25, "scale": 16.0, "noise": 0.1, "blur": 0.8, "shift": 2,
     "flip": True,
 }
@@ -92,8 +92,8 @@ def train_identity(settings: dict, splits: dict, out_dir: str | Path, *, dataset
     ids, y_all = torch.unique(train.identity, return_inverse=True)
     images, c = train.images, train.images.shape[1]
     torch.manual_seed(settings["seed"])
-    net = SyntheticNet(settings["arch"], c, settings["width"], settings["blocks"],
-                       embed_dim=settings["embed_dim"]).to(memory_format=torch.channels_last)
+    net = SyntheticNet(settings["arch"], c, settings["width"], settings["blocks"], embed_dim=settings["embed_dim"],
+                       pool=settings["pool"]).to(memory_format=torch.channels_last)
     model = CosFaceTrainer(net, len(ids))
     opt = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"])
 
@@ -110,7 +110,8 @@ def train_identity(settings: dict, splits: dict, out_dir: str | Path, *, dataset
     name = f"{dataset}-identity-{settings['arch']}{settings['width']}-cosface-v1"
     config = {"role": "identity", "dataset": dataset, "name": name,
               "net": {"kind": "SyntheticNet", "arch": settings["arch"], "in_channels": c, "width": settings["width"],
-                      "blocks": settings["blocks"], "out_dim": 0, "embed_dim": settings["embed_dim"]},
+                      "blocks": settings["blocks"], "out_dim": 0, "embed_dim": settings["embed_dim"],
+                      "pool": settings["pool"]},
               "resolution": int(images.shape[-1]), "train": settings}
     metrics = {"role": "identity", "dataset": dataset, "name": name, "verification": ver,
                "train_identities": int(len(ids)), "steps": settings["steps"], "batch_size": settings["batch"],

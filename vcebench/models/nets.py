@@ -38,11 +38,19 @@ class BasicBlock(nn.Module):
         return F.silu(self.body(x) + self.skip(x))
 
 
+def global_pool(h: Tensor, pool: str) -> Tensor:
+    """``avg``: global average pooling; ``avgmax``: [average, max] (keeps small local evidence, e.g. a mouth)."""
+    if pool == "avgmax":
+        return torch.cat([h.mean(dim=(2, 3)), h.amax(dim=(2, 3))], dim=1)
+    return h.mean(dim=(2, 3))
+
+
 class ResNetTrunk(nn.Module):
     """Stem (stride 1) + stages of widths ``width * (1, 2, 4)``; stages 2-3 downsample by 2."""
 
-    def __init__(self, in_channels: int, width: int = 16, blocks: int = 1):
+    def __init__(self, in_channels: int, width: int = 16, blocks: int = 1, pool: str = "avg"):
         super().__init__()
+        self.pool = pool
         ws = (width, 2 * width, 4 * width)
         self.stem = nn.Sequential(*_conv_bn(in_channels, width), nn.SiLU())
         stages, ci = [], width
@@ -52,7 +60,7 @@ class ResNetTrunk(nn.Module):
             stages.append(nn.Sequential(*layers))
             ci = co
         self.stages = nn.ModuleList(stages)
-        self.feature_dim = ws[-1]
+        self.feature_dim = ws[-1] * (2 if pool == "avgmax" else 1)
 
     def feature_maps(self, x: Tensor) -> list[Tensor]:
         maps, h = [], self.stem(x)
@@ -62,14 +70,15 @@ class ResNetTrunk(nn.Module):
         return maps
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.feature_maps(x)[-1].mean(dim=(2, 3))
+        return global_pool(self.feature_maps(x)[-1], self.pool)
 
 
 class VGGTrunk(nn.Module):
     """Three stages of (conv-BN-ReLU) x ``blocks`` at widths ``width * (1, 2, 4)``, max-pool between."""
 
-    def __init__(self, in_channels: int, width: int = 24, blocks: int = 1):
+    def __init__(self, in_channels: int, width: int = 24, blocks: int = 1, pool: str = "avg"):
         super().__init__()
+        self.pool = pool
         ws = (width, 2 * width, 4 * width)
         stages, ci = [], in_channels
         for i, co in enumerate(ws):
@@ -79,7 +88,7 @@ class VGGTrunk(nn.Module):
                 ci = co
             stages.append(nn.Sequential(*layers))
         self.stages = nn.ModuleList(stages)
-        self.feature_dim = ws[-1]
+        self.feature_dim = ws[-1] * (2 if pool == "avgmax" else 1)
 
     def feature_maps(self, x: Tensor) -> list[Tensor]:
         maps, h = [], x
@@ -89,14 +98,16 @@ class VGGTrunk(nn.Module):
         return maps
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.feature_maps(x)[-1].mean(dim=(2, 3))
+        return global_pool(self.feature_maps(x)[-1], self.pool)
 
 
-def build_trunk(arch: str, in_channels: int, width: int, blocks: int = 1) -> nn.Module:
+def build_trunk(arch: str, in_channels: int, width: int, blocks: int = 1, pool: str = "avg") -> nn.Module:
+    if pool not in ("avg", "avgmax"):
+        raise ValueError(f"unknown pooling {pool!r}; known: avg, avgmax")
     if arch == "resnet":
-        return ResNetTrunk(in_channels, width, blocks)
+        return ResNetTrunk(in_channels, width, blocks, pool)
     if arch == "vgg":
-        return VGGTrunk(in_channels, width, blocks)
+        return VGGTrunk(in_channels, width, blocks, pool)
     raise ValueError(f"unknown trunk architecture {arch!r}; known: resnet, vgg")
 
 
@@ -108,9 +119,9 @@ class SyntheticNet(nn.Module):
     """
 
     def __init__(self, arch: str, in_channels: int, width: int, blocks: int = 1,
-                 out_dim: int = 0, embed_dim: int = 0):
+                 out_dim: int = 0, embed_dim: int = 0, pool: str = "avg"):
         super().__init__()
-        self.trunk = build_trunk(arch, in_channels, width, blocks)
+        self.trunk = build_trunk(arch, in_channels, width, blocks, pool)
         d = self.trunk.feature_dim
         self.embed = nn.Linear(d, embed_dim) if embed_dim else nn.Identity()
         self.feature_dim = embed_dim or d

@@ -1,6 +1,6 @@
 """The synthetic ``oracle``: a robust multi-attribute classifier for MNAC, CD and FR-oracle.
 
-Differs from the explained classifier in architecture (``vgg`` vs ``resnet``), seed and data
+Differs from the explained classifier in architecture (``resnet`` vs ``vgg``), seed and data
 (identity half B vs A), and is trained robustly: noise/blur augmentation plus light PGD
 adversarial training (Madry et al. 2018, few steps, on half of each batch). Its gate is the
 issue-3 transfer test: PGD examples that flip the *classifier* without changing the attribute
@@ -20,8 +20,8 @@ from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
 from .training import pgd, save_trained, to_float
 
 ORACLE_DEFAULTS: dict[str, Any] = {
-    **CLASSIFIER_DEFAULTS, "arch": "vgg", "attributes": "all", "data_half": "B", "seed": 23, "steps": 700,
-    "adv_eps": 0.08, "adv_steps": 2, "fool_eps": 0.06, "fool_steps": 10, "fool_n": 400,
+    **CLASSIFIER_DEFAULTS, "arch": "resnet", "attributes": "all", "data_half": "B", "seed": 23, "steps": 1500,
+    "adv_eps": 0.04, "adv_steps": 2, "fool_eps": 0.06, "fool_steps": 10, "fool_n": 400,
 }
 GATE_MEAN_ACCURACY = 0.95
 GATE_FOOLED = 0.20

@@ -9,8 +9,10 @@ FiRe uses ``G(z, t) = z - t u(z, 0, t)`` (one network call), see ``PixelMeanFlow
 
 Differences from pMF's ImageNet recipe, for a small unconditional CPU model: no CFG / class labels,
 no auxiliary v-head and no perceptual losses; the JVP tangent is the true ``v`` (MeanFlow) rather
-than pMF's predicted v; a flow-matching warm start (``r = t`` only) precedes MeanFlow training; the
-(t, r) sampler puts most MeanFlow samples at ``r = 0``, FiRe's use.
+than pMF's predicted v; the network is conditioned on t as well as h (pMF: h only); EDM-style
+preconditioning of the x-prediction (``precond: edm``, see ``PixelMeanFlow.x_pred``; ``none`` = pMF);
+a flow-matching warm start (``r = t`` only) precedes MeanFlow training, with the h embedding's last
+layer zero-initialised; the (t, r) sampler puts most MeanFlow samples at ``r = 0``, FiRe's use.
 du/dt is the exact ``torch.func.jvp`` (``jvp: exact``, GroupNorm swapped for an explicit mean/var
 version, see ``unet.ExplicitGroupNorm``) or a forward finite difference (``jvp: fd``, one extra
 no-grad forward on the ``r < t`` rows), validated against each other in the tests.
@@ -46,7 +48,8 @@ from vcebench.models.unet import (
 )
 
 PMF_KEYS = TRAIN_KEYS | {"unet", "jvp", "fd_eps", "fm_warmup", "p_fm", "p_r0", "t_mean", "t_std", "p_t_uniform",
-                         "p_t1", "adaptive_p", "adaptive_eps", "t_clip", "time_scale", "eval_images", "n_samples"}
+                         "p_t1", "adaptive_p", "adaptive_eps", "t_clip", "time_scale", "precond", "sigma_data",
+                         "eval_images", "n_samples"}
 
 
 class PixelMeanFlow(nn.Module):
@@ -56,16 +59,33 @@ class PixelMeanFlow(nn.Module):
     rad per unit t; 50 keeps du/dt smooth enough for finite differences, MeanFlow's EDM-style
     UNet uses 1)."""
 
-    def __init__(self, unet_config: dict, t_clip: float = 0.05, time_scale: float = 50.0):
+    def __init__(self, unet_config: dict, t_clip: float = 0.05, time_scale: float = 50.0,
+                 precond: str = "edm", sigma_data: float = 0.5):
         super().__init__()
+        if precond not in ("edm", "none"):
+            raise RoleConfigError(f"config key `models.<dataset>.pmf.precond` must be 'edm' or 'none', got {precond!r}")
         self.unet_config = dict(unet_config)
         self.t_clip = float(t_clip)
         self.time_scale = float(time_scale)
+        self.precond, self.sigma_data = precond, float(sigma_data)
         self.net = build_unet(self.unet_config)
 
     def x_pred(self, z: Tensor, t: Tensor, h: Tensor) -> Tensor:
-        """Network output ``x_u`` for (N,) times ``t`` and interval lengths ``h``."""
-        return self.net(z, t * self.time_scale, class_labels=h * self.time_scale).sample
+        """Clean-image prediction ``x_u`` for (N,) times ``t`` and interval lengths ``h``.
+
+        ``precond="edm"``: EDM's preconditioning (Karras et al. 2022, Table 1) written for the flow path
+        ``z = (1-t) x + t eps``: ``x_u = c_skip z + c_out F(c_in z)`` with ``s^2 = (1-t)^2 sd^2 + t^2``,
+        ``c_in = 1/s``, ``c_skip = (1-t) sd^2 / s^2``, ``c_out = t sd / s``. Still x-prediction (x_u is the
+        output), but low noise levels start from the identity; ``"none"``: ``x_u = F(z)`` as in pMF.
+        """
+        if self.precond == "none":
+            return self.net(z, t * self.time_scale, class_labels=h * self.time_scale).sample
+        tt = t.reshape(-1, 1, 1, 1)
+        s2 = ((1 - tt) * self.sigma_data) ** 2 + tt**2
+        c_in = s2.rsqrt()
+        c_skip = (1 - tt) * self.sigma_data**2 / s2
+        c_out = tt * self.sigma_data * c_in
+        return c_skip * z + c_out * self.net(c_in * z, t * self.time_scale, class_labels=h * self.time_scale).sample
 
     def u(self, z: Tensor, r: Tensor | float, t: Tensor | float) -> Tensor:
         """Average velocity over [r, t] (pMF: ``u = (z - x_u) / max(t, 0.05)``)."""
@@ -78,7 +98,8 @@ class PixelMeanFlow(nn.Module):
         return z - t.reshape(-1, 1, 1, 1) * self.u(z, torch.zeros_like(t), t)
 
     def config_dict(self) -> dict:
-        return {"unet": _jsonable(self.unet_config), "t_clip": self.t_clip, "time_scale": self.time_scale}
+        return {"unet": _jsonable(self.unet_config), "t_clip": self.t_clip, "time_scale": self.time_scale,
+                "precond": self.precond, "sigma_data": self.sigma_data}
 
     def save(self, out_dir: str | Path) -> None:
         """``out_dir/model.safetensors`` + ``out_dir/config.json`` (architecture), atomically."""
@@ -111,7 +132,8 @@ class PixelMeanFlow(nn.Module):
         for k in ("block_out_channels", "down_block_types", "up_block_types"):
             if k in unet:
                 unet[k] = tuple(unet[k])
-        model = cls(unet, float(arch.get("t_clip", 0.05)), float(arch.get("time_scale", 50.0)))
+        model = cls(unet, float(arch.get("t_clip", 0.05)), float(arch.get("time_scale", 50.0)),
+                    str(arch.get("precond", "none")), float(arch.get("sigma_data", 0.5)))
         try:
             state = load_file(str(wpath))
         except Exception as e:  # safetensors raises its own error types for corrupt files
@@ -199,7 +221,8 @@ def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict
 def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
     check_role_keys(cfg, "pmf", PMF_KEYS | {"weights", "format", "seed"})
     kwargs = unet_kwargs(require(cfg, "unet", "pmf"), channels, resolution, True, "pmf")
-    pmf = PixelMeanFlow(kwargs, float(cfg.get("t_clip", 0.05)), float(cfg.get("time_scale", 50.0)))
+    pmf = PixelMeanFlow(kwargs, float(cfg.get("t_clip", 0.05)), float(cfg.get("time_scale", 50.0)),
+                        str(cfg.get("precond", "edm")), float(cfg.get("sigma_data", 0.5)))
     # h starts with no effect (zero-initialised last layer of its embedding, as adaLN-zero in DiT):
     # after the flow-matching warm start, x_u(h > 0) starts from the posterior mean x_u(h = 0).
     nn.init.zeros_(pmf.net.class_embedding.linear_2.weight)
@@ -256,7 +279,7 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
     return m, grids
 
 
-def _gate(m: dict, t_key: str = "t0.4") -> dict[str, Any]:
+def gate(m: dict, t_key: str = "t0.4") -> dict[str, Any]:
     """Issue 3's pmf quality gate at t = 0.4 (needs the ddpm comparison)."""
     row = m["predict_clean"].get(t_key, {})
     if "ddpm_tweedie" not in row:
@@ -316,7 +339,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     val = to_float_images(val_u8[: int(cfg_role.get("eval_images", 256))], "train_pmf: val_images_uint8")
     ev, grids = evaluate_pmf(pmf, val, seed + 1, int(cfg_role.get("n_samples", 64)), ddpm=reference_ddpm)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
-    metrics["quality_gate"] = _gate(ev)
+    metrics["quality_gate"] = gate(ev)
     write_json(out_dir / "config.json", {"role": "pmf", "seed": seed, "config": cfg_role,
                                          "image_shape": list(x_check.shape[1:])})
     pmf.save(out_dir)

@@ -297,3 +297,44 @@ def frechet_distance(feat_a: Tensor, feat_b: Tensor) -> float:
 
 def batched(fn: Callable[[Tensor], Tensor], x: Tensor, batch_size: int = 128) -> Tensor:
     return torch.cat([fn(x[i:i + batch_size]) for i in range(0, x.shape[0], batch_size)])
+
+
+def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tensor,
+                        feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
+                        reference_ddpm_dir: str | Path | None = None, seed: int = 0, n_images: int = 256,
+                        n_samples: int = 64, write: bool = True) -> dict[str, Any]:
+    """Re-evaluate a trained ``ddpm`` / ``pmf`` folder with a feature network (FID) and, for the pmf,
+    against the dataset's DDPM (issue 3's quality gate); merged into ``model_dir/metrics.json``
+    under ``"eval_fid"`` (and ``"quality_gate"``) when ``write``. Returns the new entries.
+
+    For the zoo: call it once ``fid_features`` (and the ``ddpm``) of the dataset exist, e.g.
+    ``evaluate_generative("pmf", dir, val.images, fidnet, name, reference_ddpm_dir=ddpm_dir)``.
+    """
+    import json
+
+    from vcebench.io import write_json
+
+    model_dir = Path(model_dir)
+    val = to_float_images(val_images_uint8[:n_images], f"evaluate_generative({role}): val_images_uint8")
+    if role == "ddpm":
+        from vcebench.models.ddpm import DiffusersDDPM, evaluate_ddpm
+
+        model = DiffusersDDPM.from_pretrained_dir(model_dir)
+        ev, _ = evaluate_ddpm(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name)
+        new: dict[str, Any] = {"eval_fid": ev}
+    elif role == "pmf":
+        from vcebench.models.ddpm import DiffusersDDPM
+        from vcebench.models.pmf import PixelMeanFlow, evaluate_pmf, gate
+
+        model = PixelMeanFlow.load(model_dir)
+        ref = DiffusersDDPM.from_pretrained_dir(reference_ddpm_dir) if reference_ddpm_dir else None
+        ev, _ = evaluate_pmf(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name,
+                             ddpm=ref)
+        new = {"eval_fid": ev, "quality_gate": gate(ev)}
+    else:
+        raise ValueError(f"evaluate_generative: role must be 'ddpm' or 'pmf', got {role!r}")
+    if write:
+        path = model_dir / "metrics.json"
+        old = json.loads(path.read_text()) if path.is_file() else {}
+        write_json(path, {**old, **new})
+    return new
