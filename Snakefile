@@ -3,6 +3,8 @@
 #   snakemake --cores all results/synthfaces_smile.csv             one task
 #   snakemake --cores all --configfile config/presets/quick.yaml   CI-size run of the same DAG
 #   snakemake --cores all results/celeba_smile.csv                 real data (set datasets/models paths)
+import os
+
 from snakemake.utils import min_version, validate
 
 from vcebench import workflow as wf
@@ -10,16 +12,16 @@ from vcebench import workflow as wf
 min_version("8.0")
 
 
-configfile: "config/config.yaml"
+configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 
-validate(config, "config/schema.yaml")
+validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
 
 CFG = wf.config_args(workflow.configfiles, workflow.basedir)
 REFERENCE = wf.reference_dir(config, workflow.basedir)
 
 
-workdir: config.get("workdir", ".")
+workdir: os.path.join(workflow.basedir, config.get("workdir", "."))
 
 
 TASKS = config["run_tasks"]

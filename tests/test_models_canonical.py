@@ -158,7 +158,12 @@ def test_perceptual_vgg19_and_lpips_formats(cfg, tmp_path):
     d = m.perceptual(x, y)
     assert d.shape == (2,) and bool((d > 0).all()) and torch.allclose(m.perceptual(x, x), torch.zeros(2))
     alex = tmp_path / "alexnet-owt-7be5be79.pth"
-    torch.save(torchvision.models.alexnet(weights=None).state_dict(), alex)
+    nn = torch.nn  # torchvision AlexNet ``features`` layout (the loader reads only features.* keys)
+    features = nn.Sequential(
+        nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(), nn.MaxPool2d(3, 2), nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(),
+        nn.MaxPool2d(3, 2), nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(), nn.Conv2d(384, 256, 3, padding=1),
+        nn.ReLU(), nn.Conv2d(256, 256, 3, padding=1))
+    torch.save({f"features.{k}": v for k, v in features.state_dict().items()}, alex)
     c = _cfg(cfg, "celeba", "perceptual", weights=str(alex), format="lpips", net="alex")
     m = load_task_models(c, "celeba_smile", ("perceptual",))
     d = m.perceptual(x, y)

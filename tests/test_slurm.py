@@ -74,9 +74,21 @@ def _snakemake(
     if expect_ok and r.returncode != 0:
         pytest.fail(
             f"snakemake --profile profiles/slurm failed (rc={r.returncode}):\n{r.stderr[-6000:]}\n"
-            f"{cluster.diagnostics()}"
+            f"{_job_log_tails(cwd, args)}\n{cluster.diagnostics()}"
         )
     return r
+
+
+def _job_log_tails(cwd: Path, args: list[str], n: int = 12) -> str:
+    """The end of each failed job's SLURM log (the error of the snakemake that ran inside the job)."""
+    logdir = Path(args[args.index("--slurm-logdir") + 1]) if "--slurm-logdir" in args else cwd / ".snakemake"
+    out = []
+    for log in sorted(logdir.rglob("*.log"))[:4] if logdir.is_dir() else []:
+        lines = log.read_text(errors="replace").splitlines()
+        errors = [i for i, line in enumerate(lines) if "Error" in line or "Traceback" in line]
+        start = max(0, errors[0] - 2) if errors else max(0, len(lines) - n)
+        out.append(f"--- SLURM job log {log}:\n" + "\n".join(lines[start:start + n]))
+    return "\n".join(out)
 
 
 # Two independent jobs that run side by side on the node's 2 CPUs, named like workflow rules so the

@@ -215,8 +215,8 @@ class VGGPerceptual(nn.Module):
         return F.mse_loss(self.embed(x), self.embed(y), reduction="none").mean(1)
 
 
-def build_networks(s: PaperSetting = CELEBA, device: torch.device | str = "meta",
-                   pmf: str = "unet") -> dict[str, nn.Module]:
+def build_networks(s: PaperSetting = CELEBA, device: torch.device | str = "meta", pmf: str = "unet",
+                   include: tuple[str, ...] = ("unet", "pmf", "classifier", "perceptual")) -> dict[str, nn.Module]:
     """The four networks at paper size with random weights, frozen (``meta``: no memory, shapes only).
 
     Keyed by their NFE-counter names (``unet`` is the ``ddpm`` role).
@@ -226,18 +226,16 @@ def build_networks(s: PaperSetting = CELEBA, device: torch.device | str = "meta"
 
     if pmf not in ("unet", "dit_b16"):
         raise ValueError(f"pmf architecture must be 'unet' or 'dit_b16', got {pmf!r}")
+    builders: dict[str, Callable[[], nn.Module]] = {
+        "unet": lambda: EpsUNet(UNet2DModel(**unet_config(s, out_channels=6)), s.num_train_timesteps),
+        "pmf": lambda: (PMFNet(UNet2DModel(**unet_config(s, out_channels=3, h_conditioning=True)), "unet")
+                        if pmf == "unet" else PMFNet(PMFDiT(s.resolution), "dit_b16")),
+        "classifier": lambda: BinaryHead(torchvision.models.densenet121(weights=None, num_classes=s.n_attributes),
+                                         kind="1logit", index=s.query_index),
+        "perceptual": lambda: VGGPerceptual(torchvision.models.vgg19(weights=None).features[: s.vgg_layer]),
+    }
     with torch.device(device):
-        ddpm = EpsUNet(UNet2DModel(**unet_config(s, out_channels=6)), s.num_train_timesteps)
-        if pmf == "unet":
-            pmf_net = PMFNet(UNet2DModel(**unet_config(s, out_channels=3, h_conditioning=True)), "unet")
-        else:
-            pmf_net = PMFNet(PMFDiT(s.resolution), "dit_b16")
-        dense = torchvision.models.densenet121(weights=None, num_classes=s.n_attributes)
-        classifier = BinaryHead(dense, kind="1logit", index=s.query_index)
-        vgg = torchvision.models.vgg19(weights=None).features[: s.vgg_layer]
-        perceptual = VGGPerceptual(vgg)
-    return {name: freeze(m) for name, m in
-            {"unet": ddpm, "pmf": pmf_net, "classifier": classifier, "perceptual": perceptual}.items()}
+        return {name: freeze(builders[name]()) for name in include}
 
 
 # --------------------------------------------------------------------------- per-call FLOPs
@@ -386,13 +384,12 @@ def paper_scale_report(dataset: str = "celeba", attempts: float = 1.0,
     s = SETTINGS[dataset]
     calls_by_pmf: dict[str, dict[str, dict[str, Any]]] = {}
     for pmf in ("unet", "dit_b16"):
-        nets = build(s, device="meta", pmf=pmf)
-        if pmf != "unet":
-            nets = {"pmf": nets["pmf"]}
+        include = ("unet", "pmf", "classifier", "perceptual") if pmf == "unet" else ("pmf",)
+        nets = build(s, device="meta", pmf=pmf, include=include)
         calls_by_pmf[pmf] = per_call_flops(nets, s.resolution)
         if fvcore:
-            cpu_nets = build(s, device="cpu", pmf=pmf)
-            macs = fvcore_forward_table({k: cpu_nets[k] for k in nets}, s.resolution)
+            cpu_nets = build(s, device="cpu", pmf=pmf, include=include)
+            macs = fvcore_forward_table(cpu_nets, s.resolution)
             del cpu_nets
             for k, v in macs.items():
                 calls_by_pmf[pmf][k]["fvcore_fwd_macs"] = v

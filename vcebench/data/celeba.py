@@ -31,7 +31,7 @@ import torch
 
 from ..rng import sample_seed
 from .base import DatasetError, Split
-from .real import file_number, find_file, make_reader, read_pm1_table, require_root
+from .real import file_number, find_file, make_reader, read_lines, read_pm1_table, require_root
 
 CELEBA_ATTRIBUTES = (
     "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips", "Big_Nose",
@@ -47,8 +47,8 @@ def read_partition(root: Path, dataset: str, key: str) -> dict[str, int]:
     """``list_eval_partition`` (.txt ``file p`` or .csv ``image_id,partition``) -> {file: partition}."""
     path = find_file(root, ["list_eval_partition.txt", "list_eval_partition.csv"], dataset, key,
                      "CelebA partition file")
-    lines = path.read_text().splitlines()
     where = f"{path} (config key `datasets.{dataset}.{key}`)"
+    lines = read_lines(path, where)
     csv = path.suffix.lower() == ".csv"
     if csv:
         head = [h.strip() for h in lines[0].split(",")]
@@ -132,7 +132,7 @@ def load_celeba(dc: dict, split: str, seed: int = 0) -> Split:
 def read_hq_mapping(root: Path) -> dict[int, str]:
     """``CelebA-HQ-to-CelebA-mapping.txt`` -> {hq idx: original CelebA file name}."""
     path = find_file(root, ["CelebA-HQ-to-CelebA-mapping.txt"], "celebahq", "root", "CelebA-HQ mapping file")
-    lines = path.read_text().splitlines()
+    lines = read_lines(path, f"{path} (config key `datasets.celebahq.root`)")
     out = {}
     for i, line in enumerate(lines[1:]):
         if not line.strip():

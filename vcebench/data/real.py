@@ -52,8 +52,10 @@ def read_pm1_table(path: Path, dataset: str, key: str, first_col: str = "image_i
     Accepts the official ``.txt`` form (line 1: the number of rows, line 2: the attribute names,
     then ``<file> v1 v2 ...`` separated by spaces) and the ``.csv`` form (header ``image_id,<names>``).
     """
-    lines = path.read_text().splitlines()
     where = f"{path} (config key `datasets.{dataset}.{key}`)"
+    lines = read_lines(path, where)
+    if not lines:
+        raise DatasetError(f"{where}: the file is empty")
     if path.suffix.lower() == ".csv":
         header = [h.strip() for h in lines[0].split(",")]
         names, rows, sep, start = header[1:], lines[1:], ",", 2
@@ -96,6 +98,14 @@ def read_pm1_table(path: Path, dataset: str, key: str, first_col: str = "image_i
     if count is not None and count != n:
         raise DatasetError(f"{where}: line 1 announces {count} images but the table has {n} rows")
     return files, list(names), (vals > 0).astype(np.uint8)
+
+
+def read_lines(path: Path, where: str) -> list[str]:
+    """The lines of a text annotation file; DatasetError if it is not readable text."""
+    try:
+        return path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{where}: cannot read it as text ({e})") from None
 
 
 def file_number(name: str, where: str) -> int:

@@ -25,7 +25,8 @@ from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
 from .training import gaussian_blur, save_trained, to_float
 
 FID_DEFAULTS: dict[str, Any] = {
-    **CLASSIFIER_DEFAULTS, "arch": "resnet", "pool": "avg", "width": 24, "embed_dim": 128, "attributes": "all", "data_half": "all", "seed": 51,
+    **CLASSIFIER_DEFAULTS, "arch": "resnet", "pool": "avg", "width": 24, "embed_dim": 128, "attributes": "all",
+    "data_half": "all", "seed": 51,
     "steps": 700, "noise": 0.0, "blur": 0.0, "max_blur": 1.5, "max_noise": 0.2,
 }
 

@@ -20,17 +20,19 @@ from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
 from .training import pgd, save_trained, to_float
 
 ORACLE_DEFAULTS: dict[str, Any] = {
-    **CLASSIFIER_DEFAULTS, "arch": "resnet", "attributes": "all", "data_half": "B", "seed": 23, "steps": 1500,
-    "adv_eps": 0.04, "adv_steps": 2, "fool_eps": 0.06, "fool_steps": 10, "fool_n": 400,
+    **CLASSIFIER_DEFAULTS, "arch": "resnet", "width": 12, "attributes": "all", "data_half": "B", "seed": 23,
+    "steps": 1000,
+    "adv_eps": 0.04, "adv_steps": 1, "adv_frac": 0.25, "fool_eps": 0.06, "fool_steps": 10, "fool_n": 400,
 }
 GATE_MEAN_ACCURACY = 0.95
 GATE_FOOLED = 0.20
 
 
-def adversarial_loss(eps: float, steps: int):
-    """BCE on PGD examples of the first half of the batch (the 'light adversarial training')."""
+def adversarial_loss(eps: float, steps: int, frac: float):
+    """BCE on PGD examples of the first ``frac`` of the batch (the 'light adversarial training';
+    one step with a random start is FGSM-RS, Wong et al. 2020)."""
     def loss(net: nn.Module, _: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-        h = max(1, x.shape[0] // 2)
+        h = max(1, int(round(x.shape[0] * frac)))
         xa = pgd(lambda z: F.binary_cross_entropy_with_logits(net(z), y[:h], reduction="none").sum(1),
                  x[:h], eps, steps)
         return F.binary_cross_entropy_with_logits(net(xa.contiguous(memory_format=torch.channels_last)), y[:h])
@@ -76,7 +78,8 @@ def train_oracle(settings: dict, splits: dict, out_dir: str | Path, *, dataset: 
     """Train and save the oracle; measure the transfer gate against ``classifier_dir`` if it exists."""
     net, config, metrics = fit_attributes(
         settings, splits, out_dir, role="oracle", dataset=dataset, task_attributes=task_attributes,
-        progress=progress, extra_loss=adversarial_loss(settings["adv_eps"], settings["adv_steps"]),
+        progress=progress,
+        extra_loss=adversarial_loss(settings["adv_eps"], settings["adv_steps"], settings["adv_frac"]),
         key_prefix=f"models.{dataset}.oracle")
     config["name"] = f"{dataset}-oracle-{settings['arch']}{settings['width']}-robust-v1"
     metrics["name"] = config["name"]
