@@ -77,6 +77,10 @@ def test_counterfactual_changes_only_the_query_label_and_is_the_image_when_uncha
     assert torch.equal(same, ds.render([sid])[0])
     flipped = ds.render_counterfactual(sid, "Young", 1 - int(lab[j]))
     assert (flipped - same).abs().max() > 0.3
+    ids = torch.arange(0, 320, 16)
+    young = ds.gt_counterfactuals(ids, "Young")
+    corners = (young - ds.render(ids))[:, :, -2:, [0, 1, -2, -1]]  # background / clothes: untouched by age
+    assert corners.abs().max() == 0
     with pytest.raises(DatasetError, match="no attribute"):
         ds.render_counterfactual(sid, "Smile", 1)
 

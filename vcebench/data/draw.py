@@ -36,12 +36,16 @@ class Window:
         self.X = canvas.coords[j0:j1].view(1, 1, 1, -1)
         self.canvas = canvas
 
-    def paint(self, alpha: Tensor, color: Tensor) -> None:
-        """Alpha-composite ``color`` (B,C,1,1 or B,C,h,w) with coverage ``alpha`` (B,1,h,w) over the window."""
-        view = self.canvas.img[:, :, self.sy, self.sx]
-        if not torch.is_tensor(color) or color.dim() == 0:
+    def paint(self, alpha: Tensor, color: Tensor | float, rows: Tensor | None = None) -> None:
+        """Alpha-composite ``color`` (B,C,1,1 or B,C,h,w) with coverage ``alpha`` (B,1,h,w) over the window;
+        with ``rows`` (int64 indices) only those batch rows, ``alpha`` and ``color`` being given for them."""
+        img = self.canvas.img
+        view = img[:, :, self.sy, self.sx] if rows is None else img[rows, :, self.sy, self.sx]
+        if not torch.is_tensor(color):
             color = torch.tensor(float(color))
         view.lerp_(color.expand_as(view), alpha.expand_as(view[:, :1]))
+        if rows is not None:
+            img[rows, :, self.sy, self.sx] = view
 
     def scale(self, factor: Tensor, alpha: Tensor) -> None:
         """Multiply the window by ``1 + alpha * (factor - 1)`` (shading, darkening)."""

@@ -231,8 +231,9 @@ class SynthFaces(SyntheticDataset):
             lam = ((nx * bc(lx) + nyy * bc(ly) + nz) / bc(lnorm)).clamp(0, 1)
             return amb + (1 - amb) * lam
 
-        def hair_tex(w: D.Window) -> Tensor:
-            return hair * (1 + 0.10 * torch.sin(55 * w.X + 8 * w.Y + bc(phase)))
+        def hair_tex(w: D.Window, rows: Tensor | None = None) -> Tensor:
+            h, ph = (hair, phase) if rows is None else (hair[rows], phase[rows])
+            return h * (1 + 0.10 * torch.sin(55 * w.X + 8 * w.Y + bc(ph)))
 
         # --- background
         w = c.full()
@@ -240,12 +241,15 @@ class SynthFaces(SyntheticDataset):
         grad = 1 + bc(0.35 * p["bg_grad"]) * (torch.cos(bc(ang)) * w.X + torch.sin(bc(ang)) * w.Y)
         c.img.copy_((bg * grad).expand(B, 3, c.S, c.S))
 
-        # --- long hair behind the head
-        w = c.window(-0.95, 0.95, -0.95, 1.0)
-        end = 0.45 + 0.45 * p["hair_len"]
-        d = D.sd_box(w.X, w.Y, 0.0, bc((end - 0.7) / 2), bc(0.64 * vol), bc((end + 0.7) / 2), 0.25)
-        d = torch.maximum(d, -D.sd_box(w.X, w.Y, 0.0, 1.0, 0.23, 0.58, 0.05))
-        w.paint(c.cover(d) * bc(is_long), hair_tex(w) * 0.85)
+        # --- long hair behind the head (drawn for the long-haired rows only)
+        long_rows = torch.nonzero(is_long > 0)[:, 0]
+        end = (0.45 + 0.45 * p["hair_len"])[long_rows]
+        long_box = dict(cx=0.0, cy=bc((end - 0.7) / 2), hx=bc(0.64 * vol[long_rows]), hy=bc((end + 0.7) / 2), r=0.25)
+        if len(long_rows):
+            w = c.window(-0.95, 0.95, -0.72, 1.0)
+            d = D.sd_box(w.X, w.Y, **long_box)
+            d = torch.maximum(d, -D.sd_box(w.X, w.Y, 0.0, 1.0, 0.23, 0.58, 0.05))
+            w.paint(c.cover(d), hair_tex(w, long_rows) * 0.85, long_rows)
 
         # --- neck and shoulders
         w = c.window(-0.35, 0.35, 0.3, 1.0)
@@ -254,11 +258,11 @@ class SynthFaces(SyntheticDataset):
         w = c.window(-1.0, 1.0, 0.6, 1.0)
         d = D.sd_ellipse(w.X, w.Y, 0.0, 1.40, bc(0.92 + 0.08 * male), 0.62)
         w.paint(c.cover(d), cloth)
-        if bool((is_long > 0).any()):
+        if len(long_rows):
             w = c.window(-0.95, 0.95, 0.6, 1.0)
-            d = D.sd_box(w.X, w.Y, 0.0, bc((end - 0.7) / 2), bc(0.64 * vol), bc((end + 0.7) / 2), 0.25)
+            d = D.sd_box(w.X, w.Y, **long_box)
             side = D.sd_box(w.X, w.Y, 0.0, 1.0, 0.36, 0.58, 0.05)
-            w.paint(c.cover(torch.maximum(d, -side)) * bc(is_long), hair_tex(w) * 0.9)
+            w.paint(c.cover(torch.maximum(d, -side)), hair_tex(w, long_rows) * 0.9, long_rows)
 
         # --- ears
         w = c.window(-0.75, 0.75, -0.3, 0.35)

@@ -161,23 +161,24 @@ class SynthXray(SyntheticDataset):
         d = D.sd_ellipse(w3.X, w3.Y, bc(hx), bc(hy), bc(0.26 * hs), bc(0.19 * (1 + 0.4 * (hs - 1))))
         w3.paint(D.soft(d, 0.04) * 0.95, g(0.50))
 
-        # --- pacemaker: generator under a clavicle + lead to the right ventricle
-        if bool((pace > 0.5).any()):
-            w5 = c.window(-0.75, 0.75, -0.7, 0.6)
-            ds = torch.where(p["dev_side"] < 0.85, 1.0, -1.0)
-            dx, dy = ds * (0.38 + 0.12 * p["dev_x"]), top + 0.12 + 0.08 * p["dev_y"]
-            a = bc(pace)
-            d = D.sd_box(w5.X, w5.Y, bc(dx), bc(dy), 0.075, 0.055, 0.025)
-            t = torch.linspace(0, 1, 13).view(1, -1)
-            pts = [(dx - ds * 0.07, dy + 0.02), (dx * 0.3, dy + 0.02), (0.02 + 0.06 * p["lead_bend"], hy - 0.35),
-                   (hx + 0.08 * hs, hy + 0.05)]
+        # --- pacemaker: generator under a clavicle + lead to the right ventricle (drawn for its rows only)
+        rows = torch.nonzero(pace > 0.5)[:, 0]
+        if len(rows):
+            w5 = c.window(-0.66, 0.66, -0.64, 0.46)
+            side = torch.where(p["dev_side"][rows] < 0.85, 1.0, -1.0)
+            dx, dy = side * (0.38 + 0.12 * p["dev_x"][rows]), top[rows] + 0.12 + 0.08 * p["dev_y"][rows]
+            hxr, hyr, hsr = hx[rows], hy[rows], hs[rows]
+            t = torch.linspace(0, 1, 9).view(1, -1)
+            pts = [(dx - side * 0.07, dy + 0.02), (dx * 0.3, dy + 0.02),
+                   (0.02 + 0.06 * p["lead_bend"][rows], hyr - 0.35), (hxr + 0.08 * hsr, hyr + 0.05)]
             bern = [(1 - t) ** 3, 3 * t * (1 - t) ** 2, 3 * t ** 2 * (1 - t), t ** 3]
-            px = sum(b * torch.as_tensor(q[0]).view(-1, 1) for b, q in zip(bern, pts))
-            py = sum(b * torch.as_tensor(q[1]).view(-1, 1) for b, q in zip(bern, pts))
+            px = sum(b * q[0].view(-1, 1) for b, q in zip(bern, pts))
+            py = sum(b * q[1].view(-1, 1) for b, q in zip(bern, pts))
             d_lead = D.sd_polyline(w5.X, w5.Y, px, py) - 0.008
-            w5.paint(c.cover(d_lead) * a * 0.9, g(0.92))
-            w5.paint(c.cover(d) * a, g(0.97))
-            w5.paint(c.cover(d + 0.03) * a, g(0.86))
+            w5.paint(c.cover(d_lead) * 0.9, 0.92, rows)
+            d = D.sd_box(w5.X, w5.Y, bc(dx), bc(dy), 0.075, 0.055, 0.025)
+            w5.paint(c.cover(d), 0.97, rows)
+            w5.paint(c.cover(d + 0.03), 0.86, rows)
 
         # --- exposure and contrast
         img = c.finish(self.pose(p))

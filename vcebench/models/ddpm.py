@@ -108,7 +108,7 @@ class DiffusersDDPM(nn.Module):
                 f"(scheduler_config.json), as written by `save_pretrained`; set "
                 f"`models.<dataset>.ddpm.weights` to such a folder or train one with `vcebench train ddpm`.")
         try:
-            unet = UNet2DModel.from_pretrained(path / "unet", local_files_only=True)
+            unet = UNet2DModel.from_pretrained(path / "unet", local_files_only=True, low_cpu_mem_usage=False)
             scheduler = DDPMScheduler.from_pretrained(path / "scheduler", local_files_only=True)
         except (OSError, ValueError, RuntimeError, json.JSONDecodeError) as e:
             raise FileNotFoundError(f"ddpm: could not load the diffusers DDPM in {path}: {e}") from e

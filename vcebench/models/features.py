@@ -1,6 +1,6 @@
 """The synthetic ``fid_features`` extractor ("fidnet"), the synthetic stand-in for Inception pool3.
 
-A ResNet with a 128-d linear bottleneck, trained (different seed, width and data half than the
+A VGG-style CNN with a 128-d linear bottleneck, trained (different seed, width, data and objective than the
 explained classifier) on two tasks from the bottleneck: every attribute of the dataset (BCE)
 and the strength of a random degradation applied to half of each batch (Gaussian blur sigma and
 noise std, regressed). The second task makes the features respond to image quality as
@@ -25,7 +25,7 @@ from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
 from .training import gaussian_blur, save_trained, to_float
 
 FID_DEFAULTS: dict[str, Any] = {
-    **CLASSIFIER_DEFAULTS, "arch": "resnet", "pool": "avg", "width": 24, "embed_dim": 128, "attributes": "all",
+    **CLASSIFIER_DEFAULTS, "arch": "vgg", "pool": "avg", "width": 24, "embed_dim": 128, "attributes": "all",
     "data_half": "all", "seed": 51,
     "steps": 700, "noise": 0.0, "blur": 0.0, "max_blur": 1.5, "max_noise": 0.2,
 }

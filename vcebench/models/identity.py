@@ -18,8 +18,8 @@ from .nets import SyntheticNet
 from .training import augment, count_params, loss_summary, save_trained, to_float, train_loop
 
 IDENTITY_DEFAULTS: dict[str, Any] = {
-    "arch": "resnet", "width": 16, "blocks": 1, "pool": "avg", "embed_dim": 64, "steps": 900, "batch": 128, "lr": 3e-3,
-    "weight_decay": 5e-4, "seed": 31, "margin": 0.25, "scale": 16.0, "noise": 0.1, "blur": 0.8, "shift": 2,
+    "arch": "vgg", "width": 16, "blocks": 1, "pool": "avg", "embed_dim": 64, "steps": 900, "batch": 64, "lr": 3e-3,
+    "weight_decay": 5e-4, "seed": 31, "margin": 0.25, "scale": 16.0, "noise": 0.1, "blur": 0.5, "shift": 1,
     "flip": True,
 }
 GATE_VERIFICATION = 0.95

@@ -21,7 +21,7 @@ from .nets import AutoEncoder, normalize_channels
 from .training import augment, count_params, gaussian_blur, loss_summary, save_trained, to_float, train_loop
 
 PERCEPTUAL_DEFAULTS: dict[str, Any] = {
-    "width": 16, "steps": 400, "batch": 64, "lr": 3e-3, "weight_decay": 0.0, "seed": 41, "noise": 0.2, "blur": 1.0,
+    "width": 16, "steps": 300, "batch": 64, "lr": 3e-3, "weight_decay": 0.0, "seed": 41, "noise": 0.2, "blur": 1.0,
 }
 
 

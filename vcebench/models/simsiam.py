@@ -19,7 +19,7 @@ from .nets import SimSiamNet
 from .training import augment, count_params, loss_summary, save_trained, to_float, train_loop
 
 SIMSIAM_DEFAULTS: dict[str, Any] = {
-    "arch": "resnet", "width": 16, "blocks": 1, "dim": 128, "pred_dim": 32, "steps": 700, "batch": 128,
+    "arch": "vgg", "width": 16, "blocks": 1, "dim": 128, "pred_dim": 32, "steps": 500, "batch": 64,
     "lr": 0.05, "weight_decay": 1e-4, "seed": 62, "min_scale": 0.5, "noise": 0.1, "blur": 1.0, "jitter": 0.3,
 }
 
