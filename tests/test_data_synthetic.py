@@ -28,6 +28,14 @@ def test_rerender_is_byte_identical_and_batch_independent(cfg, name):
     assert torch.equal(a, b)
     alone = ds.render_uint8(ids[1:2])
     assert torch.equal(alone[0], a[1])
+    ds.batch_size = 1  # one batch per worker thread
+    torch.set_num_threads(2)
+    try:
+        threaded = ds.render_uint8(ids)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)
+    assert torch.equal(threaded, a)
     other_seed = get_synthetic(small(cfg, name, seed=1), name).render_uint8(ids)
     assert not torch.equal(other_seed, a)
     c = 3 if name == "synthfaces" else 1

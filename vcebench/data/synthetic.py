@@ -17,6 +17,7 @@ train/val/test with a seeded permutation, so no person is in two splits.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -133,13 +134,30 @@ class SyntheticDataset:
             labels = self.labels(ids)
         labels = torch.as_tensor(labels, dtype=torch.float32).reshape(len(ids), len(self.attribute_names))
         out = torch.empty(len(ids), self.channels, self.resolution, self.resolution)
-        for start in range(0, len(ids), self.batch_size):
+
+        def batch(start: int) -> None:
             sl = slice(start, start + self.batch_size)
             u_id, u_img = self.uniforms(ids[sl])
             lab = {n: labels[sl, j] for j, n in enumerate(self.attribute_names)}
             img = self._draw(self._params(u_id, u_img), lab, ids[sl])
             img = img + self.noise_std * self.noise(ids[sl])
             out[sl] = (img * 2 - 1).clamp_(-1, 1)
+
+        starts = list(range(0, len(ids), self.batch_size))
+        threads = torch.get_num_threads()
+        workers = min(threads, len(starts))
+        if workers <= 1:
+            for start in starts:
+                batch(start)
+            return out
+        # One batch per thread, each with single-threaded ops: the elementwise kernels release the GIL, and
+        # there are no OpenMP barriers to spin on when the cores are shared with other jobs.
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(batch, starts))
+        finally:
+            torch.set_num_threads(threads)
         return out
 
     def render_uint8(self, sample_ids: torch.Tensor | Sequence[int],

@@ -11,7 +11,8 @@ Attributes (CheXpert-like names):
 - Pacemaker: a bright metal device under one clavicle (the patient's left, image right, in most
   patients) with a lead wire running to the heart. The ground-truth counterfactual removes (or
   adds) the device and lead and nothing else.
-- Cardiomegaly: a heart shadow about 45% wider (cardiothoracic ratio above 0.5).
+- Cardiomegaly: a heart shadow about 45% wider (cardiothoracic ratio above 0.5); a pacemaker lead,
+  which ends in the heart, follows it.
 - Effusion: a fluid opacity with a meniscus at one or both lung bases.
 - Male: broader thorax, no breast shadows.
 

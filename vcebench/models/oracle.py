@@ -22,7 +22,7 @@ from .training import pgd, save_trained, to_float
 ORACLE_DEFAULTS: dict[str, Any] = {
     **CLASSIFIER_DEFAULTS, "arch": "resnet", "width": 12, "attributes": "all", "data_half": "B", "seed": 23,
     "steps": 1000,
-    "adv_eps": 0.04, "adv_steps": 1, "adv_frac": 0.25, "fool_eps": 0.06, "fool_steps": 10, "fool_n": 400,
+    "adv_eps": 0.04, "adv_steps": 1, "adv_frac": 0.25, "fool_eps": [0.03, 0.06, 0.12], "fool_steps": 10, "fool_n": 400,
 }
 GATE_MEAN_ACCURACY = 0.95
 GATE_FOOLED = 0.20
@@ -40,13 +40,15 @@ def adversarial_loss(eps: float, steps: int, frac: float):
 
 
 def fooling_rate(classifier: nn.Module, clf_names: list[str], oracle: nn.Module, oracle_names: list[str],
-                 images_uint8: Tensor, eps: float, steps: int, batch: int = 100) -> dict[str, Any]:
-    """Per attribute: PGD (L-inf ``eps``) flips the classifier's prediction; how often does the oracle flip?
+                 images_uint8: Tensor, eps: float | list[float], steps: int, batch: int = 100) -> dict[str, Any]:
+    """Per attribute: PGD flips the classifier's prediction; how often does the oracle flip too?
 
-    The perturbation is too small to change the attribute itself, so an oracle flip is a
-    transferred adversarial example. Returns classifier flip rate, oracle flip rate among
-    flipped samples and counts.
+    ``eps`` may be a ladder (L-inf radii, ascending): each sample is attacked at the smallest
+    radius that flips the classifier. The radii are far too small to change the attribute itself,
+    so an oracle flip is a transferred adversarial example. Returns the classifier flip rate, the
+    oracle flip rate among flipped samples, and counts per radius.
     """
+    ladder = sorted(eps) if isinstance(eps, (list, tuple)) else [float(eps)]
     out: dict[str, Any] = {}
     classifier.eval()
     oracle.eval()
@@ -54,22 +56,33 @@ def fooling_rate(classifier: nn.Module, clf_names: list[str], oracle: nn.Module,
         if a not in oracle_names:
             continue
         ci, oi = clf_names.index(a), oracle_names.index(a)
-        n_flip = n_fooled = n = 0
+        n = n_flip = n_fooled = 0
+        per_eps = {str(e): 0 for e in ladder}
         for s in range(0, images_uint8.shape[0], batch):
             x = to_float(images_uint8[s:s + batch])
             with torch.no_grad():
                 pred = classifier(x)[:, ci] > 0
                 opred = oracle(x)[:, oi] > 0
             sign = 1.0 - 2.0 * pred.float()  # push the logit towards the other side
-            xa = pgd(lambda z, ci=ci, sign=sign: sign * classifier(z)[:, ci], x, eps, steps)
-            with torch.no_grad():
-                flipped = (classifier(xa)[:, ci] > 0) != pred
-                ofl = (oracle(xa)[:, oi] > 0) != opred
+            done = torch.zeros_like(pred)
+            fooled = torch.zeros_like(pred)
+            for e in ladder:
+                todo = torch.nonzero(~done).flatten()
+                if len(todo) == 0:
+                    break
+                xa = pgd(lambda z, ci=ci, sg=sign[todo]: sg * classifier(z)[:, ci], x[todo], e, steps)
+                with torch.no_grad():
+                    flipped = (classifier(xa)[:, ci] > 0) != pred[todo]
+                    ofl = (oracle(xa)[:, oi] > 0) != opred[todo]
+                done[todo[flipped]] = True
+                fooled[todo[flipped & ofl]] = True
+                per_eps[str(e)] += int(flipped.sum())
             n += x.shape[0]
-            n_flip += int(flipped.sum())
-            n_fooled += int((flipped & ofl).sum())
+            n_flip += int(done.sum())
+            n_fooled += int(fooled.sum())
         out[a] = {"n": n, "classifier_flipped": n_flip, "classifier_flip_rate": n_flip / max(n, 1),
-                  "oracle_flipped_among_them": n_fooled, "oracle_fooled_rate": n_fooled / max(n_flip, 1)}
+                  "flipped_at_eps": per_eps, "oracle_flipped_among_them": n_fooled,
+                  "oracle_fooled_rate": n_fooled / max(n_flip, 1)}
     return out
 
 
