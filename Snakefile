@@ -4,6 +4,7 @@
 #   snakemake --cores all --configfile config/presets/quick.yaml   CI-size run of the same DAG
 #   snakemake --cores all results/celeba_smile.csv                 real data (set datasets/models paths)
 import os
+import sys
 
 from snakemake.utils import min_version, validate
 
@@ -17,6 +18,10 @@ configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
 
+# Rules call the `vcebench` CLI of the interpreter running snakemake (venv not activated is fine).
+os.environ["PATH"] = (
+    os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+)
 CFG = wf.config_args(workflow.configfiles, workflow.basedir)
 REFERENCE = wf.reference_dir(config, workflow.basedir)
 

@@ -1,7 +1,13 @@
 rule train_model:
     """Train one network role on a synthetic dataset (real datasets use canonical weights)."""
     input:
-        lambda wc: data_inputs(wc.dataset),
+        data=lambda wc: data_inputs(wc.dataset),
+        # the oracle's transfer gate attacks the classifier it must not be fooled by
+        classifier=lambda wc: (
+            [f"resources/models/{wc.dataset}/classifier/metrics.json"]
+            if wc.role == "oracle"
+            else []
+        ),
     output:
         "resources/models/{dataset}/{role}/metrics.json",
     log:

@@ -9,6 +9,8 @@ must flip the oracle on at most 20% of them; measured here and written to ``metr
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +24,63 @@ from .training import pgd, save_trained, to_float
 ORACLE_DEFAULTS: dict[str, Any] = {
     **CLASSIFIER_DEFAULTS, "arch": "resnet", "width": 12, "attributes": "all", "data_half": "B", "seed": 23,
     "steps": 1000,
-    "adv_eps": 0.04, "adv_steps": 1, "adv_frac": 0.25, "fool_eps": [0.03, 0.06, 0.12], "fool_steps": 10, "fool_n": 400,
+    "adv_eps": 0.04, "adv_steps": 1, "adv_frac": 0.25, "adv_start": 0.0,
+    "fool_eps": [0.03, 0.06, 0.12], "fool_steps": 10, "fool_n": 400,
 }
 GATE_MEAN_ACCURACY = 0.95
 GATE_FOOLED = 0.20
 
 
-def adversarial_loss(eps: float, steps: int, frac: float):
+class StepCounter(nn.Module):
+    """Counts training steps in a buffer, so the count is checkpointed and a resumed run continues it."""
+
+    def __init__(self, *_: Any):
+        super().__init__()
+        self.register_buffer("step", torch.zeros((), dtype=torch.long))
+
+
+def adversarial_loss(eps: float, steps: int, frac: float, start_step: int = 0):
     """BCE on PGD examples of the first ``frac`` of the batch (the 'light adversarial training';
-    one step with a random start is FGSM-RS, Wong et al. 2020)."""
-    def loss(net: nn.Module, _: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    one step with a random start is FGSM-RS, Wong et al. 2020), from step ``start_step`` on.
+
+    The clean warm-up matters: small local attributes (a smile is a few mouth pixels at 32 px)
+    are learnt late, and adversarial training from step 0 kept them at chance (curriculum as in
+    the "adversarial warm-up" of e.g. Cai et al. 2018). Needs a :class:`StepCounter` as ``extra``.
+    """
+    def loss(net: nn.Module, counter: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        k = int(counter.step)
+        counter.step += 1
+        if k < start_step or frac <= 0:
+            return x.new_zeros(())
         h = max(1, int(round(x.shape[0] * frac)))
-        xa = pgd(lambda z: F.binary_cross_entropy_with_logits(net(z), y[:h], reduction="none").sum(1),
-                 x[:h], eps, steps)
-        return F.binary_cross_entropy_with_logits(net(xa.contiguous(memory_format=torch.channels_last)), y[:h])
+        net.eval()  # attack the inference-mode net; BN running stats stay those of clean batches
+        try:
+            xa = pgd(lambda z: F.binary_cross_entropy_with_logits(net(z), y[:h], reduction="none").sum(1),
+                     x[:h], eps, steps)
+        finally:
+            net.train()
+        with frozen_bn_stats(net):
+            return F.binary_cross_entropy_with_logits(net(xa.contiguous(memory_format=torch.channels_last)),
+                                                      y[:h])
     return loss
+
+
+@contextmanager
+def frozen_bn_stats(net: nn.Module) -> Iterator[None]:
+    """Train-mode forward that does not update BatchNorm running statistics (momentum 0).
+
+    Keeps the running statistics those of the (augmented) clean batches rather than folding in the
+    small adversarial sub-batch (measured effect on the synthfaces oracle: small, +1 point mean accuracy).
+    """
+    bns = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.momentum = 0.0
+    try:
+        yield
+    finally:
+        for m, mom in zip(bns, saved):
+            m.momentum = mom
 
 
 def fooling_rate(classifier: nn.Module, clf_names: list[str], oracle: nn.Module, oracle_names: list[str],
@@ -92,7 +136,9 @@ def train_oracle(settings: dict, splits: dict, out_dir: str | Path, *, dataset: 
     net, config, metrics = fit_attributes(
         settings, splits, out_dir, role="oracle", dataset=dataset, task_attributes=task_attributes,
         progress=progress,
-        extra_loss=adversarial_loss(settings["adv_eps"], settings["adv_steps"], settings["adv_frac"]),
+        extra_loss=adversarial_loss(settings["adv_eps"], settings["adv_steps"], settings["adv_frac"],
+                                    int(round(settings["adv_start"] * settings["steps"]))),
+        extra_module=StepCounter,
         key_prefix=f"models.{dataset}.oracle")
     config["name"] = f"{dataset}-oracle-{settings['arch']}{settings['width']}-robust-v1"
     metrics["name"] = config["name"]
