@@ -18,6 +18,11 @@ configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
 
+
+envvars:
+    "PATH",
+
+
 # Rules call the `vcebench` CLI of the interpreter running snakemake (venv not activated is fine).
 os.environ["PATH"] = (
     os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")

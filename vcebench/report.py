@@ -116,7 +116,7 @@ def _arrow(col: str, higher: dict[str, bool], tex: bool) -> str:
 
 def to_markdown(df: pd.DataFrame, higher: dict[str, bool], title: str = "") -> str:
     cols = [c for c in df.columns if c != "n"]
-    head = ["Method"] + [f"{PRETTY.get(c, c)}{_arrow(c, higher, False)}" for c in cols[1:]]
+    head = ["Method"] + [f"{PRETTY.get(c, c).replace('S$^3$', 'S³')}{_arrow(c, higher, False)}" for c in cols[1:]]
     lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |",
                                                         "|" + "---|" * len(head)]
     marks = {c: rank_marks(df[c], higher.get(c, False)) for c in cols[1:] if c in higher}

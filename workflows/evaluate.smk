@@ -75,6 +75,9 @@ rule profile:
     params:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+        n=min(config.get("profile", {}).get("n", 8), config["n_eval"]),
+        flop_n=config.get("profile", {}).get("flop_n", 2),
     shell:
         "vcebench profile --task {wildcards.task} --method {wildcards.method} {params.data} "
-        "--timings {input.timings} --out {output} {params.cfg} > {log} 2>&1"
+        "--n {params.n} --flop-n {params.flop_n} --no-warmup --timings {input.timings} "
+        "--out {output} {params.cfg} > {log} 2>&1"

@@ -235,9 +235,10 @@ def train_loop(model: nn.Module,
         if (step + 1) % every == 0 and step + 1 < steps:
             _save_checkpoint(ckpt, model, ema, opt, step + 1, losses)
     seconds = time.perf_counter() - t0
+    win = max(1, min(50, steps // 4))
     stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": seconds,
              "resumed_from_step": start, "threads": torch.get_num_threads(),
-             "loss_first_50": _mean(losses[:50]), "loss_last_50": _mean(losses[-50:]),
+             "loss_first": _mean(losses[:win]), "loss_last": _mean(losses[-win:]), "loss_window": win,
              "loss_curve": [_mean(losses[i:i + max(1, steps // 20)]) for i in range(0, steps, max(1, steps // 20))]}
     shadow = {k: v.contiguous() for k, v in ema.shadow.items()}
     return shadow, stats
