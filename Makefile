@@ -25,8 +25,8 @@ test: install  ## the test suite (CPU, ~10 minutes on 2 cores)
 	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow"
 
 regression: install  ## rerun the quick preset and compare with results/reference/quick
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --configfile config/presets/quick.yaml \
-		--forcerun regression regression
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake regression --cores $(CORES) --forcerun regression \
+		--configfile config/presets/quick.yaml
 
 reference: install  ## accept the current quick-preset results as the new reference
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/vcebench report --update-reference --reference $(abspath results/reference/quick) --out-dir runs/quick/results \
