@@ -34,7 +34,7 @@ def test_snakefmt_clean():
 
 @pytest.mark.parametrize("preset", [None, "config/presets/quick.yaml"])
 def test_dry_run_builds_whole_dag(preset):
-    args = ["-n", "--quiet", "rules"] + (["--configfile", preset] if preset else [])
+    args = ["-n", "--forceall", "--quiet", "rules"] + (["--configfile", preset] if preset else [])
     r = _smk(*args)
     assert r.returncode == 0, r.stdout + r.stderr
     for rule in ("render_data", "train_model", "explain_shard", "merge_counterfactuals", "fid_reference",
@@ -45,7 +45,7 @@ def test_dry_run_builds_whole_dag(preset):
 def test_shards_follow_config(tmp_path):
     pre = tmp_path / "p.yaml"
     pre.write_text(yaml.safe_dump({"n_shards": 3, "run_tasks": ["synthfaces_smile"], "methods": ["fire"]}))
-    r = _smk("-n", "--configfile", str(pre))
+    r = _smk("-n", "--forceall", "--configfile", str(pre))
     assert r.returncode == 0, r.stderr
     out = r.stdout + r.stderr
     assert all(f"shard-{i}-of-3.npz" in out for i in range(3))
