@@ -23,7 +23,8 @@ FLOOR_COLUMNS = ["GT_L1_input", "GT_L1_region_input"]
 # Directions of the columns a metrics.json may not declare (costs are always lower-is-better).
 DEFAULT_HIGHER = {"FR": True, "FVA": True, "FS": True, "COUT": True, "MAD": True, "S3": True,
                   "FR_oracle": True, "GT_precision": True, "GT_recall": True, "mean_steps": False}
-PRETTY = {"GT_L1_input": "GT_L1 (input)", "GT_L1_region_input": "GT_L1_region (input)", "S3": "S$^3$", "FR": "FR(%)", "sec_per_cf": "s/CF", "tflops_per_cf": "TFLOPs/CF",
+PRETTY = {"GT_L1_input": "GT_L1 (input)", "GT_L1_region_input": "GT_L1_region (input)",
+          "S3": "S$^3$", "FR": "FR(%)", "sec_per_cf": "s/CF", "tflops_per_cf": "TFLOPs/CF",
           "nfe_per_cf": "NFE/CF", "peak_mem_mb": "Mem (MB)", "mean_steps": "steps"}
 METHOD_LABELS = {"fire": "FiRe", "dime": "DiME", "fastdime": "FastDiME", "fastdime2": "FastDiME-2",
                  "fastdime2plus": "FastDiME-2+", "maskdime": "MaskDiME"}
