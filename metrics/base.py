@@ -145,6 +145,38 @@ def require(n: int, needed: int, metric: str, subset: str) -> None:
                           f"({SUBSETS.get(subset, subset)}), got {n}")
 
 
+class SubsetMean:
+    """A metric that is the mean of one per-sample value over a subset of the batch stream.
+
+    Subclasses set ``name``, ``higher_is_better`` (one key, = ``name``), ``roles`` and implement
+    ``values(batch, keep) -> Tensor`` (one value per kept row).
+    """
+
+    name: str
+    higher_is_better: dict[str, bool]
+
+    def __init__(self, subset: Subset):
+        self.subset = subset
+        self.sum = 0.0
+        self.count = 0
+        self.n: dict[str, int] = {}
+
+    def values(self, batch: EvalBatch, keep: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def update(self, batch: EvalBatch) -> None:
+        keep = batch.subset(self.subset)
+        if not keep.any():
+            return
+        self.sum += float(self.values(batch, keep).double().sum())
+        self.count += int(keep.sum())
+
+    def compute(self) -> dict[str, float]:
+        require(self.count, 1, self.name, self.subset)
+        self.n = {self.name: self.count}
+        return {self.name: self.sum / self.count}
+
+
 def cosine(a: Tensor, b: Tensor, eps: float = 1e-8) -> Tensor:
     """Row-wise cosine similarity in float64 (``torch.nn.CosineSimilarity`` as in DiME/ACE)."""
     a, b = a.double(), b.double()

@@ -10,9 +10,9 @@ the positive class (for two classes the same for either class); higher = larger 
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from .base import EvalBatch, Subset, classifier_logits, require
+from .base import EvalBatch, Subset, SubsetMean, classifier_logits, require
 
 
 class FlipRate:
@@ -39,7 +39,7 @@ class FlipRate:
         return {"FR": 100.0 * self.hits / self.total}
 
 
-class MAD:
+class MAD(SubsetMean):
     """MAD: mean |p_1(x) - p_1(cf)| of the classifier's softmax probability."""
 
     name = "MAD"
@@ -47,21 +47,10 @@ class MAD:
     roles = ("classifier",)
 
     def __init__(self, classifier: nn.Module, subset: Subset = "all"):
-        self.classifier, self.subset = classifier, subset
-        self.sum = 0.0
-        self.count = 0
-        self.n: dict[str, int] = {}
+        super().__init__(subset)
+        self.classifier = classifier
 
-    def update(self, batch: EvalBatch) -> None:
-        keep = batch.subset(self.subset)
-        if not keep.any():
-            return
+    def values(self, batch: EvalBatch, keep: Tensor) -> Tensor:
         p_x = torch.softmax(classifier_logits(batch, self.classifier, "x").double(), 1)[:, 1]
         p_cf = torch.softmax(classifier_logits(batch, self.classifier, "cf").double(), 1)[:, 1]
-        self.sum += float((p_x - p_cf).abs()[keep].sum())
-        self.count += int(keep.sum())
-
-    def compute(self) -> dict[str, float]:
-        require(self.count, 1, "MAD", self.subset)
-        self.n = {"MAD": self.count}
-        return {"MAD": self.sum / self.count}
+        return (p_x - p_cf).abs()[keep]

@@ -27,7 +27,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import EvalBatch, Subset, classifier_logits, require
+from .base import EvalBatch, Subset, SubsetMean, classifier_logits
 
 COUT_NUM_STEPS = 50  # ACE `evaluate`: cout_num_steps
 
@@ -75,7 +75,7 @@ def cout_scores(x: Tensor, cf: Tensor, classifier: nn.Module, pred: Tensor | Non
     return auc(c_prime) - auc(c)
 
 
-class COUT:
+class COUT(SubsetMean):
     """COUT over ``subset`` (default: correctly classified inputs, all their CFs)."""
 
     name = "COUT"
@@ -83,22 +83,10 @@ class COUT:
     roles = ("classifier",)
 
     def __init__(self, classifier: nn.Module, subset: Subset = "correct"):
-        self.classifier, self.subset = classifier, subset
-        self.sum = 0.0
-        self.count = 0
-        self.n: dict[str, int] = {}
+        super().__init__(subset)
+        self.classifier = classifier
 
-    def update(self, batch: EvalBatch) -> None:
-        keep = batch.subset(self.subset)
-        if not keep.any():
-            return
+    def values(self, batch: EvalBatch, keep: Tensor) -> Tensor:
         pred = classifier_logits(batch, self.classifier, "x").argmax(1)
         logits_cf = classifier_logits(batch, self.classifier, "cf")
-        scores = cout_scores(batch.x[keep], batch.cf[keep], self.classifier, pred[keep], logits_cf[keep])
-        self.sum += float(scores.sum())
-        self.count += int(keep.sum())
-
-    def compute(self) -> dict[str, float]:
-        require(self.count, 1, "COUT", self.subset)
-        self.n = {"COUT": self.count}
-        return {"COUT": self.sum / self.count}
+        return cout_scores(batch.x[keep], batch.cf[keep], self.classifier, pred[keep], logits_cf[keep])

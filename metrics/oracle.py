@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .base import EvalBatch, MetricError, Subset, embed, require
+from .base import EvalBatch, MetricError, Subset, SubsetMean, embed, require
 
 
 def _oracle_bits(batch: EvalBatch, oracle: nn.Module, which: str) -> Tensor:
@@ -45,7 +45,7 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float:
     return 0.0 if np.isnan(c) else float(c)
 
 
-class MNAC:
+class MNAC(SubsetMean):
     """Mean number of attributes changed according to the oracle (lower is better)."""
 
     name = "MNAC"
@@ -53,23 +53,12 @@ class MNAC:
     roles = ("oracle",)
 
     def __init__(self, oracle: nn.Module, subset: Subset = "successful"):
-        self.oracle, self.subset = oracle, subset
-        self.sum = 0
-        self.count = 0
-        self.n: dict[str, int] = {}
+        super().__init__(subset)
+        self.oracle = oracle
 
-    def update(self, batch: EvalBatch) -> None:
-        keep = batch.subset(self.subset)
-        if not keep.any():
-            return
+    def values(self, batch: EvalBatch, keep: Tensor) -> Tensor:
         changed = _oracle_bits(batch, self.oracle, "x") != _oracle_bits(batch, self.oracle, "cf")
-        self.sum += int(changed[keep].sum())
-        self.count += int(keep.sum())
-
-    def compute(self) -> dict[str, float]:
-        require(self.count, 1, "MNAC", self.subset)
-        self.n = {"MNAC": self.count}
-        return {"MNAC": self.sum / self.count}
+        return changed[keep].sum(1)
 
 
 def data_correlations(train_labels: np.ndarray, train_names: Sequence[str], attribute_names: Sequence[str],
