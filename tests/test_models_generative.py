@@ -78,14 +78,25 @@ def test_pmf_loss_falls():
     assert _loss_falls(losses), losses
 
 
+def _feats(x: torch.Tensor) -> torch.Tensor:  # a dummy feature extractor: channel means and stds
+    return torch.cat([x.mean((2, 3)), x.std((2, 3))], 1)
+
+
+def _bright(x: torch.Tensor) -> torch.Tensor:  # a 2-logit stand-in classifier: "brighter than mid-grey"
+    m = x.mean((1, 2, 3))
+    return torch.stack([-m, m], 1)
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> dict[str, Path]:
     """A tiny ddpm and pmf trained once (4 steps each) on 3-channel blobs."""
     root = tmp_path_factory.mktemp("gen")
     imgs = _images(24)
-    train_ddpm(_ddpm_cfg(), imgs, root / "ddpm", seed=0, val_images_uint8=imgs[:8], progress=False)
+    train_ddpm(_ddpm_cfg(), imgs, root / "ddpm", seed=0, val_images_uint8=imgs[:8], progress=False,
+               feature_fn=_feats, feature_name="dummy")
     train_pmf(_pmf_cfg(), imgs, root / "pmf", seed=0, val_images_uint8=imgs[:8], progress=False,
-              reference_ddpm=DiffusersDDPM.from_pretrained_dir(root / "ddpm"))
+              reference_ddpm=DiffusersDDPM.from_pretrained_dir(root / "ddpm"), feature_fn=_feats,
+              feature_name="dummy", classifiers={"Bright": _bright})
     return {"ddpm": root / "ddpm", "pmf": root / "pmf", "images": imgs}
 
 
@@ -268,6 +279,22 @@ def test_bad_config_names_key():
         train_ddpm(_ddpm_cfg(), torch.rand(4, 3, 8, 8), Path("/nonexistent"), seed=0)
 
 
+def test_pmf_quality_gate_checks_fid_mse_and_labels(trained: dict):
+    """The pmf metrics.json carries issue 3's gate: MSE within 2x of Tweedie, lower FID than Tweedie
+    and the classifier's labels kept by G(z_0.4, 0.4); `passed` is exactly the AND of those checks."""
+    m = json.loads((trained["pmf"] / "metrics.json").read_text())
+    g = m["quality_gate"]
+    assert g["evaluated"] and g["checks"] == ["mse_within_2x", "fid_lower", "label_kept_95"]
+    assert g["passed"] == all(g[k] for k in g["checks"])
+    kept = m["eval"]["predict_clean"]["t0.4"]["label_kept"]["Bright"]
+    assert 0.0 <= kept <= 1.0 and g["label_kept"] == {"Bright": kept}
+    assert g["label_kept_95"] == (kept >= 0.95)
+    assert g["fid_lower"] == (g["fid_pmf"] < g["fid_tweedie"])
+    d = json.loads((trained["ddpm"] / "metrics.json").read_text())
+    assert d["eval"]["samples"]["fid"] >= 0 and d["eval"]["samples"]["fid_features"] == "dummy"
+    assert "fid_note" not in d
+
+
 def test_evaluate_generative_adds_fid_with_a_feature_function(trained: dict):
     from vcebench.models.unet import evaluate_generative
 
@@ -285,3 +312,17 @@ def test_evaluate_generative_adds_fid_with_a_feature_function(trained: dict):
     assert "training" in saved  # merged, not replaced
     d = evaluate_generative("ddpm", trained["ddpm"], imgs, feats, "dummy", n_samples=8, write=False)
     assert d["eval_fid"]["samples"]["fid"] >= 0
+
+
+def test_label_kept_is_one_for_a_constant_classifier():
+    """A classifier that ignores its input keeps every label: the rate is exactly 1."""
+    from vcebench.models.pmf import evaluate_pmf
+
+    pmf = build_pmf(_pmf_cfg(), 3, 8)
+    val = _images(8).float() / 127.5 - 1
+
+    def const(x: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([[0.0, 1.0]]).expand(len(x), 2)
+
+    m, _ = evaluate_pmf(pmf, val, seed=0, n_samples=2, classifiers={"Const": const}, t_flow=(0.4,))
+    assert m["predict_clean"]["t0.4"]["label_kept"] == {"Const": 1.0}

@@ -220,6 +220,43 @@ def test_profile_command_writes_every_field(tiny_load, tmp_path):
     assert d["batch_size"] == 2 and d["n"] == 3
 
 
+def test_profile_command_profiles_several_methods_in_one_process(tiny_load, tmp_path):
+    """One job per task: each method gets its own profile.json, with the timings its explain run recorded,
+    and the same FLOPs / NFE as when it is profiled alone."""
+    from vcebench.cli import main
+
+    timings = []
+    for m, sec in (("fire", 3.0), ("fire_K5", 1.5)):
+        t = tmp_path / m / "timing-0-of-1.json"
+        t.parent.mkdir()
+        t.write_text(json.dumps({"seconds": sec, "n": 6, "batch_size": 2, "method": m}))
+        timings.append(str(t))
+    common = ["--task", "synthfaces_smile", "--n", "3", "--batch-size", "2", "--timings", *timings]
+    assert main(["profile", "--method", "fire", "--method", "fire_K5", *common,
+                 "--out", str(tmp_path / "out" / "{method}.json")]) == 0
+    both = {m: json.loads((tmp_path / "out" / f"{m}.json").read_text()) for m in ("fire", "fire_K5")}
+    assert both["fire"]["sec_per_cf"] == pytest.approx(0.5) and both["fire_K5"]["sec_per_cf"] == pytest.approx(0.25)
+    assert both["fire"]["method"] == "fire" and both["fire_K5"]["method"] == "fire_K5"
+    assert main(["profile", "--method", "fire", "--task", "synthfaces_smile", "--n", "3", "--batch-size", "2",
+                 "--out", str(tmp_path / "alone.json")]) == 0
+    alone = json.loads((tmp_path / "alone.json").read_text())
+    assert alone["flops_per_cf"] == both["fire"]["flops_per_cf"] and alone["nfe_per_cf"] == both["fire"]["nfe_per_cf"]
+    # several methods need {method} in --out; a method without a timing file is named
+    assert main(["profile", "--method", "fire", "--method", "fire_K5", *common, "--out", str(tmp_path / "x.json")]) == 2
+    assert main(["profile", "--method", "fire", "--method", "fire_K10", "--task", "synthfaces_smile", "--n", "3",
+                 "--timings", *timings, "--out", str(tmp_path / "{method}.json")]) == 2
+
+
+def test_cli_parses_without_importing_torch():
+    """Every workflow job starts `vcebench`; light verbs (merge, report) must not pay torch's import."""
+    import subprocess
+    import sys
+
+    code = "import sys, vcebench.cli as c; c.build_parser(); print('torch' in sys.modules, 'pandas' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
+
+
 def test_compare_compaction_runs_both_settings(tiny_load, tmp_path):
     from vcebench.cli import main
 

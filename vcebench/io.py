@@ -7,10 +7,17 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _is_tensor(o: Any) -> bool:
+    """``torch.is_tensor`` without importing torch (the merge and report verbs run without it)."""
+    return type(o).__module__.startswith("torch") and hasattr(o, "detach")
 
 
 @contextlib.contextmanager
@@ -44,7 +51,7 @@ def _json_default(o):
         return float(o)
     if isinstance(o, np.ndarray):
         return o.tolist()
-    if torch.is_tensor(o):
+    if _is_tensor(o):
         return o.tolist()
     if isinstance(o, Path):
         return str(o)
@@ -56,10 +63,14 @@ def to_uint8(x: torch.Tensor) -> np.ndarray:
 
     The DiME/ACE reference code truncates (``(x + 1) * 127.5`` cast to uint8); we round.
     """
+    import torch
+
     return ((x.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
 
 
 def from_uint8(a: np.ndarray | torch.Tensor) -> torch.Tensor:
+    import torch
+
     t = torch.as_tensor(np.asarray(a))
     return t.float() / 127.5 - 1.0
 
@@ -68,7 +79,7 @@ def save_npz(path: str | os.PathLike, **arrays: Any) -> None:
     """Atomic ``np.savez_compressed``."""
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, **{k: (v.cpu().numpy() if torch.is_tensor(v) else np.asarray(v))
+            np.savez_compressed(fh, **{k: (v.cpu().numpy() if _is_tensor(v) else np.asarray(v))
                                        for k, v in arrays.items()})
 
 

@@ -233,7 +233,8 @@ def profile_run(call: MethodCall, x: Tensor, target: Tensor, sample_ids: Sequenc
                 warmup: bool = True) -> dict[str, Any]:
     """Time, memory, FLOPs and NFE of ``call`` over ``x`` (already on ``device``) in batches.
 
-    The timed pass runs every input once, after one warm-up batch, under :class:`PeakMemory`;
+    The timed pass runs every input once, after one warm-up batch (``warmup=False``: one warm-up
+    input), under :class:`PeakMemory`;
     FLOPs are counted in a second pass over the first ``flop_n`` inputs (default: all) at the
     same batch size, so early stopping and batch compaction are reflected exactly.
     """
@@ -244,9 +245,8 @@ def profile_run(call: MethodCall, x: Tensor, target: Tensor, sample_ids: Sequenc
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     device = torch.device(device)
     ids = list(sample_ids)
-    if warmup:
-        w = min(batch_size, n)
-        call(x[:w], target[:w], ids[:w])
+    w = min(batch_size, n) if warmup else 1  # a 1-input warm-up at least: one-time runtime allocations
+    call(x[:w], target[:w], ids[:w])          # (thread pools, kernel caches) stay out of the peak memory
     with PeakMemory(device) as mem, timed(device) as clock:
         outs = _run_batches(call, x, target, ids, batch_size)
     info, steps = _cat_info(outs)

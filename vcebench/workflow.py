@@ -58,6 +58,15 @@ def method_roles(method: str) -> tuple[str, ...]:
     return METHOD_ROLES[base]
 
 
+GATE_ROLES = {"oracle": ("classifier",), "ddpm": ("fid_features",), "pmf": ("classifier", "fid_features", "ddpm")}
+
+
+def gate_roles(cfg: dict, dataset: str, role: str) -> list[str]:
+    """Trained roles of ``dataset`` that ``role``'s quality gate measures against (trained first)."""
+    spec = (cfg.get("models") or {}).get(dataset) or {}
+    return [r for r in GATE_ROLES.get(role, ()) if r in spec and "weights" not in (spec[r] or {})]
+
+
 def eval_roles(cfg: dict, task_name: str) -> tuple[str, ...]:
     return EVAL_ROLES[get_task(cfg, task_name).kind]
 

@@ -50,21 +50,24 @@ rule evaluate:
 
 
 rule profile:
-    """FLOPs, NFE, time and memory per counterfactual."""
+    """FLOPs, NFE, time and memory per counterfactual: every method of a task in one job."""
     input:
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
-        models=lambda wc: model_inputs(wc.task, wf.method_roles(wc.method)),
+        models=lambda wc: model_inputs(
+            wc.task, sorted({r for m in METHODS for r in wf.method_roles(m)})
+        ),
         timings=expand(
-            "results/{{task}}/{{method}}/shards/timing-{i}-of-{n}.json",
+            "results/{{task}}/{method}/shards/timing-{i}-of-{n}.json",
+            method=METHODS,
             i=range(config["n_shards"]),
             n=config["n_shards"],
         ),
     output:
-        "results/{task}/{method}/profile.json",
+        expand("results/{{task}}/{method}/profile.json", method=METHODS),
     log:
-        "logs/profile/{task}/{method}.log",
+        "logs/profile/{task}.log",
     benchmark:
-        "benchmarks/profile/{task}/{method}.tsv"
+        "benchmarks/profile/{task}.tsv"
     conda:
         "envs/vcebench.yaml"
     threads: config["threads"]
@@ -75,9 +78,10 @@ rule profile:
     params:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+        methods=" ".join(f"--method {m}" for m in METHODS),
         n=min(config.get("profile", {}).get("n", 8), config["n_eval"]),
         flop_n=config.get("profile", {}).get("flop_n", 2),
     shell:
-        "vcebench profile --task {wildcards.task} --method {wildcards.method} {params.data} "
+        "vcebench profile --task {wildcards.task} {params.methods} {params.data} "
         "--n {params.n} --flop-n {params.flop_n} --no-warmup --timings {input.timings} "
-        "--out {output} {params.cfg} > {log} 2>&1"
+        "--out 'results/{wildcards.task}/{{method}}/profile.json' {params.cfg} > {log} 2>&1"

@@ -2,12 +2,13 @@ rule train_model:
     """Train one network role on a synthetic dataset (real datasets use canonical weights)."""
     input:
         data=lambda wc: data_inputs(wc.dataset),
-        # the oracle's transfer gate attacks the classifier it must not be fooled by
-        classifier=lambda wc: (
-            [f"resources/models/{wc.dataset}/classifier/metrics.json"]
-            if wc.role == "oracle"
-            else []
-        ),
+        # networks a role's quality gate uses: the oracle attacks the classifier it must not be
+        # fooled by; the ddpm's FID uses fid_features; the pmf is compared with the ddpm's Tweedie
+        # estimate and must keep the classifier's labels (vcebench.workflow.gate_inputs)
+        gate=lambda wc: [
+            f"resources/models/{wc.dataset}/{r}/metrics.json"
+            for r in wf.gate_roles(config, wc.dataset, wc.role)
+        ],
     output:
         "resources/models/{dataset}/{role}/metrics.json",
     log:

@@ -18,11 +18,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from ..cli import add_config_arg
+
+if TYPE_CHECKING:
+    import torch
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -121,6 +124,8 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
                   only: list[str] | None = None, progress: bool = False, strict: bool = False,
                   models=None) -> dict:
     """Everything `vcebench evaluate` writes to metrics.json (``models``: preloaded TaskModels, tests)."""
+    import torch
+
     from metrics import build_metrics, metric_names, required_roles
     from metrics.base import SUBSETS
     from metrics.evaluation import load_counterfactuals, make_batches, run_metrics

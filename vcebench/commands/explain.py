@@ -22,12 +22,15 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from vcebench.cli import add_config_arg
 from vcebench.io import load_npz, save_npz, to_uint8, write_json
+
+if TYPE_CHECKING:
+    import torch
 
 SHARD_RE = re.compile(r"shard-(\d+)-of-(\d+)\.npz$")
 
@@ -88,6 +91,8 @@ def timing_path(out: Path) -> Path:
 
 def shard_ids(all_ids: torch.Tensor, n_eval: int, shard: int, n_shards: int) -> torch.Tensor:
     """Shard ``shard`` of ``n_shards`` of the first ``n_eval`` sorted sample ids."""
+    import torch
+
     ids = torch.sort(torch.as_tensor(all_ids, dtype=torch.int64)).values[:n_eval]
     return ids[shard::n_shards]
 
@@ -119,6 +124,7 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
     ``load_images(idx)`` returns the [-1, 1] images of positions ``idx`` of ``ids``.
     Target = 1 - classifier prediction. Returns the timing record.
     """
+    import torch
     from tqdm import tqdm
 
     from methods.base import cat_counterfactuals

@@ -14,12 +14,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from vcebench.cli import add_config_arg
 from vcebench.config import ConfigError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,21 +28,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arg(p)
     p.add_argument("--task", help="task name (config key `tasks`)")
-    p.add_argument("--method", help="method name (config key `methods`, or fire_<variant>)")
+    p.add_argument("--method", action="append", default=None,
+                   help="method name (config key `methods`, or fire_<variant>); repeat it to profile several "
+                        "methods in one process (the workflow does one job per task)")
     p.add_argument("--n", type=int, default=32, help="evaluation inputs to run (first n by sample id; default 32)")
     p.add_argument("--batch-size", type=int, default=None, help="default: config key `batch_size`")
     p.add_argument("--flop-n", type=int, default=None,
                    help="count FLOPs on the first FLOP_N inputs only (default: all n; stated in the output)")
     p.add_argument("--data", default=None, help="rendered data folder (synthetic cache) or None")
     p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
-    p.add_argument("--out", default=None, help="default results/<task>/<method>/profile.json")
+    p.add_argument("--out", default=None, help="default results/<task>/<method>/profile.json; with several "
+                   "--method, a path containing {method}")
     p.add_argument("--no-compaction", action="store_true", help="FiRe: finished samples stay in the batch")
     p.add_argument("--compare-compaction", action="store_true",
                    help="FiRe: time the same inputs with and without batch compaction (default out: "
                         "results/<task>/<method>/compaction.json)")
     p.add_argument("--timings", nargs="+", default=None, metavar="JSON",
                    help="explain's timing-*.json files: sec_per_cf then comes from the full explain run")
-    p.add_argument("--no-warmup", action="store_true", help="skip the warm-up batch")
+    p.add_argument("--no-warmup", action="store_true", help="warm up on one input instead of a full batch")
     p.add_argument("--paper-scale", choices=["celeba"], default=None,
                    help="count FLOPs per CF of every method with paper-size random-weight networks")
     p.add_argument("--attempts", type=float, default=1.0,
@@ -72,27 +76,66 @@ def run(args: argparse.Namespace) -> int:
     if batch_size < 1:
         raise ConfigError(f"--batch-size (config key `batch_size`) must be >= 1, got {batch_size}")
 
+    methods = list(dict.fromkeys(args.method))
     if args.compare_compaction:
-        out = Path(args.out or f"results/{args.task}/{args.method}/compaction.json")
-        report = compare_compaction(cfg, args.task, args.method, n=args.n, batch_size=batch_size, device=device,
+        if len(methods) != 1:
+            raise ConfigError("--compare-compaction takes one --method")
+        out = Path(args.out or f"results/{args.task}/{methods[0]}/compaction.json")
+        report = compare_compaction(cfg, args.task, methods[0], n=args.n, batch_size=batch_size, device=device,
                                     data_dir=args.data, model_dir=args.models, flop_n=args.flop_n,
                                     warmup=not args.no_warmup)
         _write(out, report)
         _print_compaction(report)
         return 0
 
+    if len(methods) > 1 and args.out and "{method}" not in args.out:
+        raise ConfigError(f"--out {args.out!r} must contain {{method}} when several methods are profiled")
     overrides = {"compaction": False} if args.no_compaction else {}
-    report = profile_task(cfg, args.task, args.method, n=args.n, batch_size=batch_size, device=device,
-                          data_dir=args.data, model_dir=args.models, flop_n=args.flop_n,
-                          warmup=not args.no_warmup, overrides=overrides)
-    if args.timings:
-        apply_timings(report, args.timings)
-    out = Path(args.out or f"results/{args.task}/{args.method}/profile.json")
-    _write(out, report)
-    print(f"{args.task}/{args.method}: {report['sec_per_cf']:.4f} s/CF, {report['tflops_per_cf']:.3g} TFLOPs/CF, "
-          f"NFE/CF {report['nfe_per_cf']:.1f}, peak {report['peak_mem_mb']:.0f} MiB, "
-          f"mean steps {report['mean_steps']:.2f}, batch {report['batch_size']} -> {out}")
+    timings = timing_files_by_method(args.timings, methods) if args.timings else {}
+    for method in methods:
+        release_memory()  # each method's peak-RSS increase starts from a trimmed heap
+        report = profile_task(cfg, args.task, method, n=args.n, batch_size=batch_size, device=device,
+                              data_dir=args.data, model_dir=args.models, flop_n=args.flop_n,
+                              warmup=not args.no_warmup, overrides=overrides)
+        if args.timings:
+            apply_timings(report, timings[method])
+        out = Path((args.out or "results/{task}/{method}/profile.json").format(task=args.task, method=method))
+        _write(out, report)
+        print(f"{args.task}/{method}: {report['sec_per_cf']:.4f} s/CF, {report['tflops_per_cf']:.3g} TFLOPs/CF, "
+              f"NFE/CF {report['nfe_per_cf']:.1f}, peak {report['peak_mem_mb']:.0f} MiB, "
+              f"mean steps {report['mean_steps']:.2f}, batch {report['batch_size']} -> {out}", flush=True)
     return 0
+
+
+def release_memory() -> None:
+    """Collect garbage and return freed heap pages to the OS (glibc ``malloc_trim``), so that a peak-RSS
+    increase measured next is not hidden by memory an earlier method freed but the allocator kept."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the RSS numbers may be low for later methods
+        pass
+
+
+def timing_files_by_method(paths: list[str], methods: list[str]) -> dict[str, list[str]]:
+    """Group explain timing files by the ``method`` they record; with one method, every file is its."""
+    if len(methods) == 1:
+        return {methods[0]: list(paths)}
+    out: dict[str, list[str]] = {m: [] for m in methods}
+    for p in paths:
+        try:
+            m = json.loads(Path(p).read_text()).get("method")
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--timings file {p}: not readable JSON ({e})") from e
+        if m in out:
+            out[m].append(p)
+    missing = [m for m, v in out.items() if not v]
+    if missing:
+        raise ConfigError(f"--timings: no timing file records method(s) {', '.join(missing)}")
+    return out
 
 
 def _write(path: Path, obj: dict[str, Any]) -> None:
@@ -107,6 +150,8 @@ def _write(path: Path, obj: dict[str, Any]) -> None:
 def _load(cfg: dict, task_name: str, method_name: str, *, n: int, device: torch.device, data_dir: str | None,
           model_dir: str, overrides: dict[str, Any]):
     """Method, models and the first ``n`` evaluation inputs with their targets (not timed)."""
+    import torch
+
     from methods import get_method
     from vcebench.data import eval_split_name, load_split
     from vcebench.models import load_task_models
@@ -219,6 +264,8 @@ def _mean_steps_from(path: str) -> tuple[str, float]:
 
 
 def run_paper_scale(args: argparse.Namespace, cfg: dict) -> int:
+    import torch
+
     from vcebench import paper_scale as ps
     from vcebench.io import atomic_path, write_json
 

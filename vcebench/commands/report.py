@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from ..cli import add_config_arg
@@ -95,6 +94,8 @@ def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int
 
 def _paper(cfg, args) -> int:
     """Tables 1-6 and Figure 2 for the configured tasks (synthetic analogues by default)."""
+    import pandas as pd
+
     from .. import paper_numbers, report
     from ..tasks import get_task
 
@@ -137,6 +138,8 @@ def _paper(cfg, args) -> int:
 
 
 def _regression(cfg, args) -> int:
+    import pandas as pd
+
     from .. import report
     from ..tasks import get_task
 

@@ -214,7 +214,8 @@ def evaluate_ddpm(ddpm: DiffusersDDPM, val: Tensor, seed: int, n_samples: int = 
 
 
 def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
-               val_images_uint8: Tensor | None = None, progress: bool = True) -> dict:
+               val_images_uint8: Tensor | None = None, progress: bool = True,
+               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None) -> dict:
     """Train the ``ddpm`` role (epsilon loss, Ho et al. 2020, Eq. 14) and write ``out_dir``:
     ``unet/``, ``scheduler/`` (diffusers), ``config.json`` (training config), ``samples.png`` and
     ``metrics.json`` (written last). Resumes from ``out_dir/checkpoint`` if interrupted."""
@@ -243,10 +244,11 @@ def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: 
     val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
     val = to_float_images(val_u8[: int(cfg_role.get("eval_images", 256))], "train_ddpm: val_images_uint8")
     ev, samples = evaluate_ddpm(ddpm, val, seed + 1, int(cfg_role.get("n_samples", 64)),
-                                int(cfg_role.get("sample_steps", 50)))
+                                int(cfg_role.get("sample_steps", 50)), feature_fn, feature_name)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
-    metrics["fid_note"] = ("FID needs the dataset's fid_features network; call "
-                           "vcebench.models.ddpm.evaluate_ddpm(..., feature_fn=...) to add it")
+    if feature_fn is None:
+        metrics["fid_note"] = ("FID needs the dataset's fid_features network (trained before the ddpm by the "
+                               "workflow); call vcebench.models.ddpm.evaluate_ddpm(..., feature_fn=...) to add it")
     ddpm.save_pretrained(out_dir)
     save_grid(samples, out_dir / "samples.png")
     write_json(out_dir / "config.json", {"role": "ddpm", "format": "diffusers", "seed": seed, "config": cfg_role,

@@ -235,13 +235,16 @@ def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
 @torch.no_grad()
 def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64,
                  feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
-                 ddpm: Any = None, t_flow: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)) -> tuple[dict[str, Any], dict]:
+                 ddpm: Any = None, t_flow: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8),
+                 classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None) -> tuple[dict[str, Any], dict]:
     """Quality of a PMF on float validation images in [-1, 1]; returns (metrics, images for grids).
 
     At each ``t``: MSE and realism of G(z_t, t) (= x_u at h = t) and of the PMF's own posterior
     mean (h = 0, flow matching). With ``ddpm`` (a :class:`DiffusersDDPM`), also its Tweedie
     estimate at the SNR-matched timestep from the *same* noise (``z_flow = s * z_ddpm``,
-    ``s = sqrt((1-t)^2 + t^2)``), and the quality-gate ratios of issue 3. 1-step samples: G(eps, 1).
+    ``s = sqrt((1-t)^2 + t^2)``), and the quality-gate ratios of issue 3. With ``classifiers``
+    ({attribute: 2-logit classifier}), the share of images whose predicted label G(z_t, t) keeps.
+    1-step samples: G(eps, 1).
     """
     from vcebench.models.ddpm import generative_quality, matched_timestep
 
@@ -257,6 +260,10 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
         row = {"mse": float(F.mse_loss(pred, val)),
                **generative_quality(pred.clamp(-1, 1), val, feature_fn, feature_name),
                "h0_mse": float(F.mse_loss(mmse, val)), "h0_sharpness_ratio": sharpness_ratio(mmse, val)}
+        for attr, f in (classifiers or {}).items():
+            keep = batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), pred.clamp(-1, 1)) == \
+                batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), val)
+            row.setdefault("label_kept", {})[attr] = float(keep.float().mean())
         if ddpm is not None:
             ts = matched_timestep(ddpm.alphas_cumprod, tf)
             a = float(ddpm.alphas_cumprod[ts])
@@ -291,6 +298,11 @@ def gate(m: dict, t_key: str = "t0.4") -> dict[str, Any]:
            "sharper_than_tweedie": abs(math.log(row["sharpness_ratio"])) < abs(math.log(tw["sharpness_ratio"]))}
     if "fid" in row:
         out.update(fid_pmf=row["fid"], fid_tweedie=tw["fid"], fid_lower=row["fid"] < tw["fid"])
+    if "label_kept" in row:
+        out.update(label_kept=row["label_kept"], label_kept_95=min(row["label_kept"].values()) >= 0.95)
+    checks = [k for k in ("mse_within_2x", "fid_lower", "label_kept_95") if k in out]
+    out["passed"] = all(out[k] for k in checks)
+    out["checks"] = checks
     return out
 
 
@@ -306,11 +318,14 @@ def write_pmf_grids(grids: dict[str, Tensor], out_dir: Path) -> None:
 
 
 def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
-              val_images_uint8: Tensor | None = None, progress: bool = True, reference_ddpm: Any = None) -> dict:
+              val_images_uint8: Tensor | None = None, progress: bool = True, reference_ddpm: Any = None,
+              feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
+              classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None) -> dict:
     """Train the ``pmf`` role and write ``out_dir``: ``model.safetensors`` (EMA weights), ``config.json``,
     ``samples.png``, ``predict_t0.4.png`` and ``metrics.json`` (written last). The first ``fm_warmup``
     share of the steps is flow matching only (r = t). Resumes from ``out_dir/checkpoint``.
-    ``reference_ddpm`` (optional, same dataset): adds the Tweedie comparison / quality gate."""
+    ``reference_ddpm`` (optional, same dataset): adds the Tweedie comparison / quality gate;
+    ``feature_fn`` adds FIDs on that extractor, ``classifiers`` the label-kept rates."""
     out_dir = Path(out_dir)
     x_check = to_float_images(train_images_uint8[:1], "train_pmf: train_images_uint8")
     channels, res = x_check.shape[1], x_check.shape[-1]
@@ -337,7 +352,8 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
                                "jvp": jvp_mode, "training": stats, "ema": True}
     val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
     val = to_float_images(val_u8[: int(cfg_role.get("eval_images", 256))], "train_pmf: val_images_uint8")
-    ev, grids = evaluate_pmf(pmf, val, seed + 1, int(cfg_role.get("n_samples", 64)), ddpm=reference_ddpm)
+    ev, grids = evaluate_pmf(pmf, val, seed + 1, int(cfg_role.get("n_samples", 64)), feature_fn, feature_name,
+                             ddpm=reference_ddpm, classifiers=classifiers)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
     metrics["quality_gate"] = gate(ev)
     write_json(out_dir / "config.json", {"role": "pmf", "seed": seed, "config": cfg_role,

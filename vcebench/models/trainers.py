@@ -41,6 +41,30 @@ def task_attributes(cfg: dict, dataset: str) -> list[str]:
     return out
 
 
+def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> dict[str, Any]:
+    """Trained networks the ddpm / pmf quality numbers use, when they exist in ``model_dir``:
+    ``feature_fn`` (the dataset's fid_features: FID of samples and one-step predictions), and for the
+    pmf the ``reference_ddpm`` (Tweedie comparison) and ``classifiers`` (label kept by G(z_t, t),
+    one per task of the dataset). The workflow trains them first (workflows/models.smk)."""
+    from .zoo import load_role
+
+    def have(r: str) -> bool:
+        return (model_dir / task.dataset / r / "metrics.json").exists() and "weights" not in role_spec(
+            cfg, task.dataset, r)
+
+    refs: dict[str, Any] = {}
+    if have("fid_features"):
+        fn, name = load_role(cfg, task, "fid_features", model_dir)
+        refs.update(feature_fn=fn.eval(), feature_name=name)
+    if role == "pmf":
+        if have("ddpm"):
+            refs["reference_ddpm"] = load_role(cfg, task, "ddpm", model_dir)[0]
+        if have("classifier"):
+            tasks = [get_task(cfg, n) for n, t in cfg.get("tasks", {}).items() if t["dataset"] == task.dataset]
+            refs["classifiers"] = {t.attribute: load_role(cfg, t, "classifier", model_dir)[0].eval() for t in tasks}
+    return refs
+
+
 def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | None = None,
                out_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
                progress: bool = True) -> dict[str, Any]:
@@ -67,8 +91,9 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
             from .pmf import train_pmf as fn
         train = load_split(cfg, ds, "train", data_dir)
         val = load_split(cfg, ds, "val", data_dir)
+        refs = generative_references(cfg, task, role, Path(model_dir))
         return fn(spec, train.images, out, int(spec.get("seed", cfg.get("seed", 0))),
-                  val_images_uint8=val.images, progress=progress)
+                  val_images_uint8=val.images, progress=progress, **refs)
     defaults, fn = TRAINERS[role]
     settings = check_settings(role, ds, spec, defaults)
     splits = {s: load_split(cfg, ds, s, data_dir) for s in ("train", "val", "test")}
