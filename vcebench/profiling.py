@@ -135,8 +135,9 @@ class PeakMemory:
     sampled every ``interval`` seconds by a background thread (ru_maxrss cannot be reset).
     """
 
-    def __init__(self, device: torch.device | str = "cpu", interval: float = 0.002):
+    def __init__(self, device: torch.device | str = "cpu", interval: float = 0.002, enabled: bool = True):
         self.device = torch.device(device)
+        self.enabled = enabled
         self.interval = interval
         self.peak_mb = 0.0
         self.kind = ("cuda_max_allocated" if self.device.type == "cuda" else "cpu_peak_rss_increase")
@@ -151,6 +152,8 @@ class PeakMemory:
             self._stop.wait(self.interval)
 
     def __enter__(self) -> PeakMemory:
+        if not self.enabled:
+            return self
         if self.device.type == "cuda":
             synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -161,6 +164,8 @@ class PeakMemory:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if not self.enabled:
+            return
         if self.device.type == "cuda":
             synchronize(self.device)
             self.peak_mb = torch.cuda.max_memory_allocated(self.device) / 2**20
@@ -230,7 +235,7 @@ def _cat_info(outs: list[Any]) -> tuple[dict[str, Tensor], Tensor]:
 
 def profile_run(call: MethodCall, x: Tensor, target: Tensor, sample_ids: Sequence[int], *,
                 batch_size: int, device: torch.device | str = "cpu", flop_n: int | None = None,
-                warmup: bool = True) -> dict[str, Any]:
+                warmup: bool = True, memory: bool = True) -> dict[str, Any]:
     """Time, memory, FLOPs and NFE of ``call`` over ``x`` (already on ``device``) in batches.
 
     The timed pass runs every input once, after one warm-up batch (``warmup=False``: one warm-up
@@ -247,7 +252,7 @@ def profile_run(call: MethodCall, x: Tensor, target: Tensor, sample_ids: Sequenc
     ids = list(sample_ids)
     w = min(batch_size, n) if warmup else 1  # a 1-input warm-up at least: one-time runtime allocations
     call(x[:w], target[:w], ids[:w])          # (thread pools, kernel caches) stay out of the peak memory
-    with PeakMemory(device) as mem, timed(device) as clock:
+    with PeakMemory(device, enabled=memory) as mem, timed(device) as clock:
         outs = _run_batches(call, x, target, ids, batch_size)
     info, steps = _cat_info(outs)
     flipped = torch.cat([o.flipped.cpu() for o in outs])
@@ -266,7 +271,7 @@ def profile_run(call: MethodCall, x: Tensor, target: Tensor, sample_ids: Sequenc
         "flop_n": flop_n,
         "nfe_per_cf": nfe_total(nets),
         "nfe_by_network": nets,
-        "peak_mem_mb": mem.peak_mb,
+        "peak_mem_mb": mem.peak_mb if memory else None,
         "peak_mem_kind": mem.kind,
         "mean_steps": float(steps.float().mean()),
         "steps_histogram": {int(k): int(v) for k, v in zip(*torch.unique(steps, return_counts=True))},
@@ -293,3 +298,13 @@ def device_name(device: torch.device | str) -> str:
                     break
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"cpu ({model or 'unknown'}, {cores} cores visible)"
+
+
+def peak_memory_run(call: MethodCall, x: Tensor, target: Tensor, sample_ids: Sequence[int], *,
+                    batch_size: int, device: torch.device | str = "cpu") -> tuple[float, str]:
+    """(peak MiB, kind) of ``call`` over ``x`` in batches, after a 1-input warm-up (memory only)."""
+    ids = list(sample_ids)
+    call(x[:1], target[:1], ids[:1])
+    with PeakMemory(device) as mem:
+        _run_batches(call, x, target, ids, batch_size)
+    return mem.peak_mb, mem.kind

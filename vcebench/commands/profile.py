@@ -92,11 +92,21 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {args.out!r} must contain {{method}} when several methods are profiled")
     overrides = {"compaction": False} if args.no_compaction else {}
     timings = timing_files_by_method(args.timings, methods) if args.timings else {}
-    for method in methods:
-        release_memory()  # each method's peak-RSS increase starts from a trimmed heap
-        report = profile_task(cfg, args.task, method, n=args.n, batch_size=batch_size, device=device,
-                              data_dir=args.data, model_dir=args.models, flop_n=args.flop_n,
-                              warmup=not args.no_warmup, overrides=overrides)
+    reports = {}
+    several = len(methods) > 1 and device.type == "cpu"
+    for method in methods:  # time, FLOPs and NFE first, with the allocator as it is
+        reports[method] = profile_task(cfg, args.task, method, n=args.n, batch_size=batch_size, device=device,
+                                       data_dir=args.data, model_dir=args.models, flop_n=args.flop_n,
+                                       warmup=not args.no_warmup, overrides=overrides, memory=not several)
+    if several:  # then each method's peak RSS increase, from a trimmed heap that unmaps what it frees
+        for method in methods:
+            release_memory()
+            reports[method]["peak_mem_mb"] = peak_memory_of(cfg, args.task, method, n=args.n, batch_size=batch_size,
+                                                            device=device, data_dir=args.data, model_dir=args.models,
+                                                            overrides=overrides)
+            reports[method]["peak_mem_note"] = ("measured in a separate pass after the other methods' time and "
+                                                "FLOP passes, heap trimmed, 128 KiB mmap threshold")
+    for method, report in reports.items():
         if args.timings:
             apply_timings(report, timings[method])
         out = Path((args.out or "results/{task}/{method}/profile.json").format(task=args.task, method=method))
@@ -104,18 +114,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.task}/{method}: {report['sec_per_cf']:.4f} s/CF, {report['tflops_per_cf']:.3g} TFLOPs/CF, "
               f"NFE/CF {report['nfe_per_cf']:.1f}, peak {report['peak_mem_mb']:.0f} MiB, "
               f"mean steps {report['mean_steps']:.2f}, batch {report['batch_size']} -> {out}", flush=True)
+    if len(reports) > 1:
+        print(ratio_table(reports, methods[0]))
     return 0
 
 
+def ratio_table(reports: dict[str, dict[str, Any]], ref: str) -> str:
+    """Markdown table of every profiled method against ``ref`` (the first --method): how many times
+    more seconds and FLOPs per CF it needs, with each flip rate (the speed claim holds at equal FR)."""
+    r = reports[ref]
+    lines = [f"| method | s/CF | TFLOPs/CF | FR (%) | s/CF vs {ref} | FLOPs vs {ref} |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for m, d in reports.items():
+        lines.append(f"| {m} | {d['sec_per_cf']:.4f} | {d['tflops_per_cf']:.3g} | {100 * d['flip_rate']:.1f} | "
+                     f"{d['sec_per_cf'] / r['sec_per_cf']:.2f}x | {d['flops_per_cf'] / r['flops_per_cf']:.2f}x |")
+    return "\n".join(lines)
+
+
 def release_memory() -> None:
-    """Collect garbage and return freed heap pages to the OS (glibc ``malloc_trim``), so that a peak-RSS
-    increase measured next is not hidden by memory an earlier method freed but the allocator kept."""
+    """Collect garbage and return freed heap pages to the OS, so that a peak-RSS increase measured next
+    is not hidden by memory an earlier method freed but the allocator kept (glibc: a fixed 128 KiB mmap
+    threshold, so tensors are unmapped when freed instead of staying in the heap, then ``malloc_trim``)."""
     import ctypes
     import gc
 
     gc.collect()
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD (also turns off glibc's dynamic threshold)
+        libc.malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: the RSS numbers may be low for later methods
         pass
 
@@ -185,7 +212,7 @@ def _roles(method_name: str) -> tuple[str, ...]:
 
 def profile_task(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
                  data_dir: str | None = None, model_dir: str = "resources/models", flop_n: int | None = None,
-                 warmup: bool = True, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                 warmup: bool = True, overrides: dict[str, Any] | None = None, memory: bool = True) -> dict[str, Any]:
     """profile.json of ``method_name`` on the first ``n`` evaluation inputs of ``task_name``."""
     from vcebench.profiling import profile_run
     from vcebench.rng import SampleGenerators
@@ -198,10 +225,27 @@ def profile_task(cfg: dict, task_name: str, method_name: str, *, n: int, batch_s
     def call(xb, tb, idb):
         return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name))  # as explain
 
-    report = profile_run(call, x, target, ids, batch_size=batch_size, device=device, flop_n=flop_n, warmup=warmup)
+    report = profile_run(call, x, target, ids, batch_size=batch_size, device=device, flop_n=flop_n, warmup=warmup,
+                         memory=memory)
     return {"task": task.name, "method": method_name, **report, "sec_per_cf_source": "profile run",
             "compaction": params.get("compaction"), "seed": seed, "models": dict(models.names),
             "params": params}
+
+
+def peak_memory_of(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
+                   data_dir: str | None, model_dir: str, overrides: dict[str, Any]) -> float:
+    """Peak memory (MiB) of ``method_name`` on the same inputs as :func:`profile_task` (memory pass only)."""
+    from vcebench.profiling import peak_memory_run
+    from vcebench.rng import SampleGenerators
+
+    task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, n=n, device=device,
+                                                         data_dir=data_dir, model_dir=model_dir, overrides=overrides)
+    seed = int(cfg["seed"])
+
+    def call(xb, tb, idb):
+        return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name))
+
+    return peak_memory_run(call, x, target, ids, batch_size=batch_size, device=device)[0]
 
 
 def apply_timings(report: dict[str, Any], paths: list[str]) -> None:
