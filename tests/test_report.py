@@ -93,3 +93,12 @@ def test_efficiency_figure_writes_png(table, tmp_path):
     df["peak_mem_mb"] = [10.0, 20.0, 30.0]
     report.efficiency_figure(tmp_path / "eff.png", df)
     assert (tmp_path / "eff.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_qualitative_ids_are_spread_over_the_evaluation_set():
+    from vcebench.commands.report import spread
+
+    ids = list(range(100, 200))
+    assert spread(ids, 6) == [100, 120, 140, 159, 179, 199]
+    assert spread(ids, 1) == [100] and spread(ids[:3], 6) == ids[:3]
+    assert len(set(spread(ids, 50))) == 50

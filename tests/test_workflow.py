@@ -89,3 +89,21 @@ def test_config_typo_is_named():
         load_config(overrides={"n_evall": 3})
     with pytest.raises(ConfigError, match="resolutoin"):
         load_config(overrides={"datasets": {"synthfaces": {"resolutoin": 32}}})
+
+
+def test_settings_key_changes_only_with_the_settings_a_job_uses(cfg):
+    """Snakemake reruns a job when its `settings` param changes: a FiRe hyperparameter of one task
+    changes that task's fire key only; a model spec changes that role's key only."""
+    import copy
+
+    from vcebench import workflow as wf
+
+    new = copy.deepcopy(cfg)
+    new["tasks"]["synthfaces_smile"]["params"]["fire"]["rho"] = 0.5
+    key = wf.settings_key
+    assert key(cfg, "method", "synthfaces_smile", "fire") != key(new, "method", "synthfaces_smile", "fire")
+    assert key(cfg, "method", "synthfaces_age", "fire") == key(new, "method", "synthfaces_age", "fire")
+    assert key(cfg, "method", "synthfaces_smile", "maskdime") == key(new, "method", "synthfaces_smile", "maskdime")
+    new["models"]["synthfaces"]["pmf"]["steps"] = 7
+    assert key(cfg, "model", "synthfaces", "pmf") != key(new, "model", "synthfaces", "pmf")
+    assert key(cfg, "model", "synthfaces", "ddpm") == key(new, "model", "synthfaces", "ddpm")

@@ -104,3 +104,26 @@ def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
                 f"task {task_name!r} needs canonical weights for role {role!r}: set config key "
                 f"`models.{task.dataset}.{role}.weights` (now {w!r}) to an existing file or folder "
                 f"(see README, 'Real datasets and canonical weights').")
+
+
+def settings_key(cfg: dict, kind: str, *names: str) -> str:
+    """A stable string of the configuration a job's output depends on, passed to the rule as an unused
+    ``params`` entry so that Snakemake's params trigger reruns it when that configuration changes
+    (``kind``: ``method`` (task, method): the merged hyperparameters plus seed; ``model`` (dataset,
+    role): the role's spec plus the dataset's; ``data`` (dataset))."""
+    import json
+
+    from .tasks import get_task, method_params
+
+    if kind == "method":
+        task, method = names
+        obj = {"params": method_params(cfg, get_task(cfg, task), method), "seed": cfg.get("seed")}
+    elif kind == "model":
+        ds, role = names
+        obj = {"spec": ((cfg.get("models") or {}).get(ds) or {}).get(role),
+               "dataset": (cfg.get("datasets") or {}).get(ds), "seed": cfg.get("seed")}
+    elif kind == "data":
+        obj = {"dataset": (cfg.get("datasets") or {}).get(names[0])}
+    else:
+        raise ValueError(f"unknown settings kind {kind!r}")
+    return json.dumps(obj, sort_keys=True, default=str)

@@ -20,6 +20,7 @@ rule explain_shard:
     params:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+        settings=lambda wc: wf.settings_key(config, "method", wc.task, wc.method),
     shell:
         "vcebench explain --task {wildcards.task} --method {wildcards.method} "
         "--shard {wildcards.i} --n-shards {wildcards.n} {params.data} "

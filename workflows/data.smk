@@ -17,6 +17,7 @@ rule render_data:
         runtime=30,
     params:
         cfg=CFG,
+        settings=lambda wc: wf.settings_key(config, "data", wc.dataset),
     shell:
         "vcebench data render {wildcards.dataset} --out resources/data/{wildcards.dataset} {params.cfg} "
         "> {log} 2>&1"

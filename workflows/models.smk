@@ -24,6 +24,7 @@ rule train_model:
         gpu=lambda wc: 1 if config["device"] == "cuda" else 0,
     params:
         cfg=CFG,
+        settings=lambda wc: wf.settings_key(config, "model", wc.dataset, wc.role),
         task=lambda wc: wf.task_for_dataset(config, wc.dataset),
         data=lambda wc: data_arg(wc.dataset),
     shell:

@@ -69,6 +69,16 @@ def _task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir
     print((out_dir / f"{task_name}.md").read_text())
 
 
+def spread(ids: list[int], n: int) -> list[int]:
+    """``n`` ids evenly spaced over the sorted ``ids`` (first and last included): consecutive ids of the
+    synthetic faces share an identity, so the first ``n`` would often show one face ``n`` times."""
+    if n >= len(ids):
+        return list(ids)
+    if n <= 1:
+        return list(ids[:n])
+    return [ids[round(i * (len(ids) - 1) / (n - 1))] for i in range(n)]
+
+
 def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int) -> None:
     from .. import report
     from ..data import eval_split_name, get_synthetic, load_split
@@ -76,7 +86,7 @@ def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int
 
     cfs = {m: load_npz(results / task.name / m / "counterfactuals.npz") for m in methods}
     common = set.intersection(*(set(c["sample_id"].tolist()) for c in cfs.values()))
-    ids = sorted(common)[:n]
+    ids = spread(sorted(common), n)
     split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
     import torch
 
