@@ -42,6 +42,14 @@ def test_dry_run_builds_whole_dag(preset):
         assert rule in r.stdout, rule
 
 
+def test_dry_run_builds_paper_target():
+    """`snakemake paper` needs every FiRe ablation of `paper_methods` (fire_K5 ... fire_t08): each name must
+    match the method wildcard (an uppercase K once made the DAG fail with missing inputs)."""
+    r = _smk("paper", "-n", "--forceall", "--quiet", "rules")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "paper_tables" in r.stdout and "explain_shard" in r.stdout
+
+
 def test_shards_follow_config(tmp_path):
     pre = tmp_path / "p.yaml"
     pre.write_text(yaml.safe_dump({"n_shards": 3, "run_tasks": ["synthfaces_smile"], "methods": ["fire"]}))

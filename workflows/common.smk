@@ -3,7 +3,7 @@
 
 wildcard_constraints:
     task="[a-z]+_[a-z]+",
-    method="[a-z0-9_]+",
+    method="[A-Za-z0-9_]+",
     dataset="[a-z]+",
     role="[a-z_]+",
     i=r"\d+",

@@ -232,6 +232,17 @@ def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
 
 # ----------------------------------------------------------------------------- evaluation
 
+def label_kept(classifiers: dict[str, Callable[[Tensor], Tensor]], pred: Tensor, ref: Tensor) -> dict[str, float]:
+    """Per attribute, the share of images whose predicted label (argmax of the 2 logits) is the same
+    on ``pred`` as on ``ref``."""
+    out = {}
+    for attr, f in classifiers.items():
+        a = batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), pred)
+        b = batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), ref)
+        out[attr] = float((a == b).float().mean())
+    return out
+
+
 @torch.no_grad()
 def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64,
                  feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
@@ -260,10 +271,8 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
         row = {"mse": float(F.mse_loss(pred, val)),
                **generative_quality(pred.clamp(-1, 1), val, feature_fn, feature_name),
                "h0_mse": float(F.mse_loss(mmse, val)), "h0_sharpness_ratio": sharpness_ratio(mmse, val)}
-        for attr, f in (classifiers or {}).items():
-            keep = batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), pred.clamp(-1, 1)) == \
-                batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), val)
-            row.setdefault("label_kept", {})[attr] = float(keep.float().mean())
+        if classifiers:
+            row["label_kept"] = label_kept(classifiers, pred.clamp(-1, 1), val)
         if ddpm is not None:
             ts = matched_timestep(ddpm.alphas_cumprod, tf)
             a = float(ddpm.alphas_cumprod[ts])
@@ -271,10 +280,8 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
             tw = batched(lambda zz, ts=ts: ddpm.tweedie(zz, torch.full((zz.shape[0],), ts)), z_ddpm)
             tw_q = generative_quality(tw.clamp(-1, 1), val, feature_fn, feature_name)
             row["ddpm_tweedie"] = {"timestep": ts, "abar": a, "mse": float(F.mse_loss(tw, val)), **tw_q}
-            for attr, f in (classifiers or {}).items():  # the MMSE estimate's rate: what the noise leaves
-                keep = batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), tw.clamp(-1, 1)) == \
-                    batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), val)
-                row["ddpm_tweedie"].setdefault("label_kept", {})[attr] = float(keep.float().mean())
+            if classifiers:  # the MMSE estimate's rate: what the noise itself leaves of the label
+                row["ddpm_tweedie"]["label_kept"] = label_kept(classifiers, tw.clamp(-1, 1), val)
             row["mse_ratio_vs_tweedie"] = row["mse"] / max(row["ddpm_tweedie"]["mse"], 1e-12)
             if "fid" in row:
                 row["fid_lower_than_tweedie"] = row["fid"] < tw_q["fid"]
