@@ -115,3 +115,17 @@ def test_settings_key_changes_only_with_the_settings_a_job_uses(cfg):
     new["models"]["synthfaces"]["pmf"]["steps"] = 7
     assert key(cfg, "model", "synthfaces", "pmf") != key(new, "model", "synthfaces", "pmf")
     assert key(cfg, "model", "synthfaces", "ddpm") == key(new, "model", "synthfaces", "ddpm")
+
+
+def test_fire_variant_applies_on_top_of_the_task_setting(cfg):
+    """An ablation changes one thing of the task's FiRe: fire_t06 runs t = 0.6 even where the task sets t,
+    and keeps the task's mask settings; fire_K5 keeps the task's t."""
+    from vcebench.tasks import get_task, method_params
+
+    task = get_task(cfg, "synthfaces_smile")
+    base = method_params(cfg, task, "fire")
+    t06 = method_params(cfg, task, "fire_t06")
+    assert t06["t"] == 0.6 and base["t"] != 0.6
+    assert all(t06[k] == base[k] for k in ("rho", "dilation", "feather"))
+    k5 = method_params(cfg, task, "fire_K5")
+    assert k5["K"] == 5 and k5["t"] == base["t"]

@@ -131,7 +131,7 @@ def _paper(cfg, args) -> int:
             "Table 4 (ablation)": ["fire_one_step", "fire_reverse", "fire_fixed", "fire_fixed_maskdime_mask",
                                    "fire_fixed_fire_mask", "fire_no_early_stop", "fire"],
             "Table 5 (refinement budget K)": ["fire_K5", "fire_K10", "fire", "fire_K20"],
-            "Table 6 (noise level t)": ["fire_t02", "fire", "fire_t06", "fire_t08"],
+            "Table 6 (noise level t)": ["fire_t02", "fire_t04", "fire_t06", "fire_t08", "fire"],
         }
         available = set(cfg.get("paper_methods", [])) | {"fire"}
         for title, rows in groups.items():
