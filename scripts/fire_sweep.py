@@ -30,6 +30,7 @@ def main() -> None:
 
     import numpy as np
 
+    from metrics import metric_names
     from vcebench.commands.evaluate import evaluate_task
     from vcebench.commands.explain import explain_shard
     from vcebench.config import load_config
@@ -51,7 +52,8 @@ def main() -> None:
             rec = explain_shard(cfg, args.task, args.method, 0, 1, out, data_dir=data)
             m = evaluate_task(cfg, get_task(cfg, args.task), args.method, str(out), data_dir=data,
                               fid_ref=f"results/{args.task}/fid_ref.npz",
-                              only=["FR", "FR_oracle", "GT", "FID", "FVA", "MNAC", "L1"])["metrics"]
+                              only=[k for k in ("FR", "FR_oracle", "GT", "FID", "FVA", "MNAC", "L1")
+                                    if k in metric_names(task)])["metrics"]
             steps = float(np.load(out)["steps"].mean())
         print(f"| {spec or '(config)'} | {rec['sec_per_cf']:.3f} | {steps:.2f} | "
               + " | ".join(f"{m[k]:.3g}" if k in m else "-" for k in KEYS) + " |", flush=True)
