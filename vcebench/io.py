@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,8 +17,10 @@ if TYPE_CHECKING:
 
 
 def _is_tensor(o: Any) -> bool:
-    """``torch.is_tensor`` without importing torch (the merge and report verbs run without it)."""
-    return type(o).__module__.startswith("torch") and hasattr(o, "detach")
+    """``torch.is_tensor`` without importing torch (the merge and report verbs run without it): where
+    torch was never imported, nothing is a tensor."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.is_tensor(o)
 
 
 @contextlib.contextmanager

@@ -210,41 +210,44 @@ def _roles(method_name: str) -> tuple[str, ...]:
     return method_roles(method_name)
 
 
-def profile_task(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
-                 data_dir: str | None = None, model_dir: str = "resources/models", flop_n: int | None = None,
-                 warmup: bool = True, overrides: dict[str, Any] | None = None, memory: bool = True) -> dict[str, Any]:
-    """profile.json of ``method_name`` on the first ``n`` evaluation inputs of ``task_name``."""
-    from vcebench.profiling import profile_run
+def _method_call(cfg: dict, task_name: str, method_name: str, **load_kw):
+    """:func:`_load`, with the method bound to its networks and per-sample noise streams as explain runs it:
+    ``(task, params, models, call(x, target, sample_ids), x, target, ids)``."""
     from vcebench.rng import SampleGenerators
 
-    task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, n=n, device=device,
-                                                         data_dir=data_dir, model_dir=model_dir,
-                                                         overrides=overrides or {})
-    seed = int(cfg["seed"])
-
-    def call(xb, tb, idb):
-        return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name))  # as explain
-
-    report = profile_run(call, x, target, ids, batch_size=batch_size, device=device, flop_n=flop_n, warmup=warmup,
-                         memory=memory)
-    return {"task": task.name, "method": method_name, **report, "sec_per_cf_source": "profile run",
-            "compaction": params.get("compaction"), "seed": seed, "models": dict(models.names),
-            "params": params}
-
-
-def peak_memory_of(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
-                   data_dir: str | None, model_dir: str, overrides: dict[str, Any]) -> float:
-    """Peak memory (MiB) of ``method_name`` on the same inputs as :func:`profile_task` (memory pass only)."""
-    from vcebench.profiling import peak_memory_run
-    from vcebench.rng import SampleGenerators
-
-    task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, n=n, device=device,
-                                                         data_dir=data_dir, model_dir=model_dir, overrides=overrides)
+    task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, **load_kw)
     seed = int(cfg["seed"])
 
     def call(xb, tb, idb):
         return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name))
 
+    return task, params, models, call, x, target, ids
+
+
+def profile_task(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
+                 data_dir: str | None = None, model_dir: str = "resources/models", flop_n: int | None = None,
+                 warmup: bool = True, overrides: dict[str, Any] | None = None, memory: bool = True) -> dict[str, Any]:
+    """profile.json of ``method_name`` on the first ``n`` evaluation inputs of ``task_name``."""
+    from vcebench.profiling import profile_run
+
+    task, params, models, call, x, target, ids = _method_call(cfg, task_name, method_name, n=n, device=device,
+                                                              data_dir=data_dir, model_dir=model_dir,
+                                                              overrides=overrides or {})
+    report = profile_run(call, x, target, ids, batch_size=batch_size, device=device, flop_n=flop_n, warmup=warmup,
+                         memory=memory)
+    return {"task": task.name, "method": method_name, **report, "sec_per_cf_source": "profile run",
+            "compaction": params.get("compaction"), "seed": int(cfg["seed"]), "models": dict(models.names),
+            "params": params}
+
+
+def peak_memory_of(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
+                   data_dir: str | None, model_dir: str, overrides: dict[str, Any]) -> float:
+    """Peak memory (MiB) of ``method_name`` on the same inputs as :func:`profile_task` (memory pass only;
+    the networks are loaded again, so that nothing of the first pass stays allocated in between)."""
+    from vcebench.profiling import peak_memory_run
+
+    _, _, _, call, x, target, ids = _method_call(cfg, task_name, method_name, n=n, device=device, data_dir=data_dir,
+                                                 model_dir=model_dir, overrides=overrides)
     return peak_memory_run(call, x, target, ids, batch_size=batch_size, device=device)[0]
 
 

@@ -232,15 +232,18 @@ def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
 
 # ----------------------------------------------------------------------------- evaluation
 
-def label_kept(classifiers: dict[str, Callable[[Tensor], Tensor]], pred: Tensor, ref: Tensor) -> dict[str, float]:
-    """Per attribute, the share of images whose predicted label (argmax of the 2 logits) is the same
-    on ``pred`` as on ``ref``."""
-    out = {}
-    for attr, f in classifiers.items():
-        a = batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), pred)
-        b = batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), ref)
-        out[attr] = float((a == b).float().mean())
-    return out
+def predicted_labels(classifiers: dict[str, Callable[[Tensor], Tensor]], x: Tensor) -> dict[str, Tensor]:
+    """Per attribute, the predicted label (argmax of the 2 logits) of every image of ``x``."""
+    return {attr: batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), x)
+            for attr, f in classifiers.items()}
+
+
+def label_kept(classifiers: dict[str, Callable[[Tensor], Tensor]], pred: Tensor,
+               ref_labels: dict[str, Tensor]) -> dict[str, float]:
+    """Per attribute, the share of images of ``pred`` predicted as in ``ref_labels``
+    (:func:`predicted_labels` of the reference images)."""
+    return {attr: float((lab == ref_labels[attr]).float().mean())
+            for attr, lab in predicted_labels(classifiers, pred).items()}
 
 
 @torch.no_grad()
@@ -263,6 +266,7 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
     g = torch.Generator().manual_seed(seed)
     m: dict[str, Any] = {"predict_clean": {}}
     grids: dict[str, Tensor] = {}
+    val_labels = predicted_labels(classifiers, val) if classifiers else {}
     for tf in t_flow:
         eps = torch.randn(val.shape, generator=g)
         z = (1 - tf) * val + tf * eps
@@ -272,7 +276,7 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
                **generative_quality(pred.clamp(-1, 1), val, feature_fn, feature_name),
                "h0_mse": float(F.mse_loss(mmse, val)), "h0_sharpness_ratio": sharpness_ratio(mmse, val)}
         if classifiers:
-            row["label_kept"] = label_kept(classifiers, pred.clamp(-1, 1), val)
+            row["label_kept"] = label_kept(classifiers, pred.clamp(-1, 1), val_labels)
         if ddpm is not None:
             ts = matched_timestep(ddpm.alphas_cumprod, tf)
             a = float(ddpm.alphas_cumprod[ts])
@@ -281,7 +285,7 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
             tw_q = generative_quality(tw.clamp(-1, 1), val, feature_fn, feature_name)
             row["ddpm_tweedie"] = {"timestep": ts, "abar": a, "mse": float(F.mse_loss(tw, val)), **tw_q}
             if classifiers:  # the MMSE estimate's rate: what the noise itself leaves of the label
-                row["ddpm_tweedie"]["label_kept"] = label_kept(classifiers, tw.clamp(-1, 1), val)
+                row["ddpm_tweedie"]["label_kept"] = label_kept(classifiers, tw.clamp(-1, 1), val_labels)
             row["mse_ratio_vs_tweedie"] = row["mse"] / max(row["ddpm_tweedie"]["mse"], 1e-12)
             if "fid" in row:
                 row["fid_lower_than_tweedie"] = row["fid"] < tw_q["fid"]

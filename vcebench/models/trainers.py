@@ -42,26 +42,25 @@ def task_attributes(cfg: dict, dataset: str) -> list[str]:
 
 
 def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> dict[str, Any]:
-    """Trained networks the ddpm / pmf quality numbers use, when they exist in ``model_dir``:
-    ``feature_fn`` (the dataset's fid_features: FID of samples and one-step predictions), and for the
-    pmf the ``reference_ddpm`` (Tweedie comparison) and ``classifiers`` (label kept by G(z_t, t),
-    one per task of the dataset). The workflow trains them first (workflows/models.smk)."""
+    """Trained networks the ddpm / pmf quality numbers use, when they exist in ``model_dir``
+    (``workflow.GATE_ROLES``, which the workflow trains first): ``feature_fn`` (the dataset's
+    fid_features: FID of samples and one-step predictions), ``reference_ddpm`` (the pmf's Tweedie
+    comparison) and ``classifiers`` (labels kept by G(z_t, t), one per task of the dataset)."""
+    from ..workflow import GATE_ROLES
     from .zoo import load_role
 
-    def have(r: str) -> bool:
-        return (model_dir / task.dataset / r / "metrics.json").exists() and "weights" not in role_spec(
-            cfg, task.dataset, r)
-
     refs: dict[str, Any] = {}
-    if have("fid_features"):
-        fn, name = load_role(cfg, task, "fid_features", model_dir)
-        refs.update(feature_fn=fn.eval(), feature_name=name)
-    if role == "pmf":
-        if have("ddpm"):
-            refs["reference_ddpm"] = load_role(cfg, task, "ddpm", model_dir)[0]
-        if have("classifier"):
+    for r in GATE_ROLES.get(role, ()):
+        if not (model_dir / task.dataset / r / "metrics.json").exists() or "weights" in role_spec(cfg, task.dataset, r):
+            continue
+        if r == "fid_features":
+            fn, name = load_role(cfg, task, r, model_dir)
+            refs.update(feature_fn=fn.eval(), feature_name=name)
+        elif r == "ddpm":
+            refs["reference_ddpm"] = load_role(cfg, task, r, model_dir)[0]
+        elif r == "classifier":
             tasks = [get_task(cfg, n) for n, t in cfg.get("tasks", {}).items() if t["dataset"] == task.dataset]
-            refs["classifiers"] = {t.attribute: load_role(cfg, t, "classifier", model_dir)[0].eval() for t in tasks}
+            refs["classifiers"] = {t.attribute: load_role(cfg, t, r, model_dir)[0].eval() for t in tasks}
     return refs
 
 
