@@ -273,3 +273,59 @@ def test_profile_command_needs_task_and_method():
     from vcebench.cli import main
 
     assert main(["profile", "--method", "fire"]) == 2
+
+
+# --------------------------------------------------------------------------- paper-scale timing (GPU script)
+
+
+def test_paper_timing_runs_every_variant_kind_on_cpu(tmp_path):
+    """The GPU timing script's code path on tiny networks: rows, errors table, Markdown and JSON written."""
+    import json
+
+    from vcebench import paper_timing as pt
+
+    plan = [{"method": "fire", "variant": "fp32", "batch": 2, "n": 2, "early_stop": False,
+             "params": {"K": 2, "smoothgrad_n": 2}},
+            {"method": "fire", "variant": "mixed+cl", "batch": 2, "n": 2, "early_stop": False,
+             "params": {"K": 2, "smoothgrad_n": 2}},
+            {"method": "maskdime", "variant": "tf32", "batch": 1, "n": 2,
+             "params": {"scales": [8.0], "start_step": 2, "respacing": 10}},
+            {"method": "fire", "variant": "nonsense", "batch": 1, "n": 1}]
+    r = pt.run(tmp_path, pt.TINY, "cpu", plan, log=lambda m: None)
+    rows = r["rows"]
+    assert [("error" in x) for x in rows] == [False, False, False, True]
+    assert "must start with fp32" in rows[3]["error"]
+    fire = rows[0]
+    assert fire["mean_steps"] == 2.0 and fire["n"] == 2  # early stopping off: all K updates
+    assert fire["sec_per_update"] == pytest.approx(fire["seconds"] / 4)
+    # FLOPs per CF = NFE x per-call FLOPs; the PMF runs K + 1 forwards and K backwards
+    assert fire["nfe"]["pmf"] == {"fwd": 3.0, "bwd": 2.0}
+    assert fire["tflops_per_cf"] > 0 and rows[2]["mean_attempts"] == 1.0
+    # fp32 is the reference; tf32 on a CPU is fp32; mixed casts only the UNets to bf16
+    assert all(v == 0.0 for v in r["errors"]["fp32"].values())
+    mixed = r["errors"]["mixed+cl"]
+    assert mixed["classifier_input_grad"] == 0.0 and 0 < mixed["pmf_clean"] < 0.2
+    assert "edit_rel_diff_vs_fp32" in rows[1]
+    saved = json.loads((tmp_path / "gpu_profile.json").read_text())
+    assert len(saved["rows"]) == 4
+    md = (tmp_path / "gpu_profile.md").read_text()
+    assert "| fire | mixed+cl | 2 |" in md and "error" in md
+
+
+def test_paper_timing_time_limit_skips_the_rest(tmp_path):
+    from vcebench import paper_timing as pt
+
+    plan = [{"method": "fire", "variant": "fp32", "batch": 1, "n": 1, "early_stop": False,
+             "params": {"K": 1, "smoothgrad_n": 1}}] * 2
+    r = pt.run(tmp_path, pt.TINY, "cpu", plan, time_limit=0.0, log=lambda m: None)
+    assert r["rows"] == [] and len(r["skipped"]) == 2
+
+
+def test_sample_generators_device_argument_keeps_the_cpu_streams():
+    from vcebench.rng import SampleGenerators
+
+    a = SampleGenerators(3, [0, 5]).fork("x").randn(4)
+    b = SampleGenerators(3, [0, 5], device="cpu").fork("x").randn(4)
+    assert torch.equal(a, b)
+    sub = SampleGenerators(3, [0, 5], device="cpu").subset([1])
+    assert sub.device == torch.device("cpu") and torch.equal(sub.randn(4)[0], SampleGenerators(3, [5]).randn(4)[0])

@@ -3,6 +3,11 @@
 Every sample draws its noise from its own ``torch.Generator`` seeded from
 ``(global seed, sample_id)``, so a counterfactual is identical whether it runs
 alone, in a batch of 64, or in another shard.
+
+The generators live on the CPU by default, so a GPU run draws exactly the noise of a CPU run.
+``device="cuda"`` keeps them on the GPU instead (no host-side sampling and copy per draw; the
+streams are then CUDA Philox streams: still per sample and batch-size independent, but not the
+CPU streams).
 """
 
 from __future__ import annotations
@@ -23,14 +28,15 @@ class SampleGenerators:
     """One CPU generator per sample; draws are stacked along the batch dimension."""
 
     def __init__(self, seed: int, sample_ids: Sequence[int] | torch.Tensor, stream: str = "",
-                 _gens: list[torch.Generator] | None = None):
+                 _gens: list[torch.Generator] | None = None, device: torch.device | str = "cpu"):
         self.seed = int(seed)
+        self.device = torch.device(device)
         self.sample_ids = [int(i) for i in (sample_ids.tolist() if torch.is_tensor(sample_ids) else sample_ids)]
         self.stream = stream
         if _gens is None:
             _gens = []
             for sid in self.sample_ids:
-                g = torch.Generator()
+                g = torch.Generator(device=self.device)
                 g.manual_seed(sample_seed(self.seed, sid, stream))
                 _gens.append(g)
         self.generators = _gens
@@ -40,11 +46,11 @@ class SampleGenerators:
 
     def randn(self, *shape: int, device: torch.device | str = "cpu", dtype=torch.float32) -> torch.Tensor:
         """N x *shape standard normal noise, row i from sample i's stream."""
-        rows = [torch.randn(shape, generator=g, dtype=dtype) for g in self.generators]
+        rows = [torch.randn(shape, generator=g, dtype=dtype, device=self.device) for g in self.generators]
         return torch.stack(rows).to(device)
 
     def rand(self, *shape: int, device: torch.device | str = "cpu", dtype=torch.float32) -> torch.Tensor:
-        rows = [torch.rand(shape, generator=g, dtype=dtype) for g in self.generators]
+        rows = [torch.rand(shape, generator=g, dtype=dtype, device=self.device) for g in self.generators]
         return torch.stack(rows).to(device)
 
     def subset(self, index: torch.Tensor | Sequence[int]) -> SampleGenerators:
@@ -53,8 +59,8 @@ class SampleGenerators:
         if idx and isinstance(idx[0], bool):
             idx = [i for i, keep in enumerate(idx) if keep]
         return SampleGenerators(self.seed, [self.sample_ids[i] for i in idx], self.stream,
-                                _gens=[self.generators[i] for i in idx])
+                                _gens=[self.generators[i] for i in idx], device=self.device)
 
     def fork(self, stream: str) -> SampleGenerators:
         """Independent streams for the same samples (e.g. one per retry or per pass)."""
-        return SampleGenerators(self.seed, self.sample_ids, f"{self.stream}/{stream}")
+        return SampleGenerators(self.seed, self.sample_ids, f"{self.stream}/{stream}", device=self.device)
