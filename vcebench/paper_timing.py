@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -347,8 +346,9 @@ def format_markdown(r: dict[str, Any]) -> str:
         spu = f"{row['sec_per_update']:.4f}" if "sec_per_update" in row else ""
         mem = f"{row['peak_mem_gib']:.1f}" if row.get("peak_mem_gib") is not None else ""
         ed = f"{row['edit_rel_diff_vs_fp32']:.2e}" if "edit_rel_diff_vs_fp32" in row else ""
+        speedup = PAPER_SEC_PER_CF / row["sec_per_cf"]
         lines.append(f"| {row['method']} | {row['variant']} | {row['batch']} | {row['n']} | {int(row['early_stop'])} | "
-                     f"{row['sec_per_cf']:.4f} | {PAPER_SEC_PER_CF / row['sec_per_cf']:.1f}x | {row['mean_steps']:.1f} | "
+                     f"{row['sec_per_cf']:.4f} | {speedup:.1f}x | {row['mean_steps']:.1f} | "
                      f"{spu} | {row['tflops_per_cf']:.2f} | {row['achieved_tflops_per_s']:.0f} | {mem} | {ed} | "
                      f"{row['warmup_seconds']:.1f} |")
     if r["errors"]:
