@@ -21,6 +21,7 @@ Precision variants (each a context around the method call, the weights stay floa
 - ``+cl``: networks and inputs in ``channels_last``;
 - ``+gpunoise``: the per-sample noise generators live on the GPU (``SampleGenerators(device=...)``)
   instead of drawing on the CPU and copying;
+- ``+bench``: ``torch.backends.cudnn.benchmark`` (cuDNN picks its convolution algorithms by timing);
 - ``+compile``: the four networks wrapped in ``torch.compile`` (compile time reported apart).
 
 Each variant's error is measured against ``fp32``: the relative L2 error of every network's
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import time
@@ -78,19 +80,20 @@ def parse_variant(name: str) -> dict[str, Any]:
     if parts[0] not in ("fp32", "tf32", "bf16", "mixed"):
         raise ValueError(f"variant {name!r} must start with fp32, tf32, bf16 or mixed")
     flags = set(parts[1:])
-    unknown = flags - {"cl", "gpunoise", "compile"}
+    unknown = flags - {"cl", "gpunoise", "compile", "bench"}
     if unknown:
-        raise ValueError(f"variant {name!r}: unknown flags {sorted(unknown)} (known: cl, gpunoise, compile)")
+        raise ValueError(f"variant {name!r}: unknown flags {sorted(unknown)} (known: cl, gpunoise, bench, compile)")
     return {"precision": parts[0], "channels_last": "cl" in flags, "gpu_noise": "gpunoise" in flags,
-            "compile": "compile" in flags}
+            "compile": "compile" in flags, "cudnn_benchmark": "bench" in flags}
 
 
 @contextlib.contextmanager
-def precision(mode: str, device: torch.device) -> Iterator[None]:
-    """TF32 flags and autocast for one precision variant; restores the flags afterwards."""
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+def precision(mode: str, device: torch.device, cudnn_benchmark: bool = False) -> Iterator[None]:
+    """TF32 flags, cuDNN autotuning and autocast for one variant; restores the flags afterwards."""
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
     tf32 = mode in ("tf32", "bf16", "mixed")
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cudnn.benchmark = cudnn_benchmark
     try:
         if mode == "bf16":
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
@@ -98,7 +101,7 @@ def precision(mode: str, device: torch.device) -> Iterator[None]:
         else:
             yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = old
 
 
 class _Autocast(nn.Module):
@@ -195,7 +198,7 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
 
     def call(lo: int, hi: int):
         ids = list(range(lo, hi))
-        with precision(v["precision"], device):
+        with precision(v["precision"], device, v["cudnn_benchmark"]):
             return method(x[lo:hi], target[lo:hi], models, SampleGenerators(seed, ids, device=gen_dev))
 
     t0 = time.perf_counter()
@@ -223,6 +226,7 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
         "tflops_per_cf": flops / 1e12, "achieved_tflops_per_s": flops / 1e12 / (seconds / n),
         "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         "early_stop": params.get("early_stop", True), "nfe": nfe,
+        "K": params.get("K"),
     }
     if method_name.startswith("fire"):
         row["sec_per_update"] = seconds / max(1e-9, float(steps.sum()))
@@ -233,7 +237,7 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
 
 
 def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[dict[str, Any]] | None = None,
-        seed: int = 0, time_limit: float = float("inf"), log=print) -> dict[str, Any]:
+        seed: int = 0, time_limit: float = float("inf"), log=print, name: str = "gpu_profile") -> dict[str, Any]:
     """Run ``plan`` (a list of {method, variant, batch, n, early_stop}); write JSON + Markdown to ``out``
     after every row, so an interrupted run keeps what it measured."""
     from vcebench.config import load_config
@@ -287,9 +291,9 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
             prepare_models(base, {"channels_last": False, "compile": False})
         report["rows"].append(row)
         log(_row_line(i, len(plan), row, time.perf_counter() - start))
-        _write(out, report)
+        _write(out, report, name)
     report["total_seconds"] = time.perf_counter() - start
-    _write(out, report)
+    _write(out, report, name)
     return report
 
 
@@ -319,13 +323,13 @@ def _row_line(i: int, n: int, r: dict[str, Any], elapsed: float) -> str:
             f"warm-up {r['warmup_seconds']:.1f} s  ({elapsed:.0f} s)")
 
 
-def _write(out: Path, report: dict[str, Any]) -> None:
+def _write(out: Path, report: dict[str, Any], name: str = "gpu_profile") -> None:
     from vcebench.io import write_json
 
-    write_json(out / "gpu_profile.json", report)
-    tmp = out / "gpu_profile.md.tmp"
+    write_json(out / f"{name}.json", report)
+    tmp = out / f"{name}.md.tmp"
     tmp.write_text(format_markdown(report))
-    os.replace(tmp, out / "gpu_profile.md")
+    os.replace(tmp, out / f"{name}.md")
 
 
 def format_markdown(r: dict[str, Any]) -> str:
@@ -369,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/reference", help="folder for gpu_profile.{json,md}")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="small networks (a CPU smoke run of the code path)")
+    ap.add_argument("--plan", default=None, help="JSON list of {method, variant, batch, n, early_stop, params} "
+                    "(default: default_plan())")
+    ap.add_argument("--name", default="gpu_profile", help="output file stem")
     ap.add_argument("--time-limit", type=float, default=float("inf"),
                     help="skip the remaining plan entries after this many seconds")
     args = ap.parse_args(argv)
@@ -379,10 +386,12 @@ def main(argv: list[str] | None = None) -> int:
                  "params": {"K": 2, "smoothgrad_n": 2}},
                 {"method": "maskdime", "variant": "fp32", "batch": 2, "n": 2,
                  "params": {"scales": [8.0], "start_step": 2, "respacing": 10}}]
+    if args.plan:
+        plan = json.loads(Path(args.plan).read_text())
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: run with --device cpu --tiny for a smoke run", file=sys.stderr)
         return 2
-    run(Path(args.out), s, args.device, plan, time_limit=args.time_limit,
+    run(Path(args.out), s, args.device, plan, time_limit=args.time_limit, name=args.name,
         log=lambda m: print(m, flush=True))
     return 0
 
