@@ -97,6 +97,24 @@ def test_config_typo_is_named():
         load_config(overrides={"n_evall": 3})
     with pytest.raises(ConfigError, match="resolutoin"):
         load_config(overrides={"datasets": {"synthfaces": {"resolutoin": 32}}})
+    with pytest.raises(ConfigError, match="noise_on_devise"):
+        load_config(overrides={"cuda": {"noise_on_devise": False}})
+
+
+def test_cuda_settings_apply_only_on_cuda():
+    """The `cuda` section: noise generators on the GPU only for a CUDA device; on the CPU the flags stay."""
+    import torch
+
+    from vcebench.runtime import noise_device, setup_torch
+
+    cfg = load_config()
+    assert cfg["cuda"]["noise_on_device"] is True
+    assert noise_device(cfg, "cpu") == torch.device("cpu")
+    assert noise_device(cfg, torch.device("cuda", 0)) == torch.device("cuda", 0)
+    assert noise_device({**cfg, "cuda": {"noise_on_device": False}}, "cuda") == torch.device("cpu")
+    before = torch.backends.cudnn.benchmark
+    setup_torch(torch.get_num_threads(), "cpu", {"cudnn_benchmark": not before})
+    assert torch.backends.cudnn.benchmark == before
 
 
 def test_settings_key_changes_only_with_the_settings_a_job_uses(cfg):

@@ -7,10 +7,11 @@ import os
 import torch
 
 
-def setup_torch(threads: int | None = None, device: str = "cpu") -> torch.device:
+def setup_torch(threads: int | None = None, device: str = "cpu", cuda: dict | None = None) -> torch.device:
     """Set torch threads to exactly ``threads`` (never oversubscribe), flush denormals.
 
-    ``threads`` defaults to ``$VCEBENCH_THREADS`` or the number of usable cores.
+    ``threads`` defaults to ``$VCEBENCH_THREADS`` or the number of usable cores. On ``cuda``, the
+    config's ``cuda`` section sets TF32 and cuDNN autotuning (both default on).
     """
     if threads is None:
         threads = int(os.environ.get("VCEBENCH_THREADS", 0)) or len(os.sched_getaffinity(0))
@@ -27,4 +28,17 @@ def setup_torch(threads: int | None = None, device: str = "cpu") -> torch.device
     threadpool_limits(threads)
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' requested (config key `device`) but no CUDA device is available")
+    if device == "cuda":
+        opts = cuda or {}
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(opts.get("tf32", True))
+        torch.backends.cudnn.benchmark = bool(opts.get("cudnn_benchmark", True))
     return torch.device(device)
+
+
+def noise_device(cfg: dict, device: torch.device | str) -> torch.device:
+    """Where the per-sample noise generators live: the GPU when ``device`` is CUDA and
+    ``cuda.noise_on_device`` (default), else the CPU (``vcebench.rng``)."""
+    device = torch.device(device)
+    if device.type == "cuda" and bool((cfg.get("cuda") or {}).get("noise_on_device", True)):
+        return device
+    return torch.device("cpu")

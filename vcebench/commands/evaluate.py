@@ -67,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..tasks import get_task
 
     cfg = load_config(args.config)
-    device = setup_torch(cfg.get("threads"), cfg.get("device", "cpu"))
+    device = setup_torch(cfg.get("threads"), cfg.get("device", "cpu"), cfg.get("cuda"))
     task = get_task(cfg, args.task)
     if args.reference:
         out = args.out or f"results/{task.name}/fid_ref.npz"

@@ -106,7 +106,7 @@ def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_sha
     from vcebench.runtime import setup_torch
     from vcebench.tasks import get_task, method_params
 
-    device = setup_torch(cfg["threads"], cfg["device"])
+    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
     task = get_task(cfg, task_name)
     method = methods.get_method(method_name, method_params(cfg, task, method_name))
     split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
@@ -130,7 +130,10 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
     from methods.base import cat_counterfactuals
     from vcebench.rng import SampleGenerators
 
+    from vcebench.runtime import noise_device
+
     bs = int(cfg["batch_size"])
+    gen_device = noise_device(cfg, device)
     parts, preds, targets, seconds = [], [], [], 0.0
     for start in tqdm(range(0, len(ids), bs), desc=f"{method.name} {out.name}", unit="batch"):
         idx = torch.arange(start, min(start + bs, len(ids)))
@@ -139,7 +142,8 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
         with torch.no_grad():
             pred = models.classifier(x).argmax(1)
         target = 1 - pred
-        cf = method(x, target, models, SampleGenerators(cfg["seed"], ids[idx], stream=stream))
+        cf = method(x, target, models, SampleGenerators(cfg["seed"], ids[idx], stream=stream,
+                                                            device=gen_device))
         if torch.cuda.is_available() and str(device).startswith("cuda"):
             torch.cuda.synchronize()
         seconds += time.perf_counter() - t0

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from vcebench.runtime import setup_torch
 
     cfg = load_config(args.config)
-    device = setup_torch(cfg["threads"], cfg["device"])
+    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
     if args.paper_scale:
         return run_paper_scale(args, cfg)
     if not args.task or not args.method:
@@ -215,11 +215,14 @@ def _method_call(cfg: dict, task_name: str, method_name: str, **load_kw):
     ``(task, params, models, call(x, target, sample_ids), x, target, ids)``."""
     from vcebench.rng import SampleGenerators
 
+    from vcebench.runtime import noise_device
+
     task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, **load_kw)
     seed = int(cfg["seed"])
+    gen_device = noise_device(cfg, x.device)
 
     def call(xb, tb, idb):
-        return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name))
+        return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name, device=gen_device))
 
     return task, params, models, call, x, target, ids
 
