@@ -129,7 +129,6 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
 
     from methods.base import cat_counterfactuals
     from vcebench.rng import SampleGenerators
-
     from vcebench.runtime import noise_device
 
     bs = int(cfg["batch_size"])

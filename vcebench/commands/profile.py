@@ -214,7 +214,6 @@ def _method_call(cfg: dict, task_name: str, method_name: str, **load_kw):
     """:func:`_load`, with the method bound to its networks and per-sample noise streams as explain runs it:
     ``(task, params, models, call(x, target, sample_ids), x, target, ids)``."""
     from vcebench.rng import SampleGenerators
-
     from vcebench.runtime import noise_device
 
     task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, **load_kw)
