@@ -326,3 +326,20 @@ def test_label_kept_is_one_for_a_constant_classifier():
 
     m, _ = evaluate_pmf(pmf, val, seed=0, n_samples=2, classifiers={"Const": const}, t_flow=(0.4,))
     assert m["predict_clean"]["t0.4"]["label_kept"] == {"Const": 1.0}
+
+
+def test_gate_reports_labels_kept_at_each_tasks_fire_t():
+    """`fire_t` adds, per attribute, the labels kept by G and by Tweedie at that task's FiRe level;
+    `passed` stays the issue's t = 0.4 gate."""
+    from vcebench.models.pmf import gate
+
+    def row(pmf_kept: float, tw_kept: float) -> dict:
+        return {"mse": 1.0, "sharpness_ratio": 0.9, "fid": 1.0, "mse_ratio_vs_tweedie": 1.0,
+                "label_kept": {"Smiling": pmf_kept},
+                "ddpm_tweedie": {"mse": 1.0, "sharpness_ratio": 0.5, "fid": 2.0, "label_kept": {"Smiling": tw_kept}}}
+
+    m = {"predict_clean": {"t0.2": row(0.97, 0.98), "t0.4": row(0.6, 0.65)}}
+    g = gate(m, fire_t={"Smiling": 0.2})
+    assert g["label_kept_at_fire_t"] == {"Smiling": {"t": 0.2, "pmf": 0.97, "tweedie": 0.98}}
+    assert g["label_kept_95"] is False and g["passed"] is False
+    assert "label_kept_at_fire_t" not in gate(m)

@@ -301,8 +301,13 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
     return m, grids
 
 
-def gate(m: dict, t_key: str = "t0.4") -> dict[str, Any]:
-    """Issue 3's pmf quality gate at t = 0.4 (needs the ddpm comparison)."""
+def gate(m: dict, t_key: str = "t0.4", fire_t: dict[str, float] | None = None) -> dict[str, Any]:
+    """Issue 3's pmf quality gate at t = 0.4 (needs the ddpm comparison).
+
+    ``fire_t`` ({attribute: the task's FiRe t}) adds ``label_kept_at_fire_t``: per attribute, the
+    labels kept by G and by the DDPM's Tweedie (MMSE) estimate at the level FiRe runs at. Tweedie's
+    rate is what the noise itself leaves of the label (informational; ``passed`` is the issue's gate).
+    """
     row = m["predict_clean"].get(t_key, {})
     if "ddpm_tweedie" not in row:
         return {"evaluated": False, "why": "no ddpm given (train_pmf(..., reference_ddpm=...))"}
@@ -317,6 +322,14 @@ def gate(m: dict, t_key: str = "t0.4") -> dict[str, Any]:
         out.update(label_kept=row["label_kept"], label_kept_95=min(row["label_kept"].values()) >= 0.95)
         if "label_kept" in tw:
             out["label_kept_tweedie"] = tw["label_kept"]
+    if fire_t:
+        at = {}
+        for attr, tf in fire_t.items():
+            r = m["predict_clean"].get(f"t{tf:g}", {})
+            if attr in r.get("label_kept", {}):
+                at[attr] = {"t": tf, "pmf": r["label_kept"][attr],
+                            "tweedie": r.get("ddpm_tweedie", {}).get("label_kept", {}).get(attr)}
+        out["label_kept_at_fire_t"] = at
     checks = [k for k in ("mse_within_2x", "fid_lower", "label_kept_95") if k in out]
     out["passed"] = all(out[k] for k in checks)
     out["checks"] = checks
@@ -337,12 +350,14 @@ def write_pmf_grids(grids: dict[str, Tensor], out_dir: Path) -> None:
 def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
               val_images_uint8: Tensor | None = None, progress: bool = True, reference_ddpm: Any = None,
               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
-              classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None) -> dict:
+              classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None,
+              fire_t: dict[str, float] | None = None) -> dict:
     """Train the ``pmf`` role and write ``out_dir``: ``model.safetensors`` (EMA weights), ``config.json``,
     ``samples.png``, ``predict_t0.4.png`` and ``metrics.json`` (written last). The first ``fm_warmup``
     share of the steps is flow matching only (r = t). Resumes from ``out_dir/checkpoint``.
     ``reference_ddpm`` (optional, same dataset): adds the Tweedie comparison / quality gate;
-    ``feature_fn`` adds FIDs on that extractor, ``classifiers`` the label-kept rates."""
+    ``feature_fn`` adds FIDs on that extractor, ``classifiers`` the label-kept rates (``fire_t``: also at
+    each task's FiRe noise level)."""
     out_dir = Path(out_dir)
     x_check = to_float_images(train_images_uint8[:1], "train_pmf: train_images_uint8")
     channels, res = x_check.shape[1], x_check.shape[-1]
@@ -369,10 +384,11 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
                                "jvp": jvp_mode, "training": stats, "ema": True}
     val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
     val = to_float_images(val_u8[: int(cfg_role.get("eval_images", 256))], "train_pmf: val_images_uint8")
+    t_flow = tuple(sorted({0.2, 0.4, 0.6, 0.8} | set((fire_t or {}).values())))
     ev, grids = evaluate_pmf(pmf, val, seed + 1, int(cfg_role.get("n_samples", 64)), feature_fn, feature_name,
-                             ddpm=reference_ddpm, classifiers=classifiers)
+                             ddpm=reference_ddpm, t_flow=t_flow, classifiers=classifiers)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
-    metrics["quality_gate"] = gate(ev)
+    metrics["quality_gate"] = gate(ev, fire_t=fire_t)
     write_json(out_dir / "config.json", {"role": "pmf", "seed": seed, "config": cfg_role,
                                          "image_shape": list(x_check.shape[1:])})
     pmf.save(out_dir)

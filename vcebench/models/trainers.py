@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from ..tasks import Task, get_task
+from ..tasks import Task, get_task, method_params
 from .classifier import CLASSIFIER_DEFAULTS, train_classifier
 from .features import FID_DEFAULTS, train_fid_features
 from .identity import IDENTITY_DEFAULTS, train_identity
@@ -45,7 +45,8 @@ def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> 
     """Trained networks the ddpm / pmf quality numbers use, when they exist in ``model_dir``
     (``workflow.GATE_ROLES``, which the workflow trains first): ``feature_fn`` (the dataset's
     fid_features: FID of samples and one-step predictions), ``reference_ddpm`` (the pmf's Tweedie
-    comparison) and ``classifiers`` (labels kept by G(z_t, t), one per task of the dataset)."""
+    comparison) and ``classifiers`` (labels kept by G(z_t, t), one per task of the dataset; for the
+    pmf also ``fire_t``, each task's FiRe noise level)."""
     from ..workflow import GATE_ROLES
     from .zoo import load_role
 
@@ -61,6 +62,8 @@ def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> 
         elif r == "classifier":
             tasks = [get_task(cfg, n) for n, t in cfg.get("tasks", {}).items() if t["dataset"] == task.dataset]
             refs["classifiers"] = {t.attribute: load_role(cfg, t, r, model_dir)[0].eval() for t in tasks}
+            if role == "pmf":  # each task's FiRe noise level: the label check is also reported there
+                refs["fire_t"] = {t.attribute: float(method_params(cfg, t, "fire")["t"]) for t in tasks}
     return refs
 
 
