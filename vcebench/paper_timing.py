@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import sys
@@ -132,17 +133,15 @@ def prepare_models(base: TaskModels, v: dict[str, Any]) -> TaskModels:
     unet = _Autocast if v.get("precision") == "mixed" else (lambda m: m)
     m = TaskModels(names=dict(base.names))
     cls, ddpm, pmf, perc = base.classifier, base.ddpm, base.pmf, base.perceptual
-    m.classifier = _Rewrap(cls, "net", comp(cls.net))
-    m.ddpm = _Rewrap(ddpm, "unet", comp(unet(ddpm.unet)))
-    m.pmf = _Rewrap(pmf, "net", comp(unet(pmf.net)))
-    m.perceptual = _Rewrap(perc, "features", comp(perc.features))
+    m.classifier = _rewrap(cls, "net", comp(cls.net))
+    m.ddpm = _rewrap(ddpm, "unet", comp(unet(ddpm.unet)))
+    m.pmf = _rewrap(pmf, "net", comp(unet(pmf.net)))
+    m.perceptual = _rewrap(perc, "features", comp(perc.features))
     return m
 
 
-def _Rewrap(wrapper: nn.Module, attr: str, inner: nn.Module) -> nn.Module:
+def _rewrap(wrapper: nn.Module, attr: str, inner: nn.Module) -> nn.Module:
     """A shallow copy of ``wrapper`` whose ``attr`` submodule is ``inner`` (the original stays intact)."""
-    import copy
-
     w = copy.copy(wrapper)
     w._modules = dict(wrapper._modules)
     w._modules[attr] = inner
@@ -156,11 +155,6 @@ def _inputs(s: PaperSetting, n: int, device: torch.device, seed: int = 1) -> Ten
     x = torch.nn.functional.interpolate(low, size=(s.resolution, s.resolution), mode="bilinear",
                                         align_corners=False)
     return x.clamp(-1, 1).to(device)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def network_errors(models: TaskModels, ref: TaskModels, x: Tensor, mode: str, device: torch.device) -> dict[str, float]:
@@ -188,35 +182,29 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
                 calls: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Tensor]:
     """Warm-up batch, then one timed pass over ``x`` in batches of ``batch``. Returns (row, first batch's CFs)."""
     from methods import get_method
-    from vcebench.profiling import nfe_by_network
+    from vcebench.profiling import cat_info, nfe_by_network, run_batches, timed
     from vcebench.rng import SampleGenerators
 
     method = get_method(method_name, params)
     gen_dev = device if v["gpu_noise"] else torch.device("cpu")
     fmt = torch.channels_last if v["channels_last"] else torch.contiguous_format
     x = x.contiguous(memory_format=fmt)
+    n, ids = len(x), list(range(len(x)))
 
-    def call(lo: int, hi: int):
-        ids = list(range(lo, hi))
+    def call(xb: Tensor, tb: Tensor, idb: list[int]):
         with precision(v["precision"], device, v["cudnn_benchmark"]):
-            return method(x[lo:hi], target[lo:hi], models, SampleGenerators(seed, ids, device=gen_dev))
+            return method(xb, tb, models, SampleGenerators(seed, idb, device=gen_dev))
 
-    t0 = time.perf_counter()
-    call(0, min(batch, len(x)))  # warm-up (and compilation)
-    _sync(device)
-    warm_s = time.perf_counter() - t0
+    with timed(device) as warm:  # warm-up (and compilation)
+        call(x[:batch], target[:batch], ids[:batch])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    _sync(device)
-    t0 = time.perf_counter()
-    outs = [call(lo, min(lo + batch, len(x))) for lo in range(0, len(x), batch)]
-    _sync(device)
-    seconds = time.perf_counter() - t0
-    n = len(x)
-    steps = torch.cat([o.steps.float() for o in outs])
+    with timed(device) as clock:
+        outs = run_batches(call, x, target, ids, batch)
+    seconds, warm_s = clock["seconds"], warm["seconds"]
+    info, steps = cat_info(outs)
+    steps = steps.float()
     flipped = torch.cat([o.flipped.float() for o in outs])
-    info = {k: torch.cat([torch.as_tensor(o.info[k]).float().cpu() for o in outs])
-            for k in outs[0].info if k.startswith("nfe_")}
     nfe = {k: d for k, d in nfe_by_network(info).items() if d["fwd"] or d["bwd"]}
     flops = flops_from_nfe(nfe, calls)
     row = {
@@ -241,6 +229,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
     """Run ``plan`` (a list of {method, variant, batch, n, early_stop}); write JSON + Markdown to ``out``
     after every row, so an interrupted run keeps what it measured."""
     from vcebench.config import load_config
+    from vcebench.profiling import device_name
     from vcebench.tasks import get_task, method_params
 
     start = time.perf_counter()
@@ -255,7 +244,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
     with torch.no_grad(), precision("fp32", dev):
         target_all = 1 - base.classifier(x_all).argmax(1)
     report: dict[str, Any] = {
-        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"cpu ({os.cpu_count()} cores)",
+        "device": device_name(dev),
         "torch": torch.__version__, "cuda": torch.version.cuda, "setting": s.dataset, "resolution": s.resolution,
         "paper_sec_per_cf": PAPER_SEC_PER_CF, "rows": [], "errors": {}, "skipped": [],
         "per_call_gflops": {k: {"fwd": c["fwd_flops"] / 1e9, "bwd": c["bwd_flops"] / 1e9} for k, c in calls.items()},

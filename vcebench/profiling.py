@@ -217,7 +217,8 @@ def nfe_total(by_net: dict[str, dict[str, float]]) -> float:
 MethodCall = Callable[[Tensor, Tensor, Sequence[int]], Any]  # (x, target, sample_ids) -> Counterfactuals
 
 
-def _run_batches(call: MethodCall, x: Tensor, target: Tensor, ids: Sequence[int], batch_size: int) -> list[Any]:
+def run_batches(call: MethodCall, x: Tensor, target: Tensor, ids: Sequence[int], batch_size: int) -> list[Any]:
+    """``call`` on consecutive batches of ``batch_size`` inputs; the list of their Counterfactuals."""
     outs = []
     for start in range(0, len(x), batch_size):
         sl = slice(start, start + batch_size)
@@ -225,7 +226,8 @@ def _run_batches(call: MethodCall, x: Tensor, target: Tensor, ids: Sequence[int]
     return outs
 
 
-def _cat_info(outs: list[Any]) -> tuple[dict[str, Tensor], Tensor]:
+def cat_info(outs: list[Any]) -> tuple[dict[str, Tensor], Tensor]:
+    """The ``nfe_*`` info tensors and the steps of several Counterfactuals, concatenated (CPU)."""
     keys = set.intersection(*(set(o.info) for o in outs))
     info = {k: torch.cat([torch.as_tensor(o.info[k]).float().cpu() for o in outs])
             for k in keys if k.startswith("nfe_")}
@@ -253,13 +255,13 @@ def profile_run(call: MethodCall, x: Tensor, target: Tensor, sample_ids: Sequenc
     w = min(batch_size, n) if warmup else 1  # a 1-input warm-up at least: one-time runtime allocations
     call(x[:w], target[:w], ids[:w])          # (thread pools, kernel caches) stay out of the peak memory
     with PeakMemory(device, enabled=memory) as mem, timed(device) as clock:
-        outs = _run_batches(call, x, target, ids, batch_size)
-    info, steps = _cat_info(outs)
+        outs = run_batches(call, x, target, ids, batch_size)
+    info, steps = cat_info(outs)
     flipped = torch.cat([o.flipped.cpu() for o in outs])
     nets = nfe_by_network(info)
 
     flop_n = n if flop_n is None else max(1, min(int(flop_n), n))
-    _, flops = count_flops(_run_batches, call, x[:flop_n], target[:flop_n], ids[:flop_n], batch_size)
+    _, flops = count_flops(run_batches, call, x[:flop_n], target[:flop_n], ids[:flop_n], batch_size)
     return {
         "n": n,
         "batch_size": int(batch_size),
@@ -306,5 +308,5 @@ def peak_memory_run(call: MethodCall, x: Tensor, target: Tensor, sample_ids: Seq
     ids = list(sample_ids)
     call(x[:1], target[:1], ids[:1])
     with PeakMemory(device) as mem:
-        _run_batches(call, x, target, ids, batch_size)
+        run_batches(call, x, target, ids, batch_size)
     return mem.peak_mb, mem.kind

@@ -25,7 +25,7 @@ def sample_seed(seed: int, sample_id: int, stream: str = "") -> int:
 
 
 class SampleGenerators:
-    """One CPU generator per sample; draws are stacked along the batch dimension."""
+    """One generator per sample (on ``device``, the CPU by default); draws are stacked along the batch."""
 
     def __init__(self, seed: int, sample_ids: Sequence[int] | torch.Tensor, stream: str = "",
                  _gens: list[torch.Generator] | None = None, device: torch.device | str = "cpu"):
