@@ -9,6 +9,7 @@ import sys
 from snakemake.utils import min_version, validate
 
 from vcebench import workflow as wf
+from vcebench.settings import check_settings
 
 min_version("8.0")
 
@@ -17,6 +18,8 @@ configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 
 validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
+# method and model settings (keys, types, ranges) from the code's dataclasses: fail before any job runs
+wf.fail_fast(check_settings, config)
 
 
 envvars:

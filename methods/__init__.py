@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from vcebench.config import ConfigError
+from vcebench.config import ConfigError, settings_errors
 
 from .base import Counterfactuals, Method, parse_params
 from .dime import DiME, DimeParams
@@ -35,13 +35,24 @@ def base_method(name: str) -> str:
     return "fire" if name.startswith("fire_") else name
 
 
+def params_class(name: str) -> type:
+    """The hyperparameter dataclass of method ``name`` (``fire_<variant>``: FiRe's)."""
+    base = base_method(name)
+    if base not in _REGISTRY:
+        raise ConfigError(f"unknown method {name!r}; known: {', '.join(METHODS)} and fire_<variant>")
+    return _REGISTRY[base][0]
+
+
 def get_method(name: str, params: dict[str, Any] | None = None) -> Method:
     """The method ``name`` with hyperparameters ``params`` (missing keys take the paper defaults)."""
     base = base_method(name)
     if base not in _REGISTRY:
         raise ConfigError(f"unknown method {name!r}; known: {', '.join(METHODS)} and fire_<variant>")
     params_cls, factory = _REGISTRY[base]
-    return factory(name, parse_params(params_cls, dict(params or {}), section=name))
+    parsed = parse_params(params_cls, dict(params or {}), section=name)
+    with settings_errors(f"settings of method {name!r} (config keys `method_defaults.{base}`, "
+                         f"`tasks.<task>.params.{name}`)"):
+        return factory(name, parsed)
 
 
-__all__ = ["METHODS", "Counterfactuals", "Method", "base_method", "get_method"]
+__all__ = ["METHODS", "Counterfactuals", "Method", "base_method", "get_method", "params_class"]

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
-from vcebench.config import ConfigError, check_keys
+from vcebench.config import ConfigError, check_keys, coerce_value
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
@@ -118,7 +118,7 @@ def parse_params(cls: type[P], params: dict[str, Any], section: str) -> P:
     hints = typing.get_type_hints(cls)
     values = {}
     for k, v in params.items():
-        values[k] = _coerce(v, hints[k], f"{section}.{k}")
+        values[k] = coerce_value(v, hints[k], f"{section}.{k}")
     try:
         obj = cls(**values)
     except TypeError as e:
@@ -127,32 +127,6 @@ def parse_params(cls: type[P], params: dict[str, Any], section: str) -> P:
     if validate is not None:
         validate(section)
     return obj
-
-
-def _coerce(v: Any, tp: Any, where: str) -> Any:
-    origin = get_origin(tp)
-    if origin is Literal:
-        if v not in get_args(tp):
-            raise ConfigError(f"config key `{where}` must be one of {list(get_args(tp))}, got {v!r}")
-        return v
-    if origin in (tuple, list):
-        if not isinstance(v, (list, tuple)) or not v:
-            raise ConfigError(f"config key `{where}` must be a non-empty list, got {v!r}")
-        (item,) = get_args(tp)[:1]
-        return tuple(_coerce(i, item, where) for i in v)
-    if tp is bool:
-        if not isinstance(v, bool):
-            raise ConfigError(f"config key `{where}` must be true or false, got {v!r}")
-        return v
-    if tp is int:
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise ConfigError(f"config key `{where}` must be an integer, got {v!r}")
-        return v
-    if tp is float:
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ConfigError(f"config key `{where}` must be a number, got {v!r}")
-        return float(v)
-    return v
 
 
 def require(ok: bool, section: str, msg: str) -> None:

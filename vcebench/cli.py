@@ -37,18 +37,16 @@ def add_config_arg(p: argparse.ArgumentParser) -> None:
                    help="config file(s), later ones deep-merged over earlier (default: config/config.yaml)")
 
 
-USER_ERRORS = ("ConfigError", "DatasetError", "CheckpointError", "RoleConfigError", "MissingModelError",
-               "ShardError", "MetricError", "InsufficientSamples")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one verb; user errors (config, data, checkpoints, metrics) print one clear line, exit 2."""
+    from .config import is_user_error
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as e:
-        if isinstance(e, FileNotFoundError) or any(c.__name__ in USER_ERRORS for c in type(e).__mro__):
+    except (ValueError, FileNotFoundError, PermissionError) as e:
+        if isinstance(e, (FileNotFoundError, PermissionError)) or is_user_error(e):
             print(f"vcebench {args.verb}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
         raise

@@ -8,9 +8,13 @@ later files are deep-merged over earlier ones, then validated against
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import math
+import os
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
@@ -19,6 +23,30 @@ DEFAULT_CONFIG = Path("config/config.yaml")
 
 class ConfigError(ValueError):
     """A problem with the user's configuration; the message says which key and what to do."""
+
+
+# Error classes (by name, anywhere in the exception's MRO) that are the user's to fix: the CLI prints
+# their message as one line (exit 2) instead of a traceback.
+USER_ERRORS = ("ConfigError", "DatasetError", "CheckpointError", "RoleConfigError", "MissingModelError",
+               "ShardError", "MetricError", "InsufficientSamples", "SampleIdMismatch")
+
+
+def is_user_error(e: BaseException) -> bool:
+    return any(c.__name__ in USER_ERRORS for c in type(e).__mro__)
+
+
+@contextlib.contextmanager
+def settings_errors(what: str):
+    """Turn a ``TypeError`` / ``ValueError`` raised while settings are in use (building a method or a
+    network, training a role) into a :class:`ConfigError` that starts with ``what`` (the config key).
+    User errors pass unchanged; ``VCEBENCH_TRACEBACK=1`` keeps the original exception (debugging)."""
+    try:
+        yield
+    except (TypeError, ValueError) as e:
+        if is_user_error(e) or os.environ.get("VCEBENCH_TRACEBACK"):
+            raise
+        raise ConfigError(f"{what}: {type(e).__name__}: {e} "
+                          f"(set VCEBENCH_TRACEBACK=1 for the traceback)") from e
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -82,3 +110,68 @@ def check_keys(section: str, given: dict, allowed: set[str] | dict) -> None:
             close = difflib.get_close_matches(u, list(allowed), n=1)
             hints.append(f"`{section}.{u}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
         raise ConfigError(f"unknown config key(s): {', '.join(hints)}; allowed: {', '.join(sorted(allowed))}")
+
+
+def coerce_value(v: Any, tp: Any, where: str) -> Any:
+    """``v`` as the type ``tp`` of a typed setting, or a :class:`ConfigError` naming config key ``where``.
+
+    ``tp``: ``int``, ``float``, ``bool``, ``str``, ``Literal[...]``, ``tuple[T, ...]`` / ``list[T]``,
+    ``T | None``; anything else is returned unchanged. Numbers written as strings are accepted (YAML 1.1
+    reads ``6e-3`` as a string; ``steps: "150"``), non-finite numbers and booleans for numbers are not.
+    """
+    origin = get_origin(tp)
+    if origin is Literal:
+        if v not in get_args(tp):
+            raise ConfigError(f"config key `{where}` must be one of {list(get_args(tp))}, got {v!r}")
+        return v
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if v is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)][:1] or (Any,)
+        return coerce_value(v, inner, where)
+    if origin in (tuple, list) or tp in (tuple, list):
+        if not isinstance(v, (list, tuple)) or not v:
+            raise ConfigError(f"config key `{where}` must be a non-empty list, got {v!r}")
+        (item,) = get_args(tp)[:1] or (Any,)
+        return tuple(coerce_value(i, item, where) for i in v)
+    if tp is bool:
+        if not isinstance(v, bool):
+            raise ConfigError(f"config key `{where}` must be true or false, got {v!r}")
+        return v
+    if tp is int:
+        if isinstance(v, str):
+            x = _number(v, where, "an integer")
+            if x != int(x):
+                raise ConfigError(f"config key `{where}` must be an integer, got {v!r}")
+            return int(x)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigError(f"config key `{where}` must be an integer, got {v!r}")
+        return v
+    if tp is float:
+        if isinstance(v, str):
+            return _number(v, where, "a number")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ConfigError(f"config key `{where}` must be a number, got {v!r}")
+        if not math.isfinite(v):
+            raise ConfigError(f"config key `{where}` must be a finite number, got {v!r}")
+        return float(v)
+    if tp is str:
+        if not isinstance(v, str):
+            raise ConfigError(f"config key `{where}` must be a string, got {v!r}")
+        return v
+    if tp is dict:
+        if not isinstance(v, dict):
+            raise ConfigError(f"config key `{where}` must be a mapping, got {v!r}")
+        return v
+    return v
+
+
+def _number(v: str, where: str, what: str) -> float:
+    try:
+        x = float(v.strip())
+    except ValueError:
+        raise ConfigError(f"config key `{where}` must be {what}, got the string {v!r}") from None
+    if not math.isfinite(x):
+        raise ConfigError(f"config key `{where}` must be a finite number, got {v!r}")
+    return x

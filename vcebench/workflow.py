@@ -5,6 +5,7 @@ Logic lives here (importable, tested), not in the rule files (STYLE.md: snakemak
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from .config import ConfigError
@@ -39,16 +40,40 @@ def config_args(configfiles: list, basedir: str | Path = ".") -> str:
 
     Snakemake lists command-line ``--configfile`` entries before the Snakefile's ``configfile:``;
     the CLI merges left to right, so the default must come first. Paths are absolute because
-    rules run in the config's ``workdir``.
+    rules run in the config's ``workdir``, and shell-quoted (a clone under a path with spaces or
+    shell characters).
     """
     default = (Path(basedir) / "config/config.yaml").resolve()
     rest = [str(Path(p).resolve()) for p in configfiles if Path(p).resolve() != default]
-    return " ".join(f"--config {p}" for p in [str(default), *rest])
+    return " ".join(f"--config {shlex.quote(p)}" for p in [str(default), *rest])
 
 
 def reference_dir(cfg: dict, basedir: str | Path = ".") -> str:
-    """The committed reference results the ``regression`` target compares against (absolute)."""
+    """The committed reference results the ``regression`` target compares against (absolute; the rule
+    passes it as ``{params.ref:q}``: a config value never reaches the shell unquoted)."""
     return str((Path(basedir) / cfg.get("reference_dir", "results/reference/quick")).resolve())
+
+
+def fail_fast(check, *args) -> None:
+    """Run a config check at DAG construction; a ConfigError ends Snakemake with its one-line message
+    (no traceback)."""
+    import sys
+
+    try:
+        check(*args)
+    except ConfigError as e:
+        print(f"vcebench config error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+def shell_flags(flag: str, values) -> str:
+    """``--flag v1 --flag v2 ...`` with every value shell-quoted (for a rule's ``params``)."""
+    return " ".join(f"{flag} {shlex.quote(str(v))}" for v in values)
+
+
+def shell_words(values) -> str:
+    """Shell-quoted values joined by spaces (one argument each)."""
+    return " ".join(shlex.quote(str(v)) for v in values)
 
 
 def method_roles(method: str) -> tuple[str, ...]:

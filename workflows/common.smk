@@ -30,4 +30,4 @@ def model_inputs(task, roles):
 
 def data_arg(dataset):
     d = data_dir(dataset)
-    return f"--data {d}" if d else ""
+    return wf.shell_flags("--data", [d]) if d else ""

@@ -24,7 +24,7 @@ rule explain_shard:
     shell:
         "vcebench explain --task {wildcards.task} --method {wildcards.method} "
         "--shard {wildcards.i} --n-shards {wildcards.n} {params.data} "
-        "--out {output.cf} {params.cfg} > {log} 2>&1"
+        "--out {output.cf:q} {params.cfg} > {log:q} 2>&1"
 
 
 rule merge_counterfactuals:
@@ -50,4 +50,4 @@ rule merge_counterfactuals:
     params:
         cfg=CFG,
     shell:
-        "vcebench explain --merge {input} --out {output} > {log} 2>&1"
+        "vcebench explain --merge {input:q} --out {output:q} > {log:q} 2>&1"

@@ -20,4 +20,4 @@ rule render_data:
         settings=lambda wc: wf.settings_key(config, "data", wc.dataset),
     shell:
         "vcebench data render {wildcards.dataset} --out resources/data/{wildcards.dataset} {params.cfg} "
-        "> {log} 2>&1"
+        "> {log:q} 2>&1"

@@ -20,7 +20,7 @@ rule fid_reference:
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
     shell:
         "vcebench evaluate --task {wildcards.task} --reference {params.data} "
-        "--out {output} {params.cfg} > {log} 2>&1"
+        "--out {output:q} {params.cfg} > {log:q} 2>&1"
 
 
 rule evaluate:
@@ -46,7 +46,8 @@ rule evaluate:
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
     shell:
         "vcebench evaluate --task {wildcards.task} --method {wildcards.method} "
-        "--cfs {input.cfs} --fid-ref {input.ref} {params.data} --out {output} {params.cfg} > {log} 2>&1"
+        "--cfs {input.cfs:q} --fid-ref {input.ref:q} {params.data} --out {output:q} {params.cfg} "
+        "> {log:q} 2>&1"
 
 
 rule profile:
@@ -78,10 +79,10 @@ rule profile:
     params:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
-        methods=" ".join(f"--method {m}" for m in METHODS),
+        methods=wf.shell_flags("--method", METHODS),
         n=min(config.get("profile", {}).get("n", 8), config["n_eval"]),
         flop_n=config.get("profile", {}).get("flop_n", 2),
     shell:
         "vcebench profile --task {wildcards.task} {params.methods} {params.data} "
-        "--n {params.n} --flop-n {params.flop_n} --no-warmup --timings {input.timings} "
-        "--out 'results/{wildcards.task}/{{method}}/profile.json' {params.cfg} > {log} 2>&1"
+        "--n {params.n} --flop-n {params.flop_n} --no-warmup --timings {input.timings:q} "
+        "--out 'results/{wildcards.task}/{{method}}/profile.json' {params.cfg} > {log:q} 2>&1"

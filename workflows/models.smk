@@ -28,5 +28,5 @@ rule train_model:
         task=lambda wc: wf.task_for_dataset(config, wc.dataset),
         data=lambda wc: data_arg(wc.dataset),
     shell:
-        "vcebench train {wildcards.role} --task {params.task} {params.data} "
-        "--out resources/models/{wildcards.dataset}/{wildcards.role} {params.cfg} > {log} 2>&1"
+        "vcebench train {wildcards.role} --task {params.task:q} {params.data} "
+        "--out resources/models/{wildcards.dataset}/{wildcards.role} {params.cfg} > {log:q} 2>&1"

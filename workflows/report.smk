@@ -23,10 +23,10 @@ rule report_task:
     params:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
-        methods=" ".join(METHODS),
+        methods=wf.shell_words(METHODS),
     shell:
         "vcebench report --task {wildcards.task} --methods {params.methods} {params.data} "
-        "--out-dir results {params.cfg} > {log} 2>&1"
+        "--out-dir results {params.cfg} > {log:q} 2>&1"
 
 
 rule paper_tables:
@@ -57,7 +57,7 @@ rule paper_tables:
     params:
         cfg=CFG,
     shell:
-        "vcebench report --paper --out-dir results/paper {params.cfg} > {log} 2>&1"
+        "vcebench report --paper --out-dir results/paper {params.cfg} > {log:q} 2>&1"
 
 
 rule paper:
@@ -84,7 +84,7 @@ rule regression:
     params:
         cfg=CFG,
         ref=REFERENCE,
-        tasks=" ".join(TASKS),
+        tasks=wf.shell_words(TASKS),
     shell:
-        "vcebench report --regression --reference {params.ref} --tasks {params.tasks} "
-        "--out {output} {params.cfg} > {log} 2>&1"
+        "vcebench report --regression --reference {params.ref:q} --tasks {params.tasks} "
+        "--out {output:q} {params.cfg} > {log:q} 2>&1"

@@ -66,10 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace) -> dict:
-    from ..config import load_config
     from ..runtime import setup_torch
+    from ..settings import load_settings
 
-    cfg = load_config(args.config)
+    cfg = load_settings(args.config)
     setup_torch(cfg["threads"], "cpu")
     return cfg
 

@@ -62,11 +62,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ..config import ConfigError, load_config
+    from ..config import ConfigError
     from ..runtime import setup_torch
+    from ..settings import load_settings
     from ..tasks import get_task
 
-    cfg = load_config(args.config)
+    cfg = load_settings(args.config)
     device = setup_torch(cfg.get("threads"), cfg.get("device", "cpu"), cfg.get("cuda"))
     task = get_task(cfg, args.task)
     if args.reference:

@@ -74,9 +74,9 @@ def _run(args: argparse.Namespace) -> int:
         raise ShardError("needs --task and --method (or --merge)")
     if not 0 <= args.shard < args.n_shards:
         raise ShardError(f"--shard must be in [0, --n-shards={args.n_shards}), got {args.shard}")
-    from vcebench.config import load_config
+    from vcebench.settings import load_settings
 
-    cfg = load_config(args.config)
+    cfg = load_settings(args.config)
     out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
     explain_shard(cfg, args.task, args.method, args.shard, args.n_shards, out, data_dir=args.data,
                   model_dir=args.models)

@@ -61,10 +61,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vcebench.config import load_config
     from vcebench.runtime import setup_torch
+    from vcebench.settings import load_settings
 
-    cfg = load_config(args.config)
+    cfg = load_settings(args.config)
     device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
     if args.paper_scale:
         return run_paper_scale(args, cfg)

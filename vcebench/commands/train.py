@@ -33,11 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import load_config
     from ..models.trainers import train_role
     from ..runtime import setup_torch
+    from ..settings import load_settings
 
-    cfg = load_config(args.config)
+    cfg = load_settings(args.config)
     setup_torch(cfg["threads"], "cpu")
     metrics = train_role(cfg, args.role, args.task, data_dir=args.data, out_dir=args.out,
                          model_dir=args.model_dir, progress=not args.no_progress)

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from vcebench.io import write_json
 from vcebench.models.unet import (
-    TRAIN_KEYS,
+    TRAIN_SETTINGS,
     batched,
     build_unet,
     check_role_keys,
@@ -36,8 +36,10 @@ from vcebench.models.unet import (
     unet_kwargs,
 )
 
-DDPM_KEYS = TRAIN_KEYS | {"unet", "num_train_timesteps", "beta_start", "beta_end", "beta_schedule",
-                          "eval_images", "sample_steps", "n_samples"}
+DDPM_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "num_train_timesteps": int, "beta_start": float,
+                                 "beta_end": float, "beta_schedule": str, "eval_images": int, "sample_steps": int,
+                                 "n_samples": int}
+DDPM_KEYS = set(DDPM_SETTINGS)
 
 
 class DiffusersDDPM(nn.Module):
@@ -128,7 +130,7 @@ def build_ddpm(cfg: dict, channels: int, resolution: int) -> DiffusersDDPM:
     """A fresh (untrained) DDPM from a ``models.<dataset>.ddpm`` config block."""
     from diffusers import DDPMScheduler
 
-    check_role_keys(cfg, "ddpm", DDPM_KEYS | {"weights", "format", "seed"})
+    check_role_keys(cfg, "ddpm", DDPM_KEYS)
     unet = build_unet(unet_kwargs(require(cfg, "unet", "ddpm"), channels, resolution, False, "ddpm"))
     scheduler = DDPMScheduler(num_train_timesteps=int(require(cfg, "num_train_timesteps", "ddpm")),
                               beta_start=float(cfg.get("beta_start", 2e-4)), beta_end=float(cfg.get("beta_end", 0.04)),

@@ -24,7 +24,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from vcebench.io import atomic_path, write_json
 from vcebench.models.unet import (
-    TRAIN_KEYS,
+    TRAIN_SETTINGS,
     RoleConfigError,
     batched,
     build_unet,
@@ -47,9 +47,12 @@ from vcebench.models.unet import (
     use_explicit_groupnorm,
 )
 
-PMF_KEYS = TRAIN_KEYS | {"unet", "jvp", "fd_eps", "fm_warmup", "p_fm", "p_r0", "t_mean", "t_std", "p_t_uniform",
-                         "p_t1", "adaptive_p", "adaptive_eps", "t_clip", "time_scale", "precond", "sigma_data",
-                         "eval_images", "n_samples"}
+PMF_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "jvp": Literal["fd", "exact"], "fd_eps": float,
+                                "fm_warmup": float, "p_fm": float, "p_r0": float, "t_mean": float, "t_std": float,
+                                "p_t_uniform": float, "p_t1": float, "adaptive_p": float, "adaptive_eps": float,
+                                "t_clip": float, "time_scale": float, "precond": Literal["edm", "none"],
+                                "sigma_data": float, "eval_images": int, "n_samples": int}
+PMF_KEYS = set(PMF_SETTINGS)
 
 
 class PixelMeanFlow(nn.Module):
@@ -219,7 +222,7 @@ def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict
 
 
 def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
-    check_role_keys(cfg, "pmf", PMF_KEYS | {"weights", "format", "seed"})
+    check_role_keys(cfg, "pmf", PMF_KEYS)
     kwargs = unet_kwargs(require(cfg, "unet", "pmf"), channels, resolution, True, "pmf")
     pmf = PixelMeanFlow(kwargs, float(cfg.get("t_clip", 0.05)), float(cfg.get("time_scale", 50.0)),
                         str(cfg.get("precond", "edm")), float(cfg.get("sigma_data", 0.5)))

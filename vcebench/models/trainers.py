@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigError
+from ..config import ConfigError, settings_errors
 from ..tasks import Task, get_task, method_params
 from .classifier import CLASSIFIER_DEFAULTS, train_classifier
 from .features import FID_DEFAULTS, train_fid_features
@@ -94,13 +94,15 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
         train = load_split(cfg, ds, "train", data_dir)
         val = load_split(cfg, ds, "val", data_dir)
         refs = generative_references(cfg, task, role, Path(model_dir))
-        return fn(spec, train.images, out, int(spec.get("seed", cfg.get("seed", 0))),
-                  val_images_uint8=val.images, progress=progress, **refs)
+        with settings_errors(f"config key `models.{ds}.{role}`"):
+            return fn(spec, train.images, out, int(spec.get("seed", cfg.get("seed", 0))),
+                      val_images_uint8=val.images, progress=progress, **refs)
     defaults, fn = TRAINERS[role]
     settings = check_settings(role, ds, spec, defaults)
     splits = {s: load_split(cfg, ds, s, data_dir) for s in ("train", "val", "test")}
-    metrics = fn(settings, splits, out, dataset=ds, task_attributes=task_attributes(cfg, ds),
-                 classifier_dir=out.parent / "classifier", progress=progress)
+    with settings_errors(f"config key `models.{ds}.{role}`"):
+        metrics = fn(settings, splits, out, dataset=ds, task_attributes=task_attributes(cfg, ds),
+                     classifier_dir=out.parent / "classifier", progress=progress)
     metrics["wall_seconds_total"] = round(time.perf_counter() - t0, 2)
     from ..io import write_json
 

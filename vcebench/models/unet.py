@@ -24,9 +24,16 @@ from torch import Tensor, nn
 
 from vcebench.io import atomic_path
 
-UNET_KEYS = {"block_out_channels", "layers_per_block", "norm_num_groups", "attention", "dropout"}
-TRAIN_KEYS = {"steps", "batch_size", "lr", "warmup_steps", "ema_decay", "grad_clip", "weight_decay",
-              "checkpoint_every", "hflip", "channels_last"}
+# Settings of the generative roles, key -> type: what `vcebench.settings` checks (and coerces) when the
+# config is loaded, and the allowed keys of each block.
+UNET_SETTINGS: dict[str, Any] = {"block_out_channels": tuple[int, ...], "layers_per_block": int,
+                                 "norm_num_groups": int, "attention": bool, "dropout": float}
+TRAIN_SETTINGS: dict[str, Any] = {"steps": int, "batch_size": int, "lr": float, "warmup_steps": int,
+                                  "ema_decay": float, "grad_clip": float, "weight_decay": float,
+                                  "checkpoint_every": int, "hflip": bool, "channels_last": bool,
+                                  "seed": int, "weights": str | None, "format": str | None}
+UNET_KEYS = set(UNET_SETTINGS)
+TRAIN_KEYS = set(TRAIN_SETTINGS)
 
 
 class RoleConfigError(ValueError):

@@ -1,0 +1,199 @@
+"""Method and model settings checked when the config is loaded, against the types the code runs with.
+
+The JSON schema (``config/schema.yaml``) leaves ``method_defaults``, ``fire_variants``, the tasks'
+``params`` and the ``models`` blocks free-form; their keys and types are defined by the code:
+
+- methods: the hyperparameter dataclass of each method (``methods.params_class``, parsed by
+  ``methods.base.parse_params``), including its ``validate`` ranges;
+- trained synthetic roles: the code defaults (``vcebench.models.trainers.TRAINERS``; a setting's type is
+  its default's type);
+- ``ddpm`` / ``pmf``: ``DDPM_SETTINGS`` / ``PMF_SETTINGS`` / ``UNET_SETTINGS`` (key -> type);
+- canonical weights (``weights:``): ``vcebench.models.canonical.SPEC_KEYS``.
+
+:func:`check_settings` runs in the Snakefile (``snakemake -n`` fails before any job runs) and in
+every CLI verb that runs a method or a network (:func:`load_settings`). A bad key, type or range is a
+:class:`~vcebench.config.ConfigError` naming the config key. Numbers written as strings (``lr: 6e-3``
+is a string to YAML 1.1, ``steps: "150"``) are converted in the config dict, so every consumer sees
+the number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, check_keys, coerce_value, load_config
+from .tasks import all_methods, get_task, method_params
+
+# Ranges of model settings (keys and types come from the code, see the module docstring).
+POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
+            "eval_images", "checkpoint_every", "width", "blocks", "embed_dim", "dim", "pred_dim",
+            "layers_per_block", "norm_num_groups", "fool_n", "time_scale", "sigma_data", "fd_eps"}
+NON_NEGATIVE = {"warmup_steps", "weight_decay", "grad_clip", "noise", "blur", "shift", "dropout", "adv_eps",
+                "adv_steps", "fool_steps", "t_std", "t_clip", "adaptive_eps", "seed", "max_blur", "max_noise"}
+UNIT_INTERVAL = {"ema_decay", "fm_warmup", "p_fm", "p_r0", "p_t1", "p_t_uniform", "adv_frac", "adv_start",
+                 "min_scale", "jitter", "beta_start", "beta_end"}
+
+
+def load_settings(paths: list[str | Path] | None = None, overrides: dict | None = None) -> dict:
+    """:func:`vcebench.config.load_config` followed by :func:`check_settings` (what the CLI verbs use)."""
+    return check_settings(load_config(paths, overrides))
+
+
+def check_settings(cfg: dict) -> dict:
+    """Check (and coerce, in place) every method and model setting of ``cfg``; returns ``cfg``."""
+    check_method_settings(cfg)
+    check_model_settings(cfg)
+    return cfg
+
+
+# ----------------------------------------------------------------------------- methods
+
+def _typed_layer(section: str, layer: Any, cls: type) -> None:
+    """Keys and types of one config mapping of hyperparameters of dataclass ``cls`` (coerced in place)."""
+    if not isinstance(layer, dict):
+        raise ConfigError(f"config key `{section}` must be a mapping of hyperparameters, got {layer!r}")
+    hints = typing.get_type_hints(cls)
+    check_keys(section, layer, {f.name for f in dataclasses.fields(cls)})
+    for k, v in layer.items():
+        layer[k] = _write_back(v, coerce_value(v, hints[k], f"{section}.{k}"))
+
+
+def _write_back(old: Any, new: Any) -> Any:
+    """The value kept in the config: the coerced one only where a number was written as a string, so
+    the settings of a valid config (and the workflow's rerun triggers) stay byte-identical."""
+    if isinstance(old, str) and not isinstance(new, str):
+        return new
+    if isinstance(old, list) and isinstance(new, tuple):
+        return [_write_back(o, n) for o, n in zip(old, new)]
+    return old
+
+
+def check_method_settings(cfg: dict) -> None:
+    """``method_defaults``, ``fire_variants`` and every task's ``params``: keys and types checked in the
+    section where they are written; then each task's merged settings of every method are parsed by
+    the method's dataclass (its ranges)."""
+    from methods import params_class
+
+    known = all_methods(cfg)
+    for base, layer in (cfg.get("method_defaults") or {}).items():
+        _typed_layer(f"method_defaults.{base}", layer, params_class(base))
+    for variant, layer in (cfg.get("fire_variants") or {}).items():
+        _typed_layer(f"fire_variants.{variant}", layer, params_class("fire"))
+    for tname, t in (cfg.get("tasks") or {}).items():
+        for m, layer in ((t or {}).get("params") or {}).items():
+            if m not in known:
+                raise ConfigError(f"config key `tasks.{tname}.params.{m}`: no method {m!r} (config keys "
+                                  f"`method_defaults` and `fire_variants`); known: {', '.join(known)}")
+            _typed_layer(f"tasks.{tname}.params.{m}", layer, params_class(m))
+    from methods.base import parse_params
+
+    for tname in cfg.get("tasks") or {}:
+        task = get_task(cfg, tname)
+        for m in known:
+            try:
+                parse_params(params_class(m), method_params(cfg, task, m), section=f"{m} of task {tname}")
+            except ConfigError as e:
+                raise ConfigError(_name_source(cfg, tname, m, str(e))) from None
+
+
+def _name_source(cfg: dict, tname: str, method: str, msg: str) -> str:
+    """A range error of the merged settings of ``method`` on task ``tname``, with the config key that set
+    the offending value (the last of method_defaults <- task params <- fire variant <- task variant params)."""
+    import re
+
+    base = "fire" if method.startswith("fire_") else method
+    layers = [(f"method_defaults.{base}", (cfg.get("method_defaults") or {}).get(base)),
+              (f"tasks.{tname}.params.{base}", ((cfg["tasks"][tname].get("params") or {}).get(base)))]
+    if method != base:
+        layers += [(f"fire_variants.{method[5:]}", (cfg.get("fire_variants") or {}).get(method[5:])),
+                   (f"tasks.{tname}.params.{method}", (cfg["tasks"][tname].get("params") or {}).get(method))]
+    source = {k: f"{where}.{k}" for where, layer in layers for k in (layer or {})}
+    detail = msg.split("`: ", 1)[-1]
+    named = [k for k in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", detail) if k in source]
+    where = f"config key `{source[named[0]]}`" if named else f"method {method!r} of task {tname!r}"
+    return f"{where} (method {method}, task {tname}): {detail}"
+
+
+# ----------------------------------------------------------------------------- models
+
+def _type_of_default(v: Any) -> Any:
+    if isinstance(v, bool):
+        return bool
+    if isinstance(v, int):
+        return int
+    if isinstance(v, float):
+        return float
+    if isinstance(v, (list, tuple)) and v and all(isinstance(i, (int, float)) and not isinstance(i, bool)
+                                                  for i in v):
+        return tuple[float, ...]
+    return Any  # strings with several meanings (`attributes`: null | all | list), None
+
+
+def _check_range(key: str, value: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if key in POSITIVE and not value > 0:
+        raise ConfigError(f"config key `{where}` must be > 0, got {value!r}")
+    if key in NON_NEGATIVE and not value >= 0:
+        raise ConfigError(f"config key `{where}` must be >= 0, got {value!r}")
+    if key in UNIT_INTERVAL and not 0 <= value <= 1:
+        raise ConfigError(f"config key `{where}` must be in [0, 1], got {value!r}")
+
+
+def _typed_settings(section: str, spec: dict, types: dict[str, Any], strict_keys: bool = True) -> None:
+    if strict_keys:
+        check_keys(section, spec, types)
+    for k, v in spec.items():
+        if k not in types:
+            continue
+        spec[k] = _write_back(v, coerce_value(v, types[k], f"{section}.{k}"))
+        _check_range(k, coerce_value(v, types[k], f"{section}.{k}"), f"{section}.{k}")
+
+
+def role_setting_types(role: str) -> dict[str, Any] | None:
+    """Key -> type of the training settings of a trained role (None: not a trainable role)."""
+    from .models.trainers import TRAINERS
+
+    if role == "ddpm":
+        from .models.ddpm import DDPM_SETTINGS
+        return DDPM_SETTINGS
+    if role == "pmf":
+        from .models.pmf import PMF_SETTINGS
+        return PMF_SETTINGS
+    if role in TRAINERS:
+        return {k: _type_of_default(v) for k, v in TRAINERS[role][0].items()}
+    return None
+
+
+def check_model_settings(cfg: dict) -> None:
+    """Every ``models.<dataset>.<role>`` block: training settings (keys, types, ranges) or canonical
+    weights (``canonical.SPEC_KEYS``)."""
+    from .models.base import ROLES
+    from .models.canonical import SPEC_KEYS
+    from .models.unet import UNET_SETTINGS
+
+    for ds, roles in (cfg.get("models") or {}).items():
+        for role, spec in (roles or {}).items():
+            section = f"models.{ds}.{role}"
+            if role not in ROLES:
+                raise ConfigError(f"config key `{section}`: unknown model role {role!r}; known: {', '.join(ROLES)}")
+            if spec is None:
+                continue
+            if not isinstance(spec, dict):
+                raise ConfigError(f"config key `{section}` must be a mapping, got {spec!r}")
+            types = role_setting_types(role)
+            if "weights" in spec:  # canonical weights: the loader's keys (generative roles: their own too)
+                if role in ("ddpm", "pmf"):
+                    _typed_settings(section, spec, types or {}, strict_keys=False)
+                else:
+                    check_keys(section, spec, SPEC_KEYS)
+                continue
+            if types is None:
+                raise ConfigError(f"config key `{section}`: role {role!r} cannot be trained; set "
+                                  f"`{section}.weights` to canonical weights")
+            _typed_settings(section, spec, types)
+            if isinstance(spec.get("unet"), dict):
+                _typed_settings(f"{section}.unet", spec["unet"], UNET_SETTINGS)
