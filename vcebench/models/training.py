@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -126,7 +128,51 @@ def cosine_lr(step: int, steps: int, lr: float, warmup: int = 50) -> float:
 
 
 def fingerprint(settings: dict) -> str:
+    """A short hash of the settings a resumable training state depends on (JSON, sorted keys)."""
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def data_fingerprint(images: Tensor, n: int = 256) -> dict[str, Any]:
+    """Shape and a hash of ``n`` evenly spaced rows of a training tensor (part of a resume fingerprint:
+    a re-rendered or different dataset must not resume an old state)."""
+    step = max(1, images.shape[0] // n)
+    raw = images[::step].contiguous().cpu().numpy().tobytes()
+    return {"shape": list(images.shape), "dtype": str(images.dtype), "sha256": hashlib.sha256(raw).hexdigest()[:16]}
+
+
+def set_aside(path: Path, why: str) -> Path:
+    """Rename ``path`` to ``<path>.<why>`` (replacing an older one) so that it is never resumed."""
+    dest = path.with_name(f"{path.name}.{why}")
+    os.replace(path, dest)
+    return dest
+
+
+def load_resume_state(path: str | Path, fp: str, desc: str) -> dict | None:
+    """The resumable training state at ``path`` if it was written with settings fingerprint ``fp``.
+
+    A state written with other settings (or without a fingerprint) is renamed ``<path>.stale`` and an
+    unreadable one ``<path>.corrupt``; both are reported on stderr and training starts from step 0.
+    Both training loops (this module's and ``vcebench.models.unet``'s) resume through this function.
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict):
+            raise ValueError(f"holds a {type(state).__name__}, not a training state")
+    except Exception as e:  # a truncated / corrupt / foreign file: never a traceback, never resumed
+        dest = set_aside(path, "corrupt")
+        tqdm.write(f"[{desc}] unreadable checkpoint {path} ({type(e).__name__}: {str(e)[:200]}); "
+                   f"set aside as {dest.name}; training starts from step 0", file=sys.stderr)
+        return None
+    if state.get("fingerprint") != fp:
+        dest = set_aside(path, "stale")
+        tqdm.write(f"[{desc}] checkpoint {path} was written with other settings (fingerprint "
+                   f"{state.get('fingerprint')!r}, now {fp!r}); set aside as {dest.name}; training starts "
+                   f"from step 0", file=sys.stderr)
+        return None
+    return state
 
 
 def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Callable[[int], Tensor],
@@ -141,17 +187,12 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
     ckpt_path = out_dir / CHECKPOINT
     fp = fingerprint(settings)
     start, losses, seconds = 0, [], 0.0
-    if ckpt_path.exists():
-        try:
-            ck = torch.load(ckpt_path, map_location="cpu", weights_only=True)
-        except Exception as e:  # corrupt partial file: start over
-            tqdm.write(f"[{desc}] ignoring unreadable checkpoint {ckpt_path}: {e}")
-            ck = None
-        if ck is not None and ck.get("fingerprint") == fp:
-            model.load_state_dict(ck["model"])
-            optimizer.load_state_dict(ck["optimizer"])
-            start, losses, seconds = int(ck["step"]), list(ck["losses"]), float(ck["seconds"])
-            tqdm.write(f"[{desc}] resuming from {ckpt_path} at step {start}/{steps}")
+    ck = load_resume_state(ckpt_path, fp, desc)
+    if ck is not None:
+        model.load_state_dict(ck["model"])
+        optimizer.load_state_dict(ck["optimizer"])
+        start, losses, seconds = int(ck["step"]), list(ck["losses"]), float(ck["seconds"])
+        tqdm.write(f"[{desc}] resuming from {ckpt_path} at step {start}/{steps}")
     warmup = min(warmup, max(1, steps // 5))
     model.train()
     t0 = time.perf_counter()

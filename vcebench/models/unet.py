@@ -10,6 +10,7 @@ the CPU, also across an interruption), tqdm progress and atomic resumable checkp
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -176,10 +177,11 @@ def lr_at(step: int, base: float, warmup: int, total: int) -> float:
 
 
 def _save_checkpoint(path: Path, model: nn.Module, ema: EMA, opt: torch.optim.Optimizer, step: int,
-                     losses: list[float]) -> None:
+                     losses: list[float], fp: str) -> None:
     with atomic_path(path) as tmp:
         torch.save({"model": model.state_dict(), "ema": ema.shadow, "opt": opt.state_dict(),
-                    "step": torch.tensor(step), "losses": torch.tensor(losses, dtype=torch.float64)}, tmp)
+                    "step": torch.tensor(step), "losses": torch.tensor(losses, dtype=torch.float64),
+                    "fingerprint": fp}, tmp)
 
 
 def train_loop(model: nn.Module,
@@ -192,9 +194,13 @@ def train_loop(model: nn.Module,
     weight makes the minimised loss uninformative.
 
     Resumes from ``out_dir/checkpoint/state.pt`` (written atomically every ``checkpoint_every``
-    steps). Returns the EMA state dict and training statistics (budget, wall time, loss curve).
+    steps) only if it was written with the same settings, seed, role and training images (a settings
+    fingerprint, ``vcebench.models.training.load_resume_state``: a stale or corrupt state is set aside
+    and reported). Returns the EMA state dict and training statistics (budget, wall time, loss curve).
     """
     from tqdm.auto import tqdm
+
+    from vcebench.models.training import data_fingerprint, fingerprint, load_resume_state
 
     steps, bs = int(require(cfg, "steps", role)), int(require(cfg, "batch_size", role))
     base_lr = float(require(cfg, "lr", role))
@@ -211,8 +217,9 @@ def train_loop(model: nn.Module,
                             weight_decay=float(cfg.get("weight_decay", 0.0)))
     ema = EMA(model, float(cfg.get("ema_decay", 0.999)))
     start, losses = 0, []
-    if ckpt.exists():
-        state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    fp = fingerprint({"role": role, "seed": int(seed), "settings": cfg, "images": data_fingerprint(images)})
+    state = load_resume_state(ckpt, fp, f"train {role}")
+    if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         ema.shadow = state["ema"]
@@ -240,7 +247,7 @@ def train_loop(model: nn.Module,
         if step % 20 == 0:
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
         if (step + 1) % every == 0 and step + 1 < steps:
-            _save_checkpoint(ckpt, model, ema, opt, step + 1, losses)
+            _save_checkpoint(ckpt, model, ema, opt, step + 1, losses, fp)
     seconds = time.perf_counter() - t0
     win = max(1, min(50, steps // 4))
     stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": seconds,
@@ -252,7 +259,16 @@ def train_loop(model: nn.Module,
 
 
 def remove_checkpoint(out_dir: Path) -> None:
-    shutil.rmtree(Path(out_dir) / "checkpoint", ignore_errors=True)
+    """Remove the resumable state after a finished training (keeps set-aside ``*.stale`` / ``*.corrupt``
+    files, which were reported, and then the folder only if it is empty)."""
+    d = Path(out_dir) / "checkpoint"
+    if not d.is_dir():
+        return
+    for f in d.iterdir():
+        if not f.name.endswith((".stale", ".corrupt")):
+            shutil.rmtree(f) if f.is_dir() else f.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        d.rmdir()
 
 
 def _mean(xs: list[float]) -> float:
