@@ -52,9 +52,13 @@ FAIL_NONFINITE_INPUT = 1  # the input image holds NaN / inf
 FAIL_NONFINITE_GRAD = 2  # a guidance gradient became NaN / inf
 FAIL_NONFINITE_STATE = 3  # the noisy state or the clean image became NaN / inf
 FAIL_NONFINITE_LOGITS = 4  # the classifier returned NaN / inf on the counterfactual
+FAIL_NONFINITE_INPUT_LOGITS = 5  # the classifier returned NaN / inf on the input (no prediction, no target)
+FAIL_UNREADABLE_INPUT = 6  # the input image file could not be read or is below the minimum size
 FAIL_REASONS = {FAIL_NONE: "ok", FAIL_NONFINITE_INPUT: "non-finite input", FAIL_NONFINITE_GRAD: "non-finite gradient",
                 FAIL_NONFINITE_STATE: "non-finite noisy state or clean image",
-                FAIL_NONFINITE_LOGITS: "non-finite classifier output"}
+                FAIL_NONFINITE_LOGITS: "non-finite classifier output",
+                FAIL_NONFINITE_INPUT_LOGITS: "non-finite classifier output on the input",
+                FAIL_UNREADABLE_INPUT: "unreadable input image"}
 
 
 def nonfinite(t: Tensor) -> Tensor:

@@ -11,9 +11,10 @@ import torch
 
 from vcebench.config import ConfigError, deep_merge
 from vcebench.data.base import Split
+from vcebench.frechet import feature_frechet_distance as frechet_distance
 from vcebench.models import CheckpointError, MissingModelError, load_task_models, load_trained_net
 from vcebench.models.classifier import train_classifier
-from vcebench.models.features import frechet_distance, train_fid_features
+from vcebench.models.features import train_fid_features
 from vcebench.models.identity import train_identity, verification_pairs
 from vcebench.models.nets import SyntheticNet
 from vcebench.models.oracle import train_oracle

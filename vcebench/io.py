@@ -78,6 +78,39 @@ def from_uint8(a: np.ndarray | torch.Tensor) -> torch.Tensor:
     return t.float() / 127.5 - 1.0
 
 
+def input_fingerprint(images_uint8: np.ndarray | torch.Tensor) -> np.ndarray:
+    """int64 per row: the first 8 bytes of the BLAKE2b hash of the row's uint8 pixels (and shape).
+
+    ``vcebench explain`` stores it as ``input_hash`` next to each counterfactual; ``vcebench evaluate``
+    recomputes it from the dataset's image of that sample id, so that a row paired with the wrong input
+    (swapped, stale or foreign rows) is refused instead of evaluated.
+    """
+    import hashlib
+
+    a = np.ascontiguousarray(np.asarray(images_uint8.cpu() if _is_tensor(images_uint8) else images_uint8))
+    if a.dtype != np.uint8:
+        raise ValueError(f"input_fingerprint needs uint8 images, got {a.dtype}")
+    out = np.empty(len(a), np.int64)
+    for i, row in enumerate(a):
+        h = hashlib.blake2b(row.tobytes(), digest_size=8, person=b"vcebench-input")
+        h.update(str(row.shape).encode())
+        out[i] = np.frombuffer(h.digest(), dtype="<i8")[0]
+    return out
+
+
+def check_writable(folder: str | os.PathLike, what: str) -> None:
+    """Fail before any work when ``folder`` (created if missing) cannot take a new file: a
+    PermissionError naming it (the CLI prints it as one line)."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".write-test.")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise PermissionError(f"cannot write {what} into {folder}: {e.strerror or e}") from None
+
+
 def save_npz(path: str | os.PathLike, **arrays: Any) -> None:
     """Atomic ``np.savez_compressed``."""
     with atomic_path(path) as tmp:

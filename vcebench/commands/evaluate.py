@@ -72,6 +72,9 @@ def _run(args: argparse.Namespace) -> int:
     task = get_task(cfg, args.task)
     if args.reference:
         out = args.out or f"results/{task.name}/fid_ref.npz"
+        from ..io import check_writable
+
+        check_writable(Path(out).parent, "the FID reference")
         write_reference(cfg, task, out, args.data, args.models, device, not args.no_progress)
         return 0
     if not args.method and not args.cfs:
@@ -79,6 +82,9 @@ def _run(args: argparse.Namespace) -> int:
     method = args.method or Path(args.cfs).parent.name
     cfs = args.cfs or f"results/{task.name}/{method}/counterfactuals.npz"
     out = args.out or f"results/{task.name}/{method}/metrics.json"
+    from ..io import check_writable
+
+    check_writable(Path(out).parent, "metrics.json")  # before the evaluation, not after it
     result = evaluate_task(cfg, task, method, cfs, fid_ref=args.fid_ref, data_dir=args.data,
                            model_dir=args.models, device=device, only=args.only, progress=not args.no_progress,
                            strict=args.strict)
@@ -129,7 +135,7 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
 
     from metrics import build_metrics, metric_names, required_roles
     from metrics.base import SUBSETS
-    from metrics.evaluation import load_counterfactuals, make_batches, run_metrics
+    from metrics.evaluation import check_inputs, load_counterfactuals, make_batches, run_metrics
     from metrics.fid import FIDReference
 
     from ..data import eval_split_name, get_synthetic, load_split
@@ -142,6 +148,10 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
     split_name = eval_split_name(task.dataset)
     split = load_split(cfg, task.dataset, split_name, data_dir)
     rows = split.index_of(torch.from_numpy(ids)).numpy()  # DatasetError names ids not in the split
+    coverage = check_coverage(cfs_path, ids, split, int(cfg["n_eval"]), strict)
+    if "input_hash" not in z:
+        print(f"vcebench evaluate: warning: {cfs_path} has no `input_hash` (written by an older vcebench "
+              f"explain): the rows cannot be checked against the dataset's images", file=sys.stderr)
     label = split.attribute(task.attribute)[rows].long().numpy()
     if models is None:
         from ..models import load_task_models
@@ -170,8 +180,14 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
 
     def batches():  # file order: rows pos .. pos + len(batch)
         pos = 0
-        for b in make_batches(lambda r: split.float_images(rows[r]), z["cf"], ids, z["target"], label,
-                              models.classifier, bs, gt_of, device=device):
+        def x_of(r: np.ndarray) -> torch.Tensor:  # each row checked against its input's fingerprint
+            x = split.float_images(rows[r])
+            if "input_hash" in z:
+                check_inputs(cfs_path, z["input_hash"], r, x, ids)
+            return x
+
+        for b in make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of,
+                              device=device):
             r = np.arange(pos, pos + len(b.sample_id))
             pos += len(r)
             if "pred" in z:
@@ -192,10 +208,31 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
         "frechet_method": cfg.get("metrics", {}).get("frechet_method", "sqrtm"),
         "skipped": core["skipped"], "checks": checks,
         "inputs": {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": split_name,
-                   "n_counterfactuals": int(len(ids))},
+                   "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage},
         "gt_change_threshold": cfg.get("metrics", {}).get("gt_change_threshold", 0.05) if "GT" in names else None,
         "seconds": core["seconds"], "seconds_total": time.perf_counter() - t0,
     }
+
+
+def check_coverage(cfs_path, ids: np.ndarray, split, n_eval: int, strict: bool) -> dict:
+    """The counterfactuals should cover the first ``n_eval`` evaluation sample ids (what ``vcebench explain``
+    makes): missing or extra ids are an error under ``strict``, a warning otherwise. Returns the counts
+    recorded in metrics.json."""
+    from metrics import MetricError
+
+    from .explain import shard_ids
+
+    expected = shard_ids(split.sample_ids, n_eval, 0, 1).numpy()
+    missing, extra = np.setdiff1d(expected, ids), np.setdiff1d(ids, expected)
+    if len(missing) or len(extra):
+        msg = (f"{cfs_path} holds {len(ids)} counterfactual(s) for n_eval = {n_eval} ({len(expected)} evaluation "
+               f"sample ids): {len(missing)} missing (first: {[int(i) for i in missing[:5]]}), {len(extra)} "
+               f"beyond them (first: {[int(i) for i in extra[:5]]})")
+        if strict:
+            raise MetricError(msg + "; re-run `vcebench explain` (or drop --strict)")
+        print(f"vcebench evaluate: warning: {msg}", file=sys.stderr)
+    return {"n_eval": int(n_eval), "n_expected": int(len(expected)), "n_missing": int(len(missing)),
+            "n_extra": int(len(extra))}
 
 
 def _roles_of(name: str) -> tuple[str, ...]:

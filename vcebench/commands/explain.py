@@ -102,10 +102,12 @@ def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_sha
     """Load the task's networks and evaluation split, generate this shard's counterfactuals, write them."""
     import methods
     from vcebench.data import eval_split_name, load_split
+    from vcebench.io import check_writable
     from vcebench.models import load_task_models
     from vcebench.runtime import setup_torch
     from vcebench.tasks import get_task, method_params
 
+    check_writable(Path(out).parent, "the counterfactuals")  # before any work, not after generation
     device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
     task = get_task(cfg, task_name)
     method = methods.get_method(method_name, method_params(cfg, task, method_name))
@@ -113,51 +115,88 @@ def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_sha
     ids = shard_ids(split.sample_ids, int(cfg["n_eval"]), shard, n_shards)
     models = load_task_models(cfg, task, roles=method.roles, device=str(device), model_dir=model_dir)
     rows = split.index_of(ids)
-    return generate(method, lambda idx: split.float_images(rows[idx]), ids, models, cfg, out, device,
-                    stream=method_name)
+
+    def load_images(idx):  # an unreadable image fails its sample, not the shard
+        errors: dict[int, str] = {}
+        return split.float_images(rows[idx], errors=errors), errors
+
+    return generate(method, load_images, ids, models, cfg, out, device, stream=method_name)
 
 
 def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Path,
              device: torch.device | str = "cpu", stream: str = "") -> dict:
     """Run ``method`` over ``ids`` in batches of ``cfg['batch_size']``; write the shard npz + timing json.
 
-    ``load_images(idx)`` returns the [-1, 1] images of positions ``idx`` of ``ids``.
-    Target = 1 - classifier prediction. Returns the timing record.
+    ``load_images(idx)`` returns the [-1, 1] images of positions ``idx`` of ``ids``, or (those images,
+    {position in the batch: reason} of images that could not be read). Target = 1 - classifier
+    prediction. Samples the method cannot start from fail with their own code and keep their input as
+    CF: an unreadable image (``FAIL_UNREADABLE_INPUT``, also listed in the timing json) and a non-finite
+    classifier output on the input (``FAIL_NONFINITE_INPUT_LOGITS``, ``pred`` = -1). ``input_hash``
+    (``vcebench.io.input_fingerprint`` of the uint8 input) lets ``vcebench evaluate`` check each row
+    against the dataset. Returns the timing record.
     """
     import torch
     from tqdm import tqdm
 
-    from methods.base import cat_counterfactuals
+    from methods.base import (
+        FAIL_NONFINITE_INPUT,
+        FAIL_NONFINITE_INPUT_LOGITS,
+        FAIL_UNREADABLE_INPUT,
+        cat_counterfactuals,
+        nonfinite,
+    )
+    from vcebench.io import input_fingerprint
     from vcebench.rng import SampleGenerators
     from vcebench.runtime import noise_device
 
     bs = int(cfg["batch_size"])
     gen_device = noise_device(cfg, device)
-    parts, preds, targets, seconds = [], [], [], 0.0
+    parts, preds, targets, hashes, seconds = [], [], [], [], 0.0
+    unreadable: dict[int, str] = {}
     for start in tqdm(range(0, len(ids), bs), desc=f"{method.name} {out.name}", unit="batch"):
         idx = torch.arange(start, min(start + bs, len(ids)))
-        x = load_images(idx).to(device)
+        loaded = load_images(idx)
+        x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
+        x = x.to(device)
+        hashes.append(input_fingerprint(to_uint8(x)))
         t0 = time.perf_counter()
         with torch.no_grad():
-            pred = models.classifier(x).argmax(1)
-        target = 1 - pred
-        cf = method(x, target, models, SampleGenerators(cfg["seed"], ids[idx], stream=stream,
-                                                            device=gen_device))
+            logits = models.classifier(x)
+        reason = torch.zeros(len(idx), dtype=torch.int64)
+        reason[nonfinite(logits).cpu()] = FAIL_NONFINITE_INPUT_LOGITS
+        reason[nonfinite(x).cpu()] = FAIL_NONFINITE_INPUT
+        for k, why in errors.items():
+            reason[k] = FAIL_UNREADABLE_INPUT
+            unreadable[int(ids[idx][k])] = why
+        pred = torch.where(reason == 0, logits.argmax(1).cpu(), torch.full_like(reason, -1))
+        target = torch.where(reason == 0, 1 - pred, torch.ones_like(pred))
+        ok = reason == 0
+        cf = None
+        if bool(ok.any()):
+            sel = ok.nonzero().squeeze(1)
+            cf = method(x[sel.to(x.device)], target[sel].to(x.device), models,
+                        SampleGenerators(cfg["seed"], ids[idx][sel], stream=stream, device=gen_device))
         if torch.cuda.is_available() and str(device).startswith("cuda"):
             torch.cuda.synchronize()
         seconds += time.perf_counter() - t0
-        parts.append(cf)
-        preds.append(pred.cpu())
-        targets.append(target.cpu())
+        parts.append(_with_failed_rows(cf, ok, reason, x))
+        preds.append(pred)
+        targets.append(target)
+    if unreadable:
+        print(f"vcebench explain: {len(unreadable)} unreadable input image(s) failed (fail_reason "
+              f"{FAIL_UNREADABLE_INPUT}): " + "; ".join(f"{k}: {v}" for k, v in list(unreadable.items())[:5]),
+              file=sys.stderr)
     record = {"seconds": seconds, "n": len(ids), "batch_size": bs, "method": method.name,
-              "device": str(device), "sec_per_cf": seconds / max(1, len(ids))}
+              "device": str(device), "sec_per_cf": seconds / max(1, len(ids)),
+              "unreadable": {str(k): v for k, v in unreadable.items()}}
     if parts:
         cf = cat_counterfactuals(parts)
         arrays = {"sample_id": ids.numpy().astype(np.int64), "cf": to_uint8(cf.images),
                   "target": torch.cat(targets).numpy().astype(np.int64),
                   "pred": torch.cat(preds).numpy().astype(np.int64),
                   "flipped": cf.flipped.numpy().astype(bool), "steps": cf.steps.numpy().astype(np.int64),
-                  "failed": cf.info.get("failed", torch.zeros(len(ids), dtype=torch.bool)).numpy().astype(bool)}
+                  "failed": cf.info.get("failed", torch.zeros(len(ids), dtype=torch.bool)).numpy().astype(bool),
+                  "input_hash": np.concatenate(hashes)}
         arrays.update({f"info_{k}": v.cpu().numpy() for k, v in cf.info.items() if k != "failed"})
     else:
         arrays = _empty_shard()
@@ -166,10 +205,38 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
     return record
 
 
+def _with_failed_rows(cf, ok, reason, x):
+    """The batch's Counterfactuals: the method's rows where ``ok``, the input (failed, ``reason``) elsewhere."""
+    import torch
+
+    from methods.base import NFE, Counterfactuals
+
+    n = len(ok)
+    if bool(ok.all()):
+        return Counterfactuals(images=cf.images.cpu(), flipped=cf.flipped.cpu(), steps=cf.steps.cpu(),
+                               info={k: v.cpu() for k, v in cf.info.items()})
+    sel = ok.nonzero().squeeze(1)
+    info: dict[str, torch.Tensor] = {k: torch.zeros(n, dtype=torch.float64) for k in NFE(0).counts}
+    if cf is not None:
+        for k, v in cf.info.items():
+            full = torch.zeros((n, *v.shape[1:]), dtype=v.dtype)
+            full[sel] = v.cpu()
+            info[k] = full
+    failed = info.get("failed", torch.zeros(n, dtype=torch.bool)).bool() | ~ok
+    old = info.get("fail_reason", torch.zeros(n, dtype=torch.int64)).to(torch.int64)
+    info["failed"], info["fail_reason"] = failed, torch.where(ok, old, reason)
+    images = torch.nan_to_num(x.detach().cpu().clamp(-1, 1))
+    flipped = torch.zeros(n, dtype=torch.bool)
+    steps = torch.zeros(n, dtype=torch.int64)
+    if cf is not None:
+        images[sel], flipped[sel], steps[sel] = cf.images.cpu(), cf.flipped.cpu(), cf.steps.cpu()
+    return Counterfactuals(images=images, flipped=flipped, steps=steps, info=info)
+
+
 def _empty_shard() -> dict:
     return {"sample_id": np.zeros(0, np.int64), "cf": np.zeros((0, 1, 1, 1), np.uint8),
             "target": np.zeros(0, np.int64), "pred": np.zeros(0, np.int64), "flipped": np.zeros(0, bool),
-            "steps": np.zeros(0, np.int64), "failed": np.zeros(0, bool)}
+            "steps": np.zeros(0, np.int64), "failed": np.zeros(0, bool), "input_hash": np.zeros(0, np.int64)}
 
 
 def merge_shards(paths: list[Path], out: Path) -> None:

@@ -66,18 +66,22 @@ class Split:
             rows = np.nonzero(rows)[0]
         return rows.astype(np.int64).reshape(-1)
 
-    def uint8_images(self, idx: IndexLike) -> torch.Tensor:
-        """uint8 rows ``idx`` (reads only those files for a lazy split)."""
+    def uint8_images(self, idx: IndexLike, errors: dict[int, str] | None = None) -> torch.Tensor:
+        """uint8 rows ``idx`` (reads only those files for a lazy split).
+
+        ``errors``: a dict to collect images that cannot be read (position in ``idx`` -> reason; their
+        rows are zeros) instead of raising a DatasetError at the first one."""
         rows = self._rows(idx)
         if self._images is not None or self._reader is None:
             return self.images[torch.as_tensor(rows)]
-        return self._reader(rows)
+        return self._reader(rows) if errors is None else self._reader(rows, errors=errors)
 
-    def float_images(self, idx: IndexLike | None = None) -> torch.Tensor:
-        """float32 rows ``idx`` (all rows if None) in [-1, 1]: ``x / 127.5 - 1``."""
+    def float_images(self, idx: IndexLike | None = None, errors: dict[int, str] | None = None) -> torch.Tensor:
+        """float32 rows ``idx`` (all rows if None) in [-1, 1]: ``x / 127.5 - 1`` (``errors``: as
+        :meth:`uint8_images`)."""
         if idx is None:
             idx = slice(None)
-        return self.uint8_images(idx).float() / 127.5 - 1.0
+        return self.uint8_images(idx, errors).float() / 127.5 - 1.0
 
     def index_of(self, sample_ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Row indices of ``sample_ids``; a DatasetError names ids that are not in this split."""
@@ -105,8 +109,8 @@ class Split:
         if self._images is None and self._reader is not None:
             parent = self._reader
 
-            def reader(sub: np.ndarray) -> torch.Tensor:
-                return parent(r[sub])
+            def reader(sub: np.ndarray, **kw) -> torch.Tensor:
+                return parent(r[sub], **kw)
         return Split(self.dataset, name or self.name, self.sample_ids[t], self.labels[t], self.identity[t],
                      list(self.attribute_names), None if self._images is None else self._images[t], reader,
                      None if self.paths is None else [self.paths[i] for i in r])

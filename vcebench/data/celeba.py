@@ -126,7 +126,8 @@ def load_celeba(dc: dict, split: str, seed: int = 0) -> Split:
     res = int(dc.get("resolution", 128))
     return Split("celeba", split, torch.from_numpy(ids[rows]), torch.from_numpy(labels[rows]).float(),
                  torch.from_numpy(ident), list(names), None,
-                 make_reader(paths, ids[rows].tolist(), res, 3, "celeba"), paths)
+                 make_reader(paths, ids[rows].tolist(), res, 3, "celeba",
+                             int(dc.get("min_image_size", 16))), paths)
 
 
 def read_hq_mapping(root: Path) -> dict[int, str]:
@@ -176,4 +177,5 @@ def load_celebahq(dc: dict, split: str) -> Split:
     res = int(dc.get("resolution", 256))
     return Split("celebahq", split, torch.from_numpy(ids[rows]), torch.from_numpy(labels[rows]).float(),
                  torch.from_numpy(ident), list(names), None,
-                 make_reader(paths, ids[rows].tolist(), res, 3, "celebahq"), paths)
+                 make_reader(paths, ids[rows].tolist(), res, 3, "celebahq",
+                             int(dc.get("min_image_size", 16))), paths)

@@ -63,8 +63,10 @@ def load_chexpert(dc: dict, split: str, seed: int = 0) -> Split:
     bad = ~values.isin([0, 1])
     if bad.any():
         i = int(np.nonzero(bad.to_numpy())[0][0])
+        got = pm["Pacemaker"].iloc[i]
+        got = got.item() if isinstance(got, np.generic) else got  # 2, not np.int64(2)
         raise DatasetError(f"{pm_path} (config key `datasets.chexpert.pacemaker_csv`), row {i + 2}: Pacemaker must "
-                           f"be 0 or 1, got {pm['Pacemaker'].iloc[i]!r}")
+                           f"be 0 or 1, got {got!r}")
     pm = pm.assign(Pacemaker=values)
     pm = pm.assign(key=pm["Path"].map(_key)).drop_duplicates("key").set_index("key")
     keys = sorted(set(pm.index) & set(meta.index))
@@ -106,4 +108,5 @@ def load_chexpert(dc: dict, split: str, seed: int = 0) -> Split:
     res = int(dc.get("resolution", 512))
     return Split("chexpert", split, torch.from_numpy(ids[rows]), torch.from_numpy(labels),
                  torch.from_numpy(patient[rows]), list(CHEXPERT_ATTRIBUTES), None,
-                 make_reader(paths, ids[rows].tolist(), res, 1, "chexpert"), paths)
+                 make_reader(paths, ids[rows].tolist(), res, 1, "chexpert",
+                             int(dc.get("min_image_size", 16))), paths)

@@ -24,11 +24,12 @@ def require_root(dc: dict, dataset: str, key: str = "root", what: str = "") -> P
     """The folder in ``datasets.<dataset>.<key>``; DatasetError if it is unset or missing."""
     val = dc.get(key)
     hint = f" ({what})" if what else ""
+    flag = "--" + key.replace("_", "-")  # `vcebench data check` has --root, --celeba-root, --pacemaker-csv
     if not val:
         raise DatasetError(f"config key `datasets.{dataset}.{key}` is not set: point it at the {dataset} "
                            f"folder{hint}, e.g. with --config a YAML file containing "
                            f"`datasets: {{{dataset}: {{{key}: /path}}}}` or `vcebench data check {dataset} "
-                           f"--root /path`. Data: {SOURCES[dataset]}")
+                           f"{flag} /path`. Data: {SOURCES[dataset]}")
     path = Path(os.path.expanduser(str(val)))
     if not path.exists():
         raise DatasetError(f"config key `datasets.{dataset}.{key}`: {path} does not exist (expected the "
@@ -117,28 +118,57 @@ def file_number(name: str, where: str) -> int:
 
 
 def make_reader(paths: Sequence[str], sample_ids: Sequence[int], resolution: int, channels: int,
-                dataset: str) -> callable:
+                dataset: str, min_size: int = 16) -> callable:
     """A reader ``rows -> uint8 tensor rows x C x res x res``: resize the shorter side to ``resolution``
-    (PIL bilinear, antialiased, as torchvision's ``Resize``) and centre-crop, as DiME/ACE/FastDiME."""
+    (PIL bilinear, antialiased, as torchvision's ``Resize``) and centre-crop, as DiME/ACE/FastDiME.
+
+    An image whose shorter side is below ``min_size`` px (config ``datasets.<dataset>.min_image_size``)
+    is refused like an unreadable file; one upscaled more than 2x is read with a warning. With
+    ``errors`` (a dict), a refused image becomes a zero row and ``errors[position] = reason`` instead of
+    a DatasetError (``vcebench explain`` fails that sample, not the shard).
+    """
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import functional as TF
 
     mode = "RGB" if channels == 3 else "L"
+    key = f"datasets.{dataset}.min_image_size"
 
-    def read(rows: np.ndarray) -> torch.Tensor:
-        out = torch.empty(len(rows), channels, resolution, resolution, dtype=torch.uint8)
+    def read_one(r: int) -> np.ndarray:
+        path = paths[r]
+        try:
+            with Image.open(path) as im:
+                small = min(im.size)
+                if small < min_size:
+                    raise DatasetError(f"{dataset}: image of sample {int(sample_ids[r])} at {path} is "
+                                       f"{im.size[0]}x{im.size[1]} px, below the minimum of {min_size} px "
+                                       f"(config key `{key}`)")
+                if 2 * small < resolution:
+                    warnings.warn(f"{dataset}: image of sample {int(sample_ids[r])} at {path} is "
+                                  f"{im.size[0]}x{im.size[1]} px, upscaled {resolution / small:.1f}x to "
+                                  f"{resolution} px", stacklevel=2)
+                im = im.convert(mode)
+                im = TF.resize(im, resolution, interpolation=InterpolationMode.BILINEAR)
+                im = TF.center_crop(im, resolution)
+                return np.array(im, dtype=np.uint8)
+        except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:
+            if isinstance(e, DatasetError):
+                raise
+            raise DatasetError(f"{dataset}: cannot read image of sample {int(sample_ids[r])} at {path}: {e} "
+                               f"(expected a readable JPEG/PNG; re-download it from {SOURCES[dataset]})") from None
+
+    def read(rows: np.ndarray, errors: dict[int, str] | None = None) -> torch.Tensor:
+        out = torch.zeros(len(rows), channels, resolution, resolution, dtype=torch.uint8)
         for k, r in enumerate(np.asarray(rows).tolist()):
-            path = paths[r]
             try:
-                with Image.open(path) as im:
-                    im = im.convert(mode)
-                    im = TF.resize(im, resolution, interpolation=InterpolationMode.BILINEAR)
-                    im = TF.center_crop(im, resolution)
-                    arr = np.array(im, dtype=np.uint8)
-            except (OSError, UnidentifiedImageError, ValueError) as e:
-                raise DatasetError(f"{dataset}: cannot read image of sample {sample_ids[r]} at {path}: {e} "
-                                   f"(expected a readable JPEG/PNG; re-download it from {SOURCES[dataset]})") from None
+                arr = read_one(r)
+            except DatasetError as e:
+                if errors is None:
+                    raise
+                errors[k] = str(e)
+                continue
             out[k] = torch.from_numpy(arr.reshape(resolution, resolution, -1)).permute(2, 0, 1)
         return out
 

@@ -19,13 +19,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vcebench.frechet import feature_frechet_distance
 from vcebench.io import write_json
 from vcebench.models.unet import (
     TRAIN_SETTINGS,
     batched,
     build_unet,
     check_role_keys,
-    frechet_distance,
     remove_checkpoint,
     replace_dir,
     require,
@@ -110,7 +110,8 @@ class DiffusersDDPM(nn.Module):
                 f"(scheduler_config.json), as written by `save_pretrained`; set "
                 f"`models.<dataset>.ddpm.weights` to such a folder or train one with `vcebench train ddpm`.")
         try:
-            unet = UNet2DModel.from_pretrained(path / "unet", local_files_only=True, low_cpu_mem_usage=False)
+            unet = UNet2DModel.from_pretrained(path / "unet", local_files_only=True, low_cpu_mem_usage=False,
+                                              use_safetensors=True)
             scheduler = DDPMScheduler.from_pretrained(path / "scheduler", local_files_only=True)
         except (OSError, ValueError, RuntimeError, json.JSONDecodeError) as e:
             raise FileNotFoundError(f"ddpm: could not load the diffusers DDPM in {path}: {e}") from e
@@ -188,7 +189,7 @@ def generative_quality(fake: Tensor, real: Tensor, feature_fn: Callable[[Tensor]
     out: dict[str, float | str] = {"sharpness_ratio": sharpness_ratio(fake, real)}
     if feature_fn is not None:
         with torch.no_grad():
-            out["fid"] = frechet_distance(batched(feature_fn, fake), batched(feature_fn, real))
+            out["fid"] = feature_frechet_distance(batched(feature_fn, fake), batched(feature_fn, real))
         out["fid_features"] = feature_name or getattr(feature_fn, "name", type(feature_fn).__name__)
     return out
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy import linalg
 from torch import Tensor, nn
 
+from ..frechet import feature_frechet_distance as frechet_distance
 from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
 from .training import gaussian_blur, save_trained, to_float
 
@@ -29,16 +28,6 @@ FID_DEFAULTS: dict[str, Any] = {
     "data_half": "all", "seed": 51,
     "steps": 700, "noise": 0.0, "blur": 0.0, "max_blur": 1.5, "max_noise": 0.2,
 }
-
-
-def frechet_distance(f1: Tensor, f2: Tensor) -> float:
-    """FID (Heusel et al. 2017) between two feature sets, float64 (as pytorch-fid)."""
-    a, b = f1.double().numpy(), f2.double().numpy()
-    mu1, mu2 = a.mean(0), b.mean(0)
-    s1, s2 = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
-    covmean, _ = linalg.sqrtm(s1 @ s2, disp=False)
-    covmean = np.real(covmean)
-    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.trace(covmean))
 
 
 class DegradationHead(nn.Module):

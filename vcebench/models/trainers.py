@@ -84,7 +84,9 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
         raise ConfigError(f"config key `models.{ds}.{role}` names canonical weights ({spec.get('weights')!r}); "
                           f"there is nothing to train. Remove `weights` to train this role instead.")
     out = Path(out_dir) if out_dir else Path(model_dir) / ds / role
-    out.mkdir(parents=True, exist_ok=True)
+    from ..io import check_writable
+
+    check_writable(out, f"the trained {role}")  # before training, not after it
     t0 = time.perf_counter()
     if role in ("ddpm", "pmf"):
         if role == "ddpm":

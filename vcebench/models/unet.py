@@ -305,20 +305,6 @@ def sharpness_ratio(pred: Tensor, real: Tensor) -> float:
     return float(high_frequency_energy(pred).mean() / high_frequency_energy(real).mean().clamp_min(1e-12))
 
 
-def frechet_distance(feat_a: Tensor, feat_b: Tensor) -> float:
-    """Frechet distance between Gaussians fitted to two feature sets (float64; Heusel et al. 2017)."""
-    import scipy.linalg
-
-    a, b = feat_a.double().cpu(), feat_b.double().cpu()
-    mu_a, mu_b = a.mean(0), b.mean(0)
-    ca, cb = torch.cov(a.T), torch.cov(b.T)
-    covmean = scipy.linalg.sqrtm((ca @ cb).numpy())
-    if hasattr(covmean, "real"):
-        covmean = covmean.real
-    return float((mu_a - mu_b).pow(2).sum() + torch.trace(ca) + torch.trace(cb)
-                 - 2 * torch.trace(torch.as_tensor(covmean)))
-
-
 def batched(fn: Callable[[Tensor], Tensor], x: Tensor, batch_size: int = 128) -> Tensor:
     return torch.cat([fn(x[i:i + batch_size]) for i in range(0, x.shape[0], batch_size)])
 
