@@ -53,18 +53,19 @@ class SampleIdMismatch(MetricError):
     """Counterfactual rows that were not made from the dataset's image of their sample id."""
 
 
-def check_inputs(path: str | os.PathLike, input_hash: np.ndarray, rows: np.ndarray, x: Tensor,
+def check_inputs(path: str | os.PathLike, input_hash: np.ndarray, rows: np.ndarray, x: Tensor, cf: np.ndarray,
                  sample_id: np.ndarray) -> None:
     """Refuse rows ``rows`` of a counterfactuals file whose stored ``input_hash`` differs from the
-    fingerprint of the dataset's image ``x`` of the same sample id (swapped, stale or foreign rows)."""
+    fingerprint of the dataset's image ``x`` of the same sample id with the stored CF (swapped ids or
+    CF rows, stale or foreign rows)."""
     from vcebench.io import input_fingerprint, to_uint8
 
-    bad = np.nonzero(input_fingerprint(to_uint8(x)) != input_hash[rows])[0]
+    bad = np.nonzero(input_fingerprint(to_uint8(x), cf[rows]) != input_hash[rows])[0]
     if len(bad):
         ids = [int(i) for i in sample_id[rows[bad]][:5]]
-        raise SampleIdMismatch(f"{path}: {len(bad)} row(s) were made from another input than the dataset's image "
-                               f"of their sample id (first: {ids}); swapped or stale rows: re-run `vcebench "
-                               f"explain` for this task and method")
+        raise SampleIdMismatch(f"{path}: {len(bad)} row(s) hold a counterfactual that was not made from the "
+                               f"dataset's image of their sample id (first ids: {ids}): swapped or stale rows; "
+                               f"re-run `vcebench explain` for this task and method")
 
 
 def check_same_ids(cf_ids: np.ndarray | Tensor, orig_ids: np.ndarray | Tensor) -> None:

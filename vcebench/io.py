@@ -78,22 +78,28 @@ def from_uint8(a: np.ndarray | torch.Tensor) -> torch.Tensor:
     return t.float() / 127.5 - 1.0
 
 
-def input_fingerprint(images_uint8: np.ndarray | torch.Tensor) -> np.ndarray:
-    """int64 per row: the first 8 bytes of the BLAKE2b hash of the row's uint8 pixels (and shape).
+def input_fingerprint(inputs_uint8: np.ndarray | torch.Tensor, cf_uint8: np.ndarray | torch.Tensor) -> np.ndarray:
+    """int64 per row: 8 bytes of the BLAKE2b hash of the row's uint8 input and its uint8 counterfactual.
 
-    ``vcebench explain`` stores it as ``input_hash`` next to each counterfactual; ``vcebench evaluate``
-    recomputes it from the dataset's image of that sample id, so that a row paired with the wrong input
-    (swapped, stale or foreign rows) is refused instead of evaluated.
+    ``vcebench explain`` stores it as ``input_hash``; ``vcebench evaluate`` recomputes it from the
+    dataset's image of the row's sample id and the stored CF, so that a CF paired with another input than
+    the one it was made from (swapped ids or CF rows, stale or foreign rows) is refused, not evaluated.
     """
     import hashlib
 
-    a = np.ascontiguousarray(np.asarray(images_uint8.cpu() if _is_tensor(images_uint8) else images_uint8))
-    if a.dtype != np.uint8:
-        raise ValueError(f"input_fingerprint needs uint8 images, got {a.dtype}")
-    out = np.empty(len(a), np.int64)
-    for i, row in enumerate(a):
-        h = hashlib.blake2b(row.tobytes(), digest_size=8, person=b"vcebench-input")
-        h.update(str(row.shape).encode())
+    def arr(a):
+        return np.ascontiguousarray(np.asarray(a.cpu() if _is_tensor(a) else a))
+
+    x, cf = arr(inputs_uint8), arr(cf_uint8)
+    if x.dtype != np.uint8 or cf.dtype != np.uint8 or len(x) != len(cf):
+        raise ValueError(f"input_fingerprint needs uint8 inputs and CFs with one row each, got {x.dtype} "
+                         f"{x.shape} and {cf.dtype} {cf.shape}")
+    out = np.empty(len(x), np.int64)
+    for i in range(len(x)):
+        h = hashlib.blake2b(digest_size=8, person=b"vcebench-input")
+        for part in (x[i], cf[i]):
+            h.update(str(part.shape).encode())
+            h.update(part.tobytes())
         out[i] = np.frombuffer(h.digest(), dtype="<i8")[0]
     return out
 

@@ -183,7 +183,7 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
         def x_of(r: np.ndarray) -> torch.Tensor:  # each row checked against its input's fingerprint
             x = split.float_images(rows[r])
             if "input_hash" in z:
-                check_inputs(cfs_path, z["input_hash"], r, x, ids)
+                check_inputs(cfs_path, z["input_hash"], r, x, z["cf"], ids)
             return x
 
         for b in make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of,

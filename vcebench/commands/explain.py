@@ -132,8 +132,8 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
     prediction. Samples the method cannot start from fail with their own code and keep their input as
     CF: an unreadable image (``FAIL_UNREADABLE_INPUT``, also listed in the timing json) and a non-finite
     classifier output on the input (``FAIL_NONFINITE_INPUT_LOGITS``, ``pred`` = -1). ``input_hash``
-    (``vcebench.io.input_fingerprint`` of the uint8 input) lets ``vcebench evaluate`` check each row
-    against the dataset. Returns the timing record.
+    (``vcebench.io.input_fingerprint`` of the uint8 input and CF) lets ``vcebench evaluate`` check each
+    row against the dataset. Returns the timing record.
     """
     import torch
     from tqdm import tqdm
@@ -151,14 +151,14 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
 
     bs = int(cfg["batch_size"])
     gen_device = noise_device(cfg, device)
-    parts, preds, targets, hashes, seconds = [], [], [], [], 0.0
+    parts, preds, targets, inputs_u8, seconds = [], [], [], [], 0.0
     unreadable: dict[int, str] = {}
     for start in tqdm(range(0, len(ids), bs), desc=f"{method.name} {out.name}", unit="batch"):
         idx = torch.arange(start, min(start + bs, len(ids)))
         loaded = load_images(idx)
         x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
         x = x.to(device)
-        hashes.append(input_fingerprint(to_uint8(x)))
+        inputs_u8.append(to_uint8(x))
         t0 = time.perf_counter()
         with torch.no_grad():
             logits = models.classifier(x)
@@ -191,12 +191,13 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
               "unreadable": {str(k): v for k, v in unreadable.items()}}
     if parts:
         cf = cat_counterfactuals(parts)
-        arrays = {"sample_id": ids.numpy().astype(np.int64), "cf": to_uint8(cf.images),
+        cf_u8 = to_uint8(cf.images)
+        arrays = {"sample_id": ids.numpy().astype(np.int64), "cf": cf_u8,
                   "target": torch.cat(targets).numpy().astype(np.int64),
                   "pred": torch.cat(preds).numpy().astype(np.int64),
                   "flipped": cf.flipped.numpy().astype(bool), "steps": cf.steps.numpy().astype(np.int64),
                   "failed": cf.info.get("failed", torch.zeros(len(ids), dtype=torch.bool)).numpy().astype(bool),
-                  "input_hash": np.concatenate(hashes)}
+                  "input_hash": input_fingerprint(np.concatenate(inputs_u8), cf_u8)}
         arrays.update({f"info_{k}": v.cpu().numpy() for k, v in cf.info.items() if k != "failed"})
     else:
         arrays = _empty_shard()
