@@ -149,8 +149,9 @@ def _typed_settings(section: str, spec: dict, types: dict[str, Any], strict_keys
     for k, v in spec.items():
         if k not in types:
             continue
-        spec[k] = _write_back(v, coerce_value(v, types[k], f"{section}.{k}"))
-        _check_range(k, coerce_value(v, types[k], f"{section}.{k}"), f"{section}.{k}")
+        value = coerce_value(v, types[k], f"{section}.{k}")
+        _check_range(k, value, f"{section}.{k}")
+        spec[k] = _write_back(v, value)
 
 
 def role_setting_types(role: str) -> dict[str, Any] | None:
