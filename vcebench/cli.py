@@ -37,6 +37,9 @@ def add_config_arg(p: argparse.ArgumentParser) -> None:
                    help="config file(s), later ones deep-merged over earlier (default: config/config.yaml)")
 
 
+from .config import USER_ERRORS  # noqa: E402,F401  (re-exported: the error classes printed as one line)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one verb; user errors (config, data, checkpoints, metrics) print one clear line, exit 2."""
     from .config import is_user_error
