@@ -166,3 +166,30 @@ def test_bad_flags_and_wrong_format_are_clear_errors(tmp_path):
         load_canonical("ddpm", {**spec, "num_channels": 64}, TASK, "models.celeba.ddpm")
     with pytest.raises(CheckpointError, match="supported for this role: guided_diffusion"):
         load_canonical("ddpm", {**spec, "format": "dime_densenet121"}, TASK, "models.celeba.ddpm")
+
+
+def test_diffusers_conversion_matches_on_random_weights_and_keeps_the_learned_variance():
+    """Own module vs the diffusers UNet2DModel converter: same outputs, including fixed ``num_heads`` on levels
+    of different widths (64 and 96 channels: head widths 16 and 24) and the learned-variance half."""
+    flags = {**SMALL, "num_channels": 32, "channel_mult": "1,2,3", "attention_resolutions": "16,8"}
+    ddpm = GuidedDiffusionDDPM(_random_(GuidedUNet(**flags)).eval(), 500)
+    conv = ddpm.to_diffusers()
+    assert conv.learned_variance
+    torch.testing.assert_close(conv.alphas_cumprod, ddpm.alphas_cumprod, rtol=1e-12, atol=0)
+    z, t = torch.randn(2, 3, 32, 32), torch.tensor([0, 333])
+    with torch.no_grad():
+        (e1, v1), (e2, v2) = ddpm.eps_var(z, t), conv.eps_var(z, t)
+    assert e1.abs().mean() > 1e-2
+    torch.testing.assert_close(e2, e1, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(v2, v1, atol=1e-5, rtol=1e-4)
+    sched = Schedule.from_ddpm(ddpm, 10)
+    m1, var1, _ = sched.p_mean_variance(ddpm, z, 4)
+    m2, var2, _ = sched.p_mean_variance(conv, z, 4)
+    torch.testing.assert_close(var2, var1, atol=1e-6, rtol=1e-4)
+    torch.testing.assert_close(m2, m1, atol=1e-5, rtol=1e-4)
+    for variant in ({"num_head_channels": 16}, {"use_new_attention_order": True},
+                    {"resblock_updown": False, "use_scale_shift_norm": False, "learn_sigma": False}):
+        net = _random_(GuidedUNet(**{**flags, **variant})).eval()
+        d = GuidedDiffusionDDPM(net, 500).to_diffusers()
+        with torch.no_grad():
+            torch.testing.assert_close(d.unet(z, t).sample, net(z, t), atol=1e-5, rtol=1e-4)

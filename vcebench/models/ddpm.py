@@ -164,6 +164,25 @@ class GuidedDiffusionDDPM(EpsDDPM):
             return out[:, :c], out[:, c:]
         return out, None
 
+    def to_diffusers(self) -> DiffusersDDPM:
+        """The same model as a diffusers ``UNet2DModel`` + ``DDPMScheduler`` (float32; learned variance
+        as ``variance_type="learned_range"``). In memory: a saved diffusers config has one head width
+        for all levels, so with ``num_heads`` on levels of different widths the saved copy would differ."""
+        from diffusers import DDPMScheduler
+
+        from vcebench.models.guided_unet import to_diffusers
+
+        f = self.unet.flags
+        betas = 1 - self.alphas_cumprod / torch.cat([torch.ones(1, dtype=torch.float64), self.alphas_cumprod[:-1]])
+        sched = DDPMScheduler(num_train_timesteps=self.num_train_timesteps, trained_betas=betas.tolist(),
+                              prediction_type="epsilon", clip_sample=True,
+                              variance_type="learned_range" if self.learned_variance else "fixed_small")
+        if f["noise_schedule"] == "linear":  # recorded as the named schedule, recomputed in float64 on load
+            sched = DDPMScheduler(num_train_timesteps=self.num_train_timesteps, beta_schedule="linear",
+                                  beta_start=float(betas[0]), beta_end=float(betas[-1]), prediction_type="epsilon",
+                                  clip_sample=True, variance_type=sched.config.variance_type)
+        return DiffusersDDPM(to_diffusers(self.unet), sched).eval()
+
 
 def _alphas_cumprod64(scheduler: Any) -> Tensor:
     c = scheduler.config
