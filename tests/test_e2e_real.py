@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.fakes import make_celeba, make_released_weights
@@ -35,6 +36,7 @@ def _run(args: list[str], timeout: int = 1800) -> subprocess.CompletedProcess:
     return r
 
 
+@pytest.mark.slow  # ~20 jobs of ~10 s CPU each (model loading dominates): about 2 min on 2 idle cores
 def test_celeba_smile_runs_from_released_formats_to_the_table(tmp_path):
     data = make_celeba(tmp_path / "celeba", n=24)
     models = make_released_weights(tmp_path / "weights", "faces")

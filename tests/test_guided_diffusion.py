@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from methods.ddpm import Schedule
 from vcebench.config import ConfigError
 from vcebench.models.canonical import CheckpointError, load_canonical
-from vcebench.models.ddpm import EpsDDPM, GuidedDiffusionDDPM
+from vcebench.models.ddpm import EpsDDPM, UNetDDPM
 from vcebench.models.guided_unet import AttentionBlock, GuidedUNet, betas_for, resolve_flags
 from vcebench.tasks import Task
 
@@ -50,7 +50,7 @@ def test_state_dict_with_the_released_keys_loads_strictly_through_the_ddpm_forma
     torch.save(state, tmp_path / "celeba-ddpm.pt")
     ddpm, name = load_canonical("ddpm", {"weights": str(tmp_path / "celeba-ddpm.pt"), "format": "guided_diffusion"},
                                 TASK, "models.celeba.ddpm")
-    assert isinstance(ddpm, GuidedDiffusionDDPM) and ddpm.learned_variance
+    assert isinstance(ddpm, UNetDDPM) and ddpm.learned_variance
     assert ddpm.num_train_timesteps == 500 and "T=500" in name
     assert float(ddpm.unet.out[2].weight.detach()[0, 0, 0, 0]) == pytest.approx(0.01)
     # a single missing or extra key is refused, naming it
@@ -142,7 +142,7 @@ def test_learned_variance_interpolates_between_posterior_and_beta_on_the_respace
 
 
 def test_guided_ddpm_eps_is_the_first_half_and_tweedie_inverts_the_forward_process():
-    ddpm = GuidedDiffusionDDPM(_random_(GuidedUNet(**SMALL)).eval(), 500)
+    ddpm = UNetDDPM(_random_(GuidedUNet(**SMALL)).eval(), 500)
     z, t = torch.randn(2, 3, 32, 32), torch.tensor([7, 420])
     with torch.no_grad():
         out = ddpm.unet(z, t)
@@ -172,7 +172,7 @@ def test_diffusers_conversion_matches_on_random_weights_and_keeps_the_learned_va
     """Own module vs the diffusers UNet2DModel converter: same outputs, including fixed ``num_heads`` on levels
     of different widths (64 and 96 channels: head widths 16 and 24) and the learned-variance half."""
     flags = {**SMALL, "num_channels": 32, "channel_mult": "1,2,3", "attention_resolutions": "16,8"}
-    ddpm = GuidedDiffusionDDPM(_random_(GuidedUNet(**flags)).eval(), 500)
+    ddpm = UNetDDPM(_random_(GuidedUNet(**flags)).eval(), 500)
     conv = ddpm.to_diffusers()
     assert conv.learned_variance
     torch.testing.assert_close(conv.alphas_cumprod, ddpm.alphas_cumprod, rtol=1e-12, atol=0)
@@ -190,6 +190,6 @@ def test_diffusers_conversion_matches_on_random_weights_and_keeps_the_learned_va
     for variant in ({"num_head_channels": 16}, {"use_new_attention_order": True},
                     {"resblock_updown": False, "use_scale_shift_norm": False, "learn_sigma": False}):
         net = _random_(GuidedUNet(**{**flags, **variant})).eval()
-        d = GuidedDiffusionDDPM(net, 500).to_diffusers()
+        d = UNetDDPM(net, 500).to_diffusers()
         with torch.no_grad():
             torch.testing.assert_close(d.unet(z, t).sample, net(z, t), atol=1e-5, rtol=1e-4)

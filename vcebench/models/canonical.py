@@ -430,7 +430,7 @@ def _load_lpips(role: str, spec: dict, path: Path, task: Task, key: str, name: s
 
 def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
     """A guided-diffusion (improved-diffusion) UNet state dict (DiME / ACE / FastDiME / MaskDiME ``.pt``)."""
-    from .ddpm import GuidedDiffusionDDPM
+    from .ddpm import UNetDDPM
     from .guided_unet import FLAG_KEYS, GuidedUNet
 
     flags = {k: v for k, v in spec.items() if k in FLAG_KEYS}
@@ -447,10 +447,37 @@ def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: s
     f = unet.flags
     if f["use_fp16"]:
         unet.convert_to_fp16()
-    model = GuidedDiffusionDDPM(unet, int(f["diffusion_steps"]), str(f["noise_schedule"]))
+    model = UNetDDPM(unet, int(f["diffusion_steps"]), str(f["noise_schedule"]))
     desc = (f"{f['image_size']} px, {f['num_channels']} ch, T={f['diffusion_steps']} {f['noise_schedule']}"
             f"{', learned sigma' if f['learn_sigma'] else ''}{', fp16' if f['use_fp16'] else ''}")
     model.name = f"{name or 'guided-diffusion UNet'} ({desc}, {path.name})"
+    return model, model.name
+
+
+def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    """FastDiME_Med's DDPM folder: ``ckpt.tar`` (``model`` state dict) + ``config.pickle`` (plain values)."""
+    from .ddpm import UNetDDPM
+    from .fastdime_unet import FastDiMEUNet, UnsafePickleError, read_plain_pickle
+
+    ckpt, cfg_file = path / "ckpt.tar", path / "config.pickle"
+    missing = [str(p) for p in (ckpt, cfg_file) if not p.is_file()]
+    if missing:
+        raise CheckpointError(f"role {role!r}: `{key}.weights` must be FastDiME's model folder holding ckpt.tar "
+                              f"and config.pickle; missing {', '.join(missing)}")
+    try:
+        config = read_plain_pickle(cfg_file)
+        unet = FastDiMEUNet.from_config(config)
+        steps = int(config["TrainingConfig"].get("TIMESTEPS", 1000))
+    except UnsafePickleError as e:
+        raise CheckpointError(f"role {role!r}: {e}") from e
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"role {role!r}: {cfg_file} is not FastDiME's training config "
+                              f"(ModelConfig / TrainingConfig): {type(e).__name__}: {e}") from e
+    load_state_strict(role, ckpt, unet, strip_prefix(_sub(role, ckpt, torch_load(role, ckpt), "model"), "module."))
+    model = UNetDDPM(unet, steps, "linear")
+    mc = config["ModelConfig"]
+    model.name = (f"{name or 'FastDiME medical UNet'} ({unet.in_channels} ch in, base {mc['BASE_CH']} x "
+                  f"{tuple(mc['BASE_CH_MULT'])}, T={steps} linear, {path.name})")
     return model, model.name
 
 
@@ -477,6 +504,7 @@ LOADERS: dict[str, Format] = {
     "vgg19_dime": Format(("perceptual",), _load_vgg19_dime),
     "lpips": Format(("perceptual",), _load_lpips),
     "guided_diffusion": Format(("ddpm",), _load_guided_diffusion, _guided_keys()),
+    "fastdime_chexpert": Format(("ddpm",), _load_fastdime_chexpert),
 }
 # role -> its canonical formats
 FORMATS: dict[str, tuple[str, ...]] = {role: tuple(f for f, spec in LOADERS.items() if role in spec.roles)

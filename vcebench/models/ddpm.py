@@ -137,14 +137,16 @@ class DiffusersDDPM(EpsDDPM):
         return cls(unet, scheduler).eval()
 
 
-class GuidedDiffusionDDPM(EpsDDPM):
-    """A guided-diffusion UNet (``vcebench.models.guided_unet``) with its training schedule
-    (``diffusion_steps`` betas of ``noise_schedule``, float64, as guided-diffusion computes them).
+class UNetDDPM(EpsDDPM):
+    """A released DDPM network ``unet(x, t)`` (``in_channels`` / ``out_channels`` attributes) with its
+    training schedule: ``diffusion_steps`` betas of ``noise_schedule``, float64, as guided-diffusion
+    computes them. Used for the guided-diffusion format (:mod:`vcebench.models.guided_unet`) and
+    FastDiME's medical format (:mod:`vcebench.models.fastdime_unet`).
 
-    With ``learn_sigma`` the UNet's second half is the variance value ``v`` that guided-diffusion's
-    ``LEARNED_RANGE`` sampler, used by DiME / FastDiME / MaskDiME, turns into the per-pixel variance
-    of every ancestral step (guided mean shift and noise); ``methods/ddpm.py`` does the same on
-    the respaced schedule.
+    With a learned sigma (``out_channels == 2 * in_channels``) the second half is the variance value
+    ``v`` that guided-diffusion's ``LEARNED_RANGE`` sampler, used by DiME / FastDiME / MaskDiME, turns
+    into the per-pixel variance of every ancestral step (guided mean shift and noise);
+    ``methods/ddpm.py`` does the same on the respaced schedule.
     """
 
     def __init__(self, unet: nn.Module, num_train_timesteps: int, noise_schedule: str = "linear", name: str = ""):
@@ -170,8 +172,10 @@ class GuidedDiffusionDDPM(EpsDDPM):
         for all levels, so with ``num_heads`` on levels of different widths the saved copy would differ."""
         from diffusers import DDPMScheduler
 
-        from vcebench.models.guided_unet import to_diffusers
+        from vcebench.models.guided_unet import GuidedUNet, to_diffusers
 
+        if not isinstance(self.unet, GuidedUNet):
+            raise TypeError(f"to_diffusers converts a guided-diffusion UNet, not {type(self.unet).__name__}")
         f = self.unet.flags
         betas = 1 - self.alphas_cumprod / torch.cat([torch.ones(1, dtype=torch.float64), self.alphas_cumprod[:-1]])
         sched = DDPMScheduler(num_train_timesteps=self.num_train_timesteps, trained_betas=betas.tolist(),
