@@ -447,7 +447,7 @@ def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: s
     f = unet.flags
     if f["use_fp16"]:
         unet.convert_to_fp16()
-    model = UNetDDPM(unet, int(f["diffusion_steps"]), str(f["noise_schedule"]))
+    model = UNetDDPM(unet, int(f["diffusion_steps"]), str(f["noise_schedule"])).eval()
     desc = (f"{f['image_size']} px, {f['num_channels']} ch, T={f['diffusion_steps']} {f['noise_schedule']}"
             f"{', learned sigma' if f['learn_sigma'] else ''}{', fp16' if f['use_fp16'] else ''}")
     model.name = f"{name or 'guided-diffusion UNet'} ({desc}, {path.name})"
@@ -474,7 +474,7 @@ def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: 
         raise CheckpointError(f"role {role!r}: {cfg_file} is not FastDiME's training config "
                               f"(ModelConfig / TrainingConfig): {type(e).__name__}: {e}") from e
     load_state_strict(role, ckpt, unet, strip_prefix(_sub(role, ckpt, torch_load(role, ckpt), "model"), "module."))
-    model = UNetDDPM(unet, steps, "linear")
+    model = UNetDDPM(unet, steps, "linear").eval()
     mc = config["ModelConfig"]
     model.name = (f"{name or 'FastDiME medical UNet'} ({unet.in_channels} ch in, base {mc['BASE_CH']} x "
                   f"{tuple(mc['BASE_CH_MULT'])}, T={steps} linear, {path.name})")
