@@ -3,10 +3,12 @@
 Respacing follows guided-diffusion's ``space_timesteps`` / ``SpacedDiffusion`` (used by all
 three reference codes): ``respacing`` evenly spread train timesteps, betas recomputed from the
 kept ``alphas_cumprod``, and the network called with the original train timestep.
-The reference DDPMs learn their variance (``learn_sigma=True``); a diffusers UNet2DModel
-predicts eps only, so the posterior variance ("fixed small") is used, with its t = 0 value
-replaced by the t = 1 value as in guided-diffusion's clipped log-variance (so the last step is
-still guided; no noise is added at t = 0).
+The reference DDPMs learn their variance (``learn_sigma=True``): a ddpm with ``learned_variance``
+(the guided-diffusion format) gives per-pixel variances interpolated between ``beta_i`` and the
+clipped posterior variance, used for the guided mean shift and the noise as DiME's sampler does.
+Other DDPMs (a diffusers UNet2DModel trained by vcebench predicts eps only) use the posterior
+variance ("fixed small"), with its t = 0 value replaced by the t = 1 value as in guided-diffusion's
+clipped log-variance (so the last step is still guided; no noise is added at t = 0).
 """
 
 from __future__ import annotations
@@ -68,10 +70,17 @@ class Schedule:
     def p_mean_variance(self, ddpm, z: Tensor, i: int) -> tuple[Tensor, Tensor, Tensor]:
         """One UNet call: (posterior mean, variance, clipped Tweedie estimate x0hat) at step ``i``."""
         t = torch.full((len(z),), int(self.timesteps[i]), dtype=torch.long, device=z.device)
-        eps = ddpm.eps(z, t)
+        eps, v = ddpm.eps_var(z, t) if getattr(ddpm, "learned_variance", False) else (ddpm.eps(z, t), None)
         x0 = ((z - self._s((1 - self.abar).sqrt(), i, z) * eps) / self._s(self.abar.sqrt(), i, z)).clamp(-1, 1)
         mean = self._s(self.coef_x0, i, z) * x0 + self._s(self.coef_z, i, z) * z
-        return mean, self._s(self.variance, i, z), x0
+        return mean, self.learned_variance(v, i, z) if v is not None else self._s(self.variance, i, z), x0
+
+    def learned_variance(self, v: Tensor, i: int, like: Tensor) -> Tensor:
+        """guided-diffusion's ``LEARNED_RANGE``: ``exp(f log beta_i + (1 - f) log var~_i)``, ``f = (v + 1) / 2``,
+        per pixel, on the respaced schedule (beta_i and the clipped posterior variance var~_i)."""
+        f = (v.float() + 1) / 2
+        log_var = f * self._s(self.betas.log(), i, f) + (1 - f) * self._s(self.variance.log(), i, f)
+        return log_var.exp().to(like.dtype)
 
 
 def sample_step(mean: Tensor, var: Tensor, grads: Tensor, i: int, noise: Tensor) -> Tensor:

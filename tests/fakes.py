@@ -90,3 +90,64 @@ def make_chexpert(parent: str | Path, n_patients: int = 10, small: bool = True) 
     pm_csv = parent / "pacemaker.csv"
     pm_csv.write_text("Path,Pacemaker\n" + "\n".join(pm) + "\n")
     return root, pm_csv
+
+
+# Tiny guided-diffusion flags for CPU tests (DiME's layout, reduced width / depth / resolution).
+TINY_GUIDED_FLAGS = {"image_size": 32, "num_channels": 32, "num_res_blocks": 1, "channel_mult": "1,2",
+                     "attention_resolutions": "16", "num_heads": 4, "diffusion_steps": 100}
+
+
+def make_released_weights(out: str | Path, kind: str = "faces", seed: int = 0) -> dict[str, dict]:
+    """Random-weight checkpoints in the released formats a real task loads; returns ``models.<dataset>``.
+
+    faces (CelebA / CelebA-HQ): DiME DenseNet-121 classifier (40 outputs) and ACE oracle, the
+    guided-diffusion DDPM (``TINY_GUIDED_FLAGS``), facenet VGGFace2, pytorch-fid Inception and VGG19.
+    xray (CheXpert): 1-output DenseNet classifier / oracle, SimSiam instead of facenet, and the DDPM
+    with one channel. The pmf is not among them: FiRe ships none, it is trained by vcebench.
+    """
+    import torch
+
+    from vcebench.models.canonical import ACEOracle, DiMEDenseNet, fid_inception, simsiam_encoder, vgg19_features
+    from vcebench.models.guided_unet import GuidedUNet
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    faces = kind == "faces"
+    models: dict[str, dict] = {}
+
+    def save(role: str, obj, name: str, **spec) -> None:
+        torch.save(obj, out / name)
+        models[role] = {"weights": str(out / name), **spec}
+
+    n_out = 40 if faces else 1
+    cls = DiMEDenseNet(n_out)
+    ck = {"feat_extract": cls.feat_extract.state_dict(), "classifier": cls.classifier.state_dict()}
+    save("classifier", ck, "classifier.pth", format="dime_densenet121", head="1logit", num_outputs=n_out,
+         **({} if faces else {"attribute_names": ["Pacemaker"]}))
+    if faces:
+        oracle = ACEOracle()
+        save("oracle", {"feat_extract": oracle.feat_extract.state_dict(), "classifier": oracle.classifier.state_dict()},
+             "oracle.pth", format="ace_oracle_resnet50")
+        from facenet_pytorch import InceptionResnetV1
+
+        save("identity", InceptionResnetV1(pretrained=None, classify=True, num_classes=8631).state_dict(),
+             "vggface2.pt", format="facenet_vggface2")
+    else:
+        orc = DiMEDenseNet(1)
+        save("oracle", {"feat_extract": orc.feat_extract.state_dict(), "classifier": orc.classifier.state_dict()},
+             "oracle.pth", format="dime_densenet121", attribute_names=["Pacemaker"])
+        enc = simsiam_encoder(2048)
+        save("simsiam", {"epoch": 100, "arch": "resnet50",
+                         "state_dict": {f"module.encoder.{k}": v for k, v in enc.state_dict().items()}},
+             "checkpoint_0099.pth.tar", format="simsiam_official")
+    save("fid_features", fid_inception().state_dict(), "pt_inception-2015-12-05-6726825d.pth",
+         format="pytorch_fid_inception")
+    save("perceptual", {f"features.{k}": v for k, v in vgg19_features().state_dict().items()}, "vgg19.pth",
+         format="vgg19_dime")
+    flags = {**TINY_GUIDED_FLAGS, **({} if faces else {"in_channels": 1})}
+    unet = GuidedUNet(**flags)
+    for p in unet.parameters():  # the reference zero-initialises the output convs; give them weights
+        p.data.normal_(0, 0.02)
+    save("ddpm", unet.state_dict(), "ddpm.pt", format="guided_diffusion", **flags)
+    return models

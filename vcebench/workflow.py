@@ -83,6 +83,7 @@ def method_roles(method: str) -> tuple[str, ...]:
     return METHOD_ROLES[base]
 
 
+REAL_TRAINABLE = ("ddpm", "pmf")
 GATE_ROLES = {"oracle": ("classifier",), "ddpm": ("fid_features",), "pmf": ("classifier", "fid_features", "ddpm")}
 
 
@@ -108,6 +109,20 @@ def task_for_dataset(cfg: dict, dataset: str) -> str:
     raise ConfigError(f"no task in config key `tasks` uses dataset {dataset!r}")
 
 
+def trained_on_real(cfg: dict, dataset: str, role: str) -> bool:
+    """A generative role of a real dataset given as training settings (no ``weights``): the workflow
+    trains it on the dataset (FiRe ships no PMF weights; a DDPM can be trained the same way)."""
+    spec = ((cfg.get("models") or {}).get(dataset) or {}).get(role)
+    return role in REAL_TRAINABLE and bool(spec) and "weights" not in spec
+
+
+def model_input(cfg: dict, dataset: str, role: str) -> str:
+    """What a rule needing ``role`` waits for: the canonical weights path, or the trained model's sentinel."""
+    if dataset in SYNTHETIC_DATASETS or trained_on_real(cfg, dataset, role):
+        return f"resources/models/{dataset}/{role}/metrics.json"
+    return cfg["models"][dataset][role]["weights"]
+
+
 def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
     """Fail at DAG construction when a real task lacks its data or weights (names the config key)."""
     task = get_task(cfg, task_name)
@@ -123,6 +138,8 @@ def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
     models = (cfg.get("models") or {}).get(task.dataset, {})
     for role in roles:
         spec = models.get(role) or {}
+        if trained_on_real(cfg, task.dataset, role):
+            continue
         w = spec.get("weights")
         if not w or not Path(w).exists():
             raise ConfigError(

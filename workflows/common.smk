@@ -20,12 +20,11 @@ def data_inputs(dataset):
 
 
 def model_inputs(task, roles):
-    """Trained-model sentinels (synthetic) or canonical weight paths (real; checked at DAG build)."""
+    """Trained-model sentinels (synthetic, or a real dataset's pmf / ddpm given as training settings)
+    or canonical weight paths (real; checked at DAG build)."""
     wf.check_real_task(config, task, tuple(roles))
     ds = wf.dataset_of(config, task)
-    if ds.startswith("synth"):
-        return [f"resources/models/{ds}/{role}/metrics.json" for role in roles]
-    return [config["models"][ds][role]["weights"] for role in roles]
+    return [wf.model_input(config, ds, role) for role in roles]
 
 
 def data_arg(dataset):

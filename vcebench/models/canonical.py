@@ -37,6 +37,8 @@ format                      roles             checkpoint layout / source
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +62,7 @@ CELEBA_ATTRIBUTES = [
 ]
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-FORMATS = {
-    "classifier": ("dime_densenet121",),
-    "oracle": ("dime_densenet121", "ace_oracle_resnet50"),
-    "identity": ("facenet_vggface2",),
-    "simsiam": ("simsiam_official",),
-    "fid_features": ("pytorch_fid_inception",),
-    "perceptual": ("vgg19_dime", "lpips"),
-}
+Loaded = tuple[nn.Module, str]
 SPEC_KEYS = {"weights", "format", "head", "num_outputs", "index", "attribute_names", "net", "name"}
 
 
@@ -314,101 +309,102 @@ def _query_index(role: str, spec: dict, names: list[str], task: Task, key: str) 
     return names.index(task.attribute)
 
 
-def load_canonical(role: str, spec: dict, task: Task, key: str) -> tuple[nn.Module, str]:
-    """Build the role's module from ``spec['weights']`` in ``spec['format']``; return (module, name)."""
+def _load_dime_densenet121(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
     from .zoo import AttributeClassifier
 
-    check_keys(key, spec, SPEC_KEYS)
-    fmt, path = spec.get("format"), Path(spec["weights"])
-    if fmt not in FORMATS.get(role, ()):
-        raise CheckpointError(f"role {role!r}: config key `{key}.format` is {fmt!r}; supported for this role: "
-                              f"{', '.join(FORMATS.get(role, ())) or 'none (train it instead)'}")
-    name = spec.get("name")
-    if fmt == "dime_densenet121":
-        head = spec.get("head", "1logit")
-        n_out = int(spec.get("num_outputs", 2 if head == "2logit" else 40))
-        if head == "2logit" and n_out != 2:
-            raise CheckpointError(f"role {role!r}: `{key}.head: 2logit` needs num_outputs 2, got {n_out}")
-        ck = torch_load(role, path)
-        feat = _fix_densenet_keys(strip_prefix(_sub(role, path, ck, "feat_extract"), "module."))
-        cls = strip_prefix(_sub(role, path, ck, "classifier"), "module.")
-        w = cls.get("weight")
-        if w is None or w.ndim != 2:
-            raise CheckpointError(f"role {role!r}: {path}['classifier'] has no 2-D 'weight'")
-        if w.shape[0] != n_out:
-            raise CheckpointError(f"role {role!r}: {path} has {w.shape[0]} outputs but config key "
-                                  f"`{key}.num_outputs` (head {head}) expects {n_out} (wrong number of classes)")
-        net = DiMEDenseNet(n_out)
-        load_state_strict(role, path, net.feat_extract, feat)
-        load_state_strict(role, path, net.classifier, cls)
-        names = list(spec.get("attribute_names") or (CELEBA_ATTRIBUTES if n_out == 40 else []))
-        if role == "oracle":
-            if len(names) != n_out:
-                raise CheckpointError(f"role 'oracle': {path} has {n_out} outputs; set `{key}.attribute_names` "
-                                      f"to their {n_out} names")
-            return AttributeClassifier(net, names, name or "densenet121-oracle"), \
-                f"{name or 'densenet121'} (DiME/ACE format, {path.name})"
-        if head == "2logit":
-            return BinaryHead(net, "2logit"), f"{name or 'densenet121'} (DiME/ACE format, 2-logit, {path.name})"
-        if n_out == 1:
-            idx = 0
-        else:
-            idx = _query_index(role, spec, names or [f"out{i}" for i in range(n_out)], task, key)
-        return BinaryHead(net, "1logit", idx), f"{name or 'densenet121'} (DiME/ACE format, output {idx}, {path.name})"
-    if fmt == "ace_oracle_resnet50":
-        ck = torch_load(role, path)
-        net = ACEOracle()
-        cls = strip_prefix(_sub(role, path, ck, "classifier"), "module.")
-        if "weight" in cls and cls["weight"].ndim == 2 and cls["weight"].shape[0] != 40:
-            raise CheckpointError(f"role 'oracle': {path} has {cls['weight'].shape[0]} outputs, the ACE oracle "
-                                  f"format has 40 (CelebA attributes) (wrong number of classes)")
-        load_state_strict(role, path, net.feat_extract, strip_prefix(_sub(role, path, ck, "feat_extract"), "module."))
-        load_state_strict(role, path, net.classifier, cls)
-        return AttributeClassifier(net, CELEBA_ATTRIBUTES, name or "ace-oracle"), \
-            f"{name or 'vggface2-resnet50-128 oracle'} (ACE format, {path.name})"
-    if fmt == "facenet_vggface2":
-        state = torch_load(role, path)
-        if not isinstance(state, dict):
-            raise CheckpointError(f"role 'identity': {path} is not a state dict")
-        state = {k: v for k, v in strip_prefix(state, "module.").items() if not k.startswith("logits.")}
-        net = FacenetIdentity()
-        load_state_strict(role, path, net.net, state)
-        return _Dim(net, 512, name or "facenet-inceptionresnetv1-vggface2"), \
-            f"{name or 'facenet InceptionResnetV1'} (VGGFace2 weights, {path.name}, 512-d)"
-    if fmt == "simsiam_official":
-        ck = torch_load(role, path)
-        state = _sub(role, path, ck, "state_dict")
-        enc_state = {k[len("module.encoder."):]: v for k, v in state.items() if k.startswith("module.encoder.")}
-        if not enc_state:
-            enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
-        if not enc_state:
-            raise CheckpointError(f"role 'simsiam': {path}['state_dict'] has no 'module.encoder.*' keys "
-                                  f"(found e.g. {list(state)[:3]}); expected the official SimSiam checkpoint")
-        dim = int(enc_state.get("fc.6.weight", torch.empty(2048, 1)).shape[0])
-        enc = simsiam_encoder(dim)
-        load_state_strict(role, path, enc, enc_state)
-        return _Dim(ImageNetInput(enc), dim, name or "simsiam-resnet50"), \
-            f"{name or 'simsiam-resnet50'} (official checkpoint, {path.name}, projector {dim}-d)"
-    if fmt == "pytorch_fid_inception":
-        state = torch_load(role, path)
-        if not isinstance(state, dict):
-            raise CheckpointError(f"role 'fid_features': {path} is not a state dict")
-        net = fid_inception()
-        load_state_strict(role, path, net, state)
-        return _Dim(InceptionPool3(net), 2048, name or "inception-v3-pool3"), \
-            f"{name or 'inception-v3-pool3'} (pytorch-fid weights, {path.name})"
-    if fmt == "vgg19_dime":
-        state = strip_prefix(torch_load(role, path), "module.")
-        features = vgg19_features()
-        load_state_strict(role, path, features, {k[len("features."):]: v for k, v in state.items()
-                                                 if k.startswith("features.")})
-        return VGGFeatureMSE(features[:18]), f"{name or 'vgg19-features18-mse'} (DiME perceptual loss, {path.name})"
-    if fmt == "lpips":
-        return _load_lpips(role, spec, path, key)
-    raise CheckpointError(f"role {role!r}: unhandled format {fmt!r}")
+    head = spec.get("head", "1logit")
+    n_out = int(spec.get("num_outputs", 2 if head == "2logit" else 40))
+    if head == "2logit" and n_out != 2:
+        raise CheckpointError(f"role {role!r}: `{key}.head: 2logit` needs num_outputs 2, got {n_out}")
+    ck = torch_load(role, path)
+    feat = _fix_densenet_keys(strip_prefix(_sub(role, path, ck, "feat_extract"), "module."))
+    cls = strip_prefix(_sub(role, path, ck, "classifier"), "module.")
+    w = cls.get("weight")
+    if w is None or w.ndim != 2:
+        raise CheckpointError(f"role {role!r}: {path}['classifier'] has no 2-D 'weight'")
+    if w.shape[0] != n_out:
+        raise CheckpointError(f"role {role!r}: {path} has {w.shape[0]} outputs but config key "
+                              f"`{key}.num_outputs` (head {head}) expects {n_out} (wrong number of classes)")
+    net = DiMEDenseNet(n_out)
+    load_state_strict(role, path, net.feat_extract, feat)
+    load_state_strict(role, path, net.classifier, cls)
+    names = list(spec.get("attribute_names") or (CELEBA_ATTRIBUTES if n_out == 40 else []))
+    if role == "oracle":
+        if len(names) != n_out:
+            raise CheckpointError(f"role 'oracle': {path} has {n_out} outputs; set `{key}.attribute_names` "
+                                  f"to their {n_out} names")
+        return AttributeClassifier(net, names, name or "densenet121-oracle"), \
+            f"{name or 'densenet121'} (DiME/ACE format, {path.name})"
+    if head == "2logit":
+        return BinaryHead(net, "2logit"), f"{name or 'densenet121'} (DiME/ACE format, 2-logit, {path.name})"
+    if n_out == 1:
+        idx = 0
+    else:
+        idx = _query_index(role, spec, names or [f"out{i}" for i in range(n_out)], task, key)
+    return BinaryHead(net, "1logit", idx), f"{name or 'densenet121'} (DiME/ACE format, output {idx}, {path.name})"
 
 
-def _load_lpips(role: str, spec: dict, path: Path, key: str) -> tuple[nn.Module, str]:
+def _load_ace_oracle_resnet50(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    from .zoo import AttributeClassifier
+
+    ck = torch_load(role, path)
+    net = ACEOracle()
+    cls = strip_prefix(_sub(role, path, ck, "classifier"), "module.")
+    if "weight" in cls and cls["weight"].ndim == 2 and cls["weight"].shape[0] != 40:
+        raise CheckpointError(f"role 'oracle': {path} has {cls['weight'].shape[0]} outputs, the ACE oracle "
+                              f"format has 40 (CelebA attributes) (wrong number of classes)")
+    load_state_strict(role, path, net.feat_extract, strip_prefix(_sub(role, path, ck, "feat_extract"), "module."))
+    load_state_strict(role, path, net.classifier, cls)
+    return AttributeClassifier(net, CELEBA_ATTRIBUTES, name or "ace-oracle"), \
+        f"{name or 'vggface2-resnet50-128 oracle'} (ACE format, {path.name})"
+
+
+def _load_facenet_vggface2(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    state = torch_load(role, path)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"role 'identity': {path} is not a state dict")
+    state = {k: v for k, v in strip_prefix(state, "module.").items() if not k.startswith("logits.")}
+    net = FacenetIdentity()
+    load_state_strict(role, path, net.net, state)
+    return _Dim(net, 512, name or "facenet-inceptionresnetv1-vggface2"), \
+        f"{name or 'facenet InceptionResnetV1'} (VGGFace2 weights, {path.name}, 512-d)"
+
+
+def _load_simsiam_official(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    ck = torch_load(role, path)
+    state = _sub(role, path, ck, "state_dict")
+    enc_state = {k[len("module.encoder."):]: v for k, v in state.items() if k.startswith("module.encoder.")}
+    if not enc_state:
+        enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+    if not enc_state:
+        raise CheckpointError(f"role 'simsiam': {path}['state_dict'] has no 'module.encoder.*' keys "
+                              f"(found e.g. {list(state)[:3]}); expected the official SimSiam checkpoint")
+    dim = int(enc_state.get("fc.6.weight", torch.empty(2048, 1)).shape[0])
+    enc = simsiam_encoder(dim)
+    load_state_strict(role, path, enc, enc_state)
+    return _Dim(ImageNetInput(enc), dim, name or "simsiam-resnet50"), \
+        f"{name or 'simsiam-resnet50'} (official checkpoint, {path.name}, projector {dim}-d)"
+
+
+def _load_pytorch_fid_inception(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    state = torch_load(role, path)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"role 'fid_features': {path} is not a state dict")
+    net = fid_inception()
+    load_state_strict(role, path, net, state)
+    return _Dim(InceptionPool3(net), 2048, name or "inception-v3-pool3"), \
+        f"{name or 'inception-v3-pool3'} (pytorch-fid weights, {path.name})"
+
+
+def _load_vgg19_dime(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    state = strip_prefix(torch_load(role, path), "module.")
+    features = vgg19_features()
+    load_state_strict(role, path, features, {k[len("features."):]: v for k, v in state.items()
+                                             if k.startswith("features.")})
+    return VGGFeatureMSE(features[:18]), f"{name or 'vgg19-features18-mse'} (DiME perceptual loss, {path.name})"
+
+
+def _load_lpips(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
     """LPIPS v0.1 (Zhang et al. 2018): lpips package linear layers + a torchvision backbone from ``path``."""
     import lpips
 
@@ -430,3 +426,96 @@ def _load_lpips(role: str, spec: dict, path: Path, key: str) -> tuple[nn.Module,
         mapped[k] = backbone[src]
     load_state_strict(role, path, model.net, mapped)
     return LPIPSDistance(model), f"lpips-{net}-v0.1 ({path.name})"
+
+
+def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    """A guided-diffusion (improved-diffusion) UNet state dict (DiME / ACE / FastDiME / MaskDiME ``.pt``)."""
+    from .ddpm import UNetDDPM
+    from .guided_unet import FLAG_KEYS, GuidedUNet
+
+    flags = {k: v for k, v in spec.items() if k in FLAG_KEYS}
+    try:
+        with torch.device("meta"):  # no random init of ~100 M parameters that the checkpoint overwrites
+            unet = GuidedUNet(**flags)
+        unet = unet.to_empty(device="cpu")
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"role {role!r}: bad guided-diffusion flags under `{key}`: {e}") from e
+    state = torch_load(role, path)
+    if isinstance(state, dict) and isinstance(state.get("model"), dict) and "time_embed.0.weight" not in state:
+        state = state["model"]
+    load_state_strict(role, path, unet, strip_prefix(state, "module."))
+    f = unet.flags
+    if f["use_fp16"]:
+        unet.convert_to_fp16()
+    model = UNetDDPM(unet, int(f["diffusion_steps"]), str(f["noise_schedule"])).eval()
+    desc = (f"{f['image_size']} px, {f['num_channels']} ch, T={f['diffusion_steps']} {f['noise_schedule']}"
+            f"{', learned sigma' if f['learn_sigma'] else ''}{', fp16' if f['use_fp16'] else ''}")
+    model.name = f"{name or 'guided-diffusion UNet'} ({desc}, {path.name})"
+    return model, model.name
+
+
+def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    """FastDiME_Med's DDPM folder: ``ckpt.tar`` (``model`` state dict) + ``config.pickle`` (plain values)."""
+    from .ddpm import UNetDDPM
+    from .fastdime_unet import FastDiMEUNet, UnsafePickleError, read_plain_pickle
+
+    ckpt, cfg_file = path / "ckpt.tar", path / "config.pickle"
+    missing = [str(p) for p in (ckpt, cfg_file) if not p.is_file()]
+    if missing:
+        raise CheckpointError(f"role {role!r}: `{key}.weights` must be FastDiME's model folder holding ckpt.tar "
+                              f"and config.pickle; missing {', '.join(missing)}")
+    try:
+        config = read_plain_pickle(cfg_file)
+        unet = FastDiMEUNet.from_config(config)
+        steps = int(config["TrainingConfig"].get("TIMESTEPS", 1000))
+    except UnsafePickleError as e:
+        raise CheckpointError(f"role {role!r}: {e}") from e
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"role {role!r}: {cfg_file} is not FastDiME's training config "
+                              f"(ModelConfig / TrainingConfig): {type(e).__name__}: {e}") from e
+    load_state_strict(role, ckpt, unet, strip_prefix(_sub(role, ckpt, torch_load(role, ckpt), "model"), "module."))
+    model = UNetDDPM(unet, steps, "linear").eval()
+    mc = config["ModelConfig"]
+    model.name = (f"{name or 'FastDiME medical UNet'} ({unet.in_channels} ch in, base {mc['BASE_CH']} x "
+                  f"{tuple(mc['BASE_CH_MULT'])}, T={steps} linear, {path.name})")
+    return model, model.name
+
+
+@dataclass(frozen=True)
+class Format:
+    """One checkpoint layout: the roles it serves, its loader and its extra config keys."""
+
+    roles: tuple[str, ...]
+    load: Callable[..., Loaded]
+    keys: frozenset[str] = frozenset()
+
+
+def _guided_keys() -> frozenset[str]:
+    from .guided_unet import FLAG_KEYS
+    return FLAG_KEYS
+
+
+LOADERS: dict[str, Format] = {
+    "dime_densenet121": Format(("classifier", "oracle"), _load_dime_densenet121),
+    "ace_oracle_resnet50": Format(("oracle",), _load_ace_oracle_resnet50),
+    "facenet_vggface2": Format(("identity",), _load_facenet_vggface2),
+    "simsiam_official": Format(("simsiam",), _load_simsiam_official),
+    "pytorch_fid_inception": Format(("fid_features",), _load_pytorch_fid_inception),
+    "vgg19_dime": Format(("perceptual",), _load_vgg19_dime),
+    "lpips": Format(("perceptual",), _load_lpips),
+    "guided_diffusion": Format(("ddpm",), _load_guided_diffusion, _guided_keys()),
+    "fastdime_chexpert": Format(("ddpm",), _load_fastdime_chexpert),
+}
+# role -> its canonical formats
+FORMATS: dict[str, tuple[str, ...]] = {role: tuple(f for f, spec in LOADERS.items() if role in spec.roles)
+                                       for spec in LOADERS.values() for role in spec.roles}
+
+
+def load_canonical(role: str, spec: dict, task: Task, key: str) -> Loaded:
+    """Build the role's module from ``spec['weights']`` in ``spec['format']``; return (module, name)."""
+    fmt, path = spec.get("format"), Path(spec["weights"])
+    if fmt not in FORMATS.get(role, ()):
+        raise CheckpointError(f"role {role!r}: config key `{key}.format` is {fmt!r}; supported for this role: "
+                              f"{', '.join(FORMATS.get(role, ())) or 'none (train it instead)'}")
+    check_keys(key, spec, SPEC_KEYS | LOADERS[fmt].keys)
+    return LOADERS[fmt].load(role, spec, path, task, key, spec.get("name"))

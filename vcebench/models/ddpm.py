@@ -42,14 +42,45 @@ DDPM_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "num_train_time
 DDPM_KEYS = set(DDPM_SETTINGS)
 
 
-class DiffusersDDPM(nn.Module):
+class EpsDDPM(nn.Module):
+    """The ``ddpm`` role contract shared by every DDPM backbone (``vcebench/models/base.py``).
+
+    Subclasses set ``num_train_timesteps`` and the float64 buffer ``alphas_cumprod`` and implement
+    ``eps_var(z, t) -> (eps, v)``: the epsilon prediction at integer train timesteps ``t`` and, for a
+    model with a learned variance (``learned_variance``), guided-diffusion's interpolation value
+    ``v`` in [-1, 1] between the clipped posterior log-variance (v = -1) and ``log beta_t`` (v = 1)
+    of the sampling schedule (``methods/ddpm.py`` applies it); ``v`` is None otherwise.
+    """
+
+    learned_variance = False
+
+    def eps_var(self, z: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
+        raise NotImplementedError
+
+    def eps(self, z: Tensor, t: Tensor | int) -> Tensor:
+        """Epsilon prediction at integer train timesteps ``t`` (scalar or (N,) int64)."""
+        return self.eps_var(z, _timesteps(z, t))[0]
+
+    def tweedie(self, z: Tensor, t: Tensor | int) -> Tensor:
+        """One-step posterior-mean estimate ``x0hat = (z - sqrt(1-abar) eps) / sqrt(abar)``."""
+        t = _timesteps(z, t)
+        a = self.alphas_cumprod.to(z.device)[t].to(z.dtype).reshape(-1, 1, 1, 1)
+        return (z - (1 - a).sqrt() * self.eps(z, t)) / a.sqrt()
+
+
+def _timesteps(z: Tensor, t: Tensor | int) -> Tensor:
+    t = torch.as_tensor(t, device=z.device)
+    return t.expand(z.shape[0]) if t.ndim == 0 else t
+
+
+class DiffusersDDPM(EpsDDPM):
     """A diffusers UNet + scheduler behind the ``ddpm`` contract of ``vcebench/models/base.py``.
 
-    ``eps(z, t)`` returns the epsilon prediction for integer train timesteps ``t`` (N,);
     ``alphas_cumprod`` is float64 (T,), recomputed in float64 from the scheduler's betas
     (diffusers stores them in float32; guided-diffusion, DiME's code base, uses float64).
     Models trained with ``sample`` or ``v_prediction`` targets are converted to epsilon; a
-    learned-variance UNet (2C output channels) contributes its first C channels.
+    learned-variance UNet (2C output channels) contributes its first C channels, and its last C
+    as the variance value when the scheduler's ``variance_type`` is ``learned_range``.
     """
 
     def __init__(self, unet: nn.Module, scheduler: Any):
@@ -60,31 +91,22 @@ class DiffusersDDPM(nn.Module):
         self.prediction_type = str(scheduler.config.prediction_type)
         if self.prediction_type not in ("epsilon", "sample", "v_prediction"):
             raise ValueError(f"ddpm: unsupported scheduler prediction_type {self.prediction_type!r}")
+        self.learned_variance = (scheduler.config.get("variance_type") == "learned_range"
+                                 and self.prediction_type == "epsilon")
         self.register_buffer("alphas_cumprod", _alphas_cumprod64(scheduler), persistent=False)
 
-    def eps(self, z: Tensor, t: Tensor | int) -> Tensor:
-        """Epsilon prediction at integer train timesteps ``t`` (scalar or (N,) int64)."""
-        t = torch.as_tensor(t, device=z.device)
-        if t.ndim == 0:
-            t = t.expand(z.shape[0])
+    def eps_var(self, z: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
         out = self.unet(z, t).sample
         c = z.shape[1]
+        var = None
         if out.shape[1] == 2 * c:
-            out = out[:, :c]
+            out, var = out[:, :c], out[:, c:]
         if self.prediction_type == "epsilon":
-            return out
+            return out, var if self.learned_variance else None
         a = self.alphas_cumprod.to(z.device)[t].to(z.dtype).reshape(-1, 1, 1, 1)
         if self.prediction_type == "sample":
-            return (z - a.sqrt() * out) / (1 - a).sqrt()
-        return a.sqrt() * out + (1 - a).sqrt() * z  # v = sqrt(a) eps - sqrt(1-a) x
-
-    def tweedie(self, z: Tensor, t: Tensor | int) -> Tensor:
-        """One-step posterior-mean estimate ``x0hat = (z - sqrt(1-abar) eps) / sqrt(abar)``."""
-        t = torch.as_tensor(t, device=z.device)
-        if t.ndim == 0:
-            t = t.expand(z.shape[0])
-        a = self.alphas_cumprod.to(z.device)[t].to(z.dtype).reshape(-1, 1, 1, 1)
-        return (z - (1 - a).sqrt() * self.eps(z, t)) / a.sqrt()
+            return (z - a.sqrt() * out) / (1 - a).sqrt(), None
+        return a.sqrt() * out + (1 - a).sqrt() * z, None  # v = sqrt(a) eps - sqrt(1-a) x
 
     def save_pretrained(self, path: str | Path) -> None:
         """Write ``path/unet`` and ``path/scheduler`` (diffusers format), each moved into place whole."""
@@ -116,6 +138,57 @@ class DiffusersDDPM(nn.Module):
         except (OSError, ValueError, RuntimeError, json.JSONDecodeError) as e:
             raise FileNotFoundError(f"ddpm: could not load the diffusers DDPM in {path}: {e}") from e
         return cls(unet, scheduler).eval()
+
+
+class UNetDDPM(EpsDDPM):
+    """A released DDPM network ``unet(x, t)`` (``in_channels`` / ``out_channels`` attributes) with its
+    training schedule: ``diffusion_steps`` betas of ``noise_schedule``, float64, as guided-diffusion
+    computes them. Used for the guided-diffusion format (:mod:`vcebench.models.guided_unet`) and
+    FastDiME's medical format (:mod:`vcebench.models.fastdime_unet`).
+
+    With a learned sigma (``out_channels == 2 * in_channels``) the second half is the variance value
+    ``v`` that guided-diffusion's ``LEARNED_RANGE`` sampler, used by DiME / FastDiME / MaskDiME, turns
+    into the per-pixel variance of every ancestral step (guided mean shift and noise);
+    ``methods/ddpm.py`` does the same on the respaced schedule.
+    """
+
+    def __init__(self, unet: nn.Module, num_train_timesteps: int, noise_schedule: str = "linear", name: str = ""):
+        from vcebench.models.guided_unet import betas_for
+
+        super().__init__()
+        self.unet, self.name = unet, name
+        self.num_train_timesteps = int(num_train_timesteps)
+        self.learned_variance = unet.out_channels == 2 * unet.in_channels
+        betas = betas_for(noise_schedule, self.num_train_timesteps)
+        self.register_buffer("alphas_cumprod", torch.cumprod(1.0 - betas, dim=0), persistent=False)
+
+    def eps_var(self, z: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
+        out = self.unet(z, t)
+        c = z.shape[1]
+        if self.learned_variance:
+            return out[:, :c], out[:, c:]
+        return out, None
+
+    def to_diffusers(self) -> DiffusersDDPM:
+        """The same model as a diffusers ``UNet2DModel`` + ``DDPMScheduler`` (float32; learned variance
+        as ``variance_type="learned_range"``). In memory: a saved diffusers config has one head width
+        for all levels, so with ``num_heads`` on levels of different widths the saved copy would differ."""
+        from diffusers import DDPMScheduler
+
+        from vcebench.models.guided_unet import GuidedUNet, to_diffusers
+
+        if not isinstance(self.unet, GuidedUNet):
+            raise TypeError(f"to_diffusers converts a guided-diffusion UNet, not {type(self.unet).__name__}")
+        f = self.unet.flags
+        betas = 1 - self.alphas_cumprod / torch.cat([torch.ones(1, dtype=torch.float64), self.alphas_cumprod[:-1]])
+        sched = DDPMScheduler(num_train_timesteps=self.num_train_timesteps, trained_betas=betas.tolist(),
+                              prediction_type="epsilon", clip_sample=True,
+                              variance_type="learned_range" if self.learned_variance else "fixed_small")
+        if f["noise_schedule"] == "linear":  # recorded as the named schedule, recomputed in float64 on load
+            sched = DDPMScheduler(num_train_timesteps=self.num_train_timesteps, beta_schedule="linear",
+                                  beta_start=float(betas[0]), beta_end=float(betas[-1]), prediction_type="epsilon",
+                                  clip_sample=True, variance_type=sched.config.variance_type)
+        return DiffusersDDPM(to_diffusers(self.unet), sched).eval()
 
 
 def _alphas_cumprod64(scheduler: Any) -> Tensor:

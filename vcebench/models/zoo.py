@@ -145,7 +145,7 @@ def load_role(cfg: dict, task: Task, role: str, model_dir: str | Path = "resourc
                               f"canonical weights (format {spec.get('format')!r}; see docs/internals.md)")
         if not Path(w).exists():
             raise MissingModelError(f"role {role!r}: weights file {w} (config key `{key}.weights`) does not exist")
-        if role in ("ddpm", "pmf"):
+        if role == "pmf" or (role == "ddpm" and spec.get("format", "diffusers") == "diffusers"):
             return _load_generative(role, Path(w), canonical=True)
         from .canonical import load_canonical
         return load_canonical(role, spec, task, key)
