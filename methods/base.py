@@ -133,12 +133,12 @@ class ActiveBatch:
     """The samples of a batch still being worked on, and what each has recorded so far.
 
     Inputs holding NaN / inf fail at once and never run. ``rows`` are the active samples' indices
-    in the full batch (on the host, for the per-sample generators and the NFE counter; ``index`` is
-    the same on the batch's device). Working state of the active rows lives in the namespace
-    :attr:`s` (set by :meth:`start`; each tensor there has one row per active sample) and shrinks
-    with them (:meth:`keep`, batch compaction); per-sample outputs are full-batch tensors in
-    :attr:`out`, written by :meth:`record`. Failure codes keep the first reason. Nothing here reads
-    a device tensor on the host except :meth:`keep`, which takes a host mask.
+    in the full batch: on the host for the NFE counter, as a list (``row_list``) for the per-sample
+    generators, on the batch's device (``index``) for the tensors. Working state of the active rows
+    lives in the namespace :attr:`s` (set by :meth:`start`; each tensor there has one row per active
+    sample) and shrinks with them (:meth:`keep`, batch compaction); per-sample outputs are
+    full-batch tensors in :attr:`out`, written by :meth:`record`. Failure codes keep the first
+    reason. Nothing here reads a device tensor on the host except :meth:`keep`, which takes a host mask.
     """
 
     def __init__(self, x: Tensor, nfe: NFE | None = None, **outputs: Tensor):
@@ -148,7 +148,7 @@ class ActiveBatch:
         self._set_rows(torch.nonzero(~self.failed.cpu()).flatten())
 
     def _set_rows(self, rows: Tensor) -> None:
-        self.rows, self.index = rows, rows.to(self.failed.device)
+        self.rows, self.row_list, self.index = rows, rows.tolist(), rows.to(self.failed.device)
         if self.nfe is not None:
             self.nfe.rows = rows
 

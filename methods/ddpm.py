@@ -43,6 +43,7 @@ class Schedule:
     coef_x0: Tensor  # posterior mean coefficients (float64)
     coef_z: Tensor
     variance: Tensor  # clipped posterior variance (float64)
+    train_steps: list[int] = field(default_factory=list)  # ``timesteps`` on the host, read by every step
     _cache: dict = field(default_factory=dict, repr=False, compare=False)  # device copies (see _s)
 
     @classmethod
@@ -56,7 +57,8 @@ class Schedule:
         post_var = betas * (1 - abar_prev) / (1 - abar)
         variance = torch.cat([post_var[1:2], post_var[1:]]) if len(post_var) > 1 else post_var
         return cls(timesteps=ts, abar=abar, betas=betas, coef_x0=betas * abar_prev.sqrt() / (1 - abar),
-                   coef_z=(1 - abar_prev) * alphas.sqrt() / (1 - abar), variance=variance)
+                   coef_z=(1 - abar_prev) * alphas.sqrt() / (1 - abar), variance=variance,
+                   train_steps=ts.tolist())
 
     def _s(self, v: str, i: int, like: Tensor) -> Tensor:
         """Coefficient ``v`` at step ``i`` as a 0-dim tensor of ``like``'s dtype and device; each vector
@@ -80,7 +82,7 @@ class Schedule:
     @torch.no_grad()
     def p_mean_variance(self, ddpm, z: Tensor, i: int) -> tuple[Tensor, Tensor, Tensor]:
         """One UNet call: (posterior mean, variance, clipped Tweedie estimate x0hat) at step ``i``."""
-        t = torch.full((len(z),), int(self.timesteps[i]), dtype=torch.long, device=z.device)
+        t = torch.full((len(z),), self.train_steps[i], dtype=torch.long, device=z.device)
         eps = ddpm.eps(z, t)
         x0 = ((z - self._s("sqrt_1m_abar", i, z) * eps) / self._s("sqrt_abar", i, z)).clamp(-1, 1)
         mean = self._s("coef_x0", i, z) * x0 + self._s("coef_z", i, z) * z
@@ -127,7 +129,7 @@ def run_ddpm_method(p, x: Tensor, target: Tensor, models: TaskModels, generator:
         if len(b) == 0:
             break
         xs, ts = x[b.index], target[b.index]
-        z, extras = attempt(models, sched, xs, ts, generator.subset(b.rows), float(scale))
+        z, extras = attempt(models, sched, xs, ts, generator.subset(b.row_list), float(scale))
         bad = nonfinite(z)
         b.fail(bad, FAIL_NONFINITE_STATE)
         b.record(cf=z.clamp(-1, 1), scale=float(scale), attempts=b.out["attempts"][b.index] + 1, **extras)

@@ -111,7 +111,7 @@ def fire_refine(x0: Tensor, target: Tensor, models: TaskModels, generator: Sampl
     for k, t_k in enumerate(levels):  # Line 3
         if len(b) == 0:
             break
-        m_hard, m_soft = make_masks(f, s, p, sg_gen.subset(b.rows))  # Lines 4-7, Eqs. orig/hard/soft_mask
+        m_hard, m_soft = make_masks(f, s, p, sg_gen.subset(b.row_list))  # Lines 4-7, Eqs. orig/hard/soft_mask
         if graph is None:
             graph, s.sel = pmf_graph(models.pmf, s.z, t_k, True), torch.arange(len(b), device=dev)
         grad = joint_gradient(models, graph, s, m_soft, p)  # Line 8, Eqs. joint_loss, clean_to_noisy_gradient
@@ -138,7 +138,7 @@ def fire_refine(x0: Tensor, target: Tensor, models: TaskModels, generator: Sampl
         graph = graph if reuse else None
         b.keep(keep)  # batch compaction: finished (or failed) samples leave
         if p.mode == "reverse" and k + 1 < len(levels):
-            renoise(s, levels[k + 1], rn_gen.subset(b.rows))
+            renoise(s, levels[k + 1], rn_gen.subset(b.row_list))
     o = b.out
     return FireResult(x_cf=o["x_cf"], z=o["z"], z0=z0, m_hard=o["m_hard"], m_soft=o["m_soft"], steps=o["steps"],
                       p_final=o["p_final"], failed=b.failed, reason=b.reason)
