@@ -1,4 +1,4 @@
-"""The Method interface (ARCHITECTURE.md), what every method returns, and shared bookkeeping.
+"""The Method interface (docs/architecture.md), what every method returns, and shared bookkeeping.
 
 Bookkeeping shared by all methods lives here: hyperparameter parsing into typed
 dataclasses (:func:`parse_params`), per-sample network-evaluation counts (:class:`NFE`),

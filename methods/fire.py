@@ -4,7 +4,7 @@ Equation names refer to the paper's labels (``eq:fixed_noise_init`` ... ``eq:ble
 Choices the paper leaves open, made here:
 
 - The loss at step k is taken on ``X_k(Z) = M_soft^k * G(Z_t^k, t) + (1 - M_soft^k) * X0``
-  (PROTOCOL.md): the current soft mask re-blends the PMF prediction G(Z_t^k) computed at the end
+  (docs/protocol.md): the current soft mask re-blends the PMF prediction G(Z_t^k) computed at the end
   of step k - 1, whose autograd graph is reused (no second PMF forward). At k = 0 the PMF is run
   once on Z_t^0.
 - Attribution (``A^k``) uses the target log-odds ``s_{y'} - s_{1-y'}`` (the raw target logit of a

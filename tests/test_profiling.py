@@ -1,4 +1,4 @@
-"""vcebench.profiling, vcebench.paper_scale and `vcebench profile` (issue 6)."""
+"""vcebench.profiling, vcebench.paper_scale and `vcebench profile`."""
 
 from __future__ import annotations
 

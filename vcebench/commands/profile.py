@@ -1,4 +1,4 @@
-"""`vcebench profile`: FLOPs, NFE, time and memory per counterfactual (issue 6).
+"""`vcebench profile`: FLOPs, NFE, time and memory per counterfactual.
 
 Examples::
 
