@@ -104,6 +104,25 @@ def denoise(sched: Schedule, ddpm, z: Tensor, start: int, noise_fn: Callable[[],
     return z
 
 
+class DDPMMethod:
+    """A DDPM baseline behind the Method interface: :func:`run_ddpm_method` around the subclass's
+    ``_attempt(models, sched, x, target, generators, scale) -> (z_0, extras)``."""
+
+    passes = 1
+
+    def __init__(self, name: str, params):
+        self.name, self.params = name, params
+        self.roles = ("classifier", "ddpm") + (("perceptual",) if params.perc else ())
+
+    def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
+                 generator: SampleGenerators) -> Counterfactuals:
+        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=self.passes)
+
+    def _attempt(self, models: TaskModels, sched: Schedule, x: Tensor, target: Tensor, gen: SampleGenerators,
+                 scale: float) -> tuple[Tensor, dict[str, Tensor]]:
+        raise NotImplementedError
+
+
 AttemptFn = Callable[[TaskModels, Schedule, Tensor, Tensor, SampleGenerators, float],
                      tuple[Tensor, dict[str, Tensor]]]
 

@@ -18,8 +18,8 @@ from torch import Tensor
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
-from .base import Counterfactuals, require
-from .ddpm import Schedule, denoise, run_ddpm_method, sample_step
+from .base import require
+from .ddpm import DDPMMethod, Schedule, denoise, sample_step
 from .guidance import guidance_grads, l1_grad
 
 
@@ -56,14 +56,6 @@ def dime_attempt(models: TaskModels, sched: Schedule, p: DimeParams, x: Tensor, 
     return z
 
 
-class DiME:
-    def __init__(self, name: str, params: DimeParams):
-        self.name, self.params = name, params
-        self.roles = ("classifier", "ddpm") + (("perceptual",) if params.perc else ())
-
-    def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
-                 generator: SampleGenerators) -> Counterfactuals:
-        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=1)
-
+class DiME(DDPMMethod):
     def _attempt(self, models, sched, x, target, gen, scale):
         return dime_attempt(models, sched, self.params, x, target, gen, scale), {}

@@ -23,8 +23,8 @@ from torch import Tensor
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
-from .base import Counterfactuals, require
-from .ddpm import Schedule, run_ddpm_method, sample_step
+from .base import require
+from .ddpm import DDPMMethod, Schedule, sample_step
 from .guidance import guidance_grads, l1_grad
 from .masks import difference_mask
 
@@ -77,16 +77,12 @@ def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: 
     return z, keep
 
 
-class FastDiME:
+class FastDiME(DDPMMethod):
     """``fastdime`` (one pass, self-optimised mask), ``fastdime2`` and ``fastdime2plus`` (two passes)."""
 
     def __init__(self, name: str, params: FastDimeParams, passes: int = 1, first_pass_mask: bool = True):
-        self.name, self.params, self.passes, self.first_pass_mask = name, params, passes, first_pass_mask
-        self.roles = ("classifier", "ddpm") + (("perceptual",) if params.perc else ())
-
-    def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
-                 generator: SampleGenerators) -> Counterfactuals:
-        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=self.passes)
+        super().__init__(name, params)
+        self.passes, self.first_pass_mask = passes, first_pass_mask
 
     def _attempt(self, models, sched, x, target, gen, scale):
         p = self.params

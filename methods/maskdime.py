@@ -21,8 +21,8 @@ from torch import Tensor
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
-from .base import Counterfactuals, require
-from .ddpm import Schedule, run_ddpm_method
+from .base import require
+from .ddpm import DDPMMethod, Schedule
 from .guidance import guidance_grads, l1_grad
 from .masks import nested_topk
 
@@ -68,15 +68,7 @@ def maskdime_attempt(models: TaskModels, sched: Schedule, p: MaskDimeParams, x: 
     return z, mz
 
 
-class MaskDiME:
-    def __init__(self, name: str, params: MaskDimeParams):
-        self.name, self.params = name, params
-        self.roles = ("classifier", "ddpm") + (("perceptual",) if params.perc else ())
-
-    def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
-                 generator: SampleGenerators) -> Counterfactuals:
-        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=1)
-
+class MaskDiME(DDPMMethod):
     def _attempt(self, models, sched, x, target, gen, scale):
         z, mz = maskdime_attempt(models, sched, self.params, x, target, gen, scale)
         return z, {"mask": mz > 0.5}

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..io import atomic_path, load_npz, save_npz
+from ..io import atomic_path, from_uint8, load_npz, save_npz
 
 SPLIT_NAMES = ("train", "val", "test")
 
@@ -77,7 +77,7 @@ class Split:
         """float32 rows ``idx`` (all rows if None) in [-1, 1]: ``x / 127.5 - 1``."""
         if idx is None:
             idx = slice(None)
-        return self.uint8_images(idx).float() / 127.5 - 1.0
+        return from_uint8(self.uint8_images(idx))
 
     def index_of(self, sample_ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Row indices of ``sample_ids``; a DatasetError names ids that are not in this split."""
