@@ -19,8 +19,8 @@ mkdir -p "$OUT"
 } > "$OUT/machine.txt" 2>&1
 
 if [[ $TINY == 1 ]]; then
-  python -m vcebench.paper_timing --tiny --device cpu --plan scripts/gpu_speed_plan.json --repeats 2 \
-    --compile-mode default --out "$OUT" --name gpu_speed
+  python -m vcebench.paper_timing --tiny --device cpu --plan scripts/gpu_speed_plan.json --repeats 1 \
+    --compile-backend aot_eager --out "$OUT" --name gpu_speed
   snakemake -n --quiet --configfile config/presets/quick.yaml --config device=cuda workdir=runs/quick_cuda \
     > "$OUT/quick_cuda_dryrun.txt"
   WORK=results/reference/quick  # compares the reference with itself: exercises the table code

@@ -111,7 +111,8 @@ def precision(mode: str, device: torch.device, cudnn_benchmark: bool = False) ->
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = old
 
 
-def prepare_models(base: TaskModels, v: dict[str, Any], compile_mode: str = "reduce-overhead") -> TaskModels:
+def prepare_models(base: TaskModels, v: dict[str, Any], compile_mode: str = "reduce-overhead",
+                   compile_backend: str = "inductor") -> TaskModels:
     """A view of ``base`` for variant ``v``: channels_last, then :func:`vcebench.runtime.accelerate` (the
     path ``cuda.compile`` / ``cuda.bf16_generative`` take in the workflow): bf16 UNets for ``mixed``,
     every network call compiled for ``+compile``; FiRe and MaskDiME get the same networks."""
@@ -120,7 +121,8 @@ def prepare_models(base: TaskModels, v: dict[str, Any], compile_mode: str = "red
     fmt = torch.channels_last if v["channels_last"] else torch.contiguous_format
     for role in ("classifier", "ddpm", "pmf", "perceptual"):
         getattr(base, role).to(memory_format=fmt)
-    return accelerate(base, compile=v["compile"], mode=compile_mode, bf16_generative=v.get("precision") == "mixed")
+    return accelerate(base, compile=v["compile"], mode=compile_mode, backend=compile_backend,
+                      bf16_generative=v.get("precision") == "mixed")
 
 
 def _inputs(s: PaperSetting, n: int, device: torch.device, seed: int = 1) -> Tensor:
@@ -206,7 +208,7 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
 
 def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[dict[str, Any]] | None = None,
         seed: int = 0, time_limit: float = float("inf"), log=print, name: str = "gpu_profile", repeats: int = 3,
-        compile_mode: str = "reduce-overhead") -> dict[str, Any]:
+        compile_mode: str = "reduce-overhead", compile_backend: str = "inductor") -> dict[str, Any]:
     """Run ``plan`` (a list of {method, variant, batch, n, early_stop}); write JSON + Markdown to ``out``
     after every row, so an interrupted run keeps what it measured."""
     from vcebench.config import load_config
@@ -240,7 +242,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
             continue
         try:
             v = {**parse_variant(p["variant"]), "name": p["variant"]}
-            models = prepare_models(base, v, compile_mode)
+            models = prepare_models(base, v, compile_mode, compile_backend)
             if v["name"] not in report["errors"] and not v["compile"]:
                 report["errors"][v["name"]] = network_errors(models, base, x_all[:4], v["precision"], dev)
             params = method_params(cfg, task, p["method"])
@@ -365,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the remaining plan entries after this many seconds")
     ap.add_argument("--repeats", type=int, default=3, help="timed passes per row (median and spread reported)")
     ap.add_argument("--compile-mode", default="reduce-overhead", help="torch.compile mode of the +compile variants")
+    ap.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: a CPU check)")
     args = ap.parse_args(argv)
     s = TINY if args.tiny else CELEBA
     plan = None
@@ -381,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device: run with --device cpu --tiny for a smoke run", file=sys.stderr)
         return 2
     run(Path(args.out), s, args.device, plan, time_limit=args.time_limit, name=args.name,
-        log=lambda m: print(m, flush=True), repeats=args.repeats, compile_mode=args.compile_mode)
+        log=lambda m: print(m, flush=True), repeats=args.repeats, compile_mode=args.compile_mode,
+        compile_backend=args.compile_backend)
     return 0
 
 
