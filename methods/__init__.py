@@ -1,4 +1,4 @@
-"""VCE methods behind one interface (ARCHITECTURE.md): ``get_method(name, params) -> Method``.
+"""VCE methods behind one interface (docs/architecture.md): ``get_method(name, params) -> Method``.
 
 ``params`` are the merged hyperparameters of ``vcebench.tasks.method_params(cfg, task, name)``;
 each method parses them into its typed dataclass (paper defaults) and rejects unknown keys.

@@ -1,4 +1,4 @@
-"""The Method interface (ARCHITECTURE.md), what every method returns, and shared bookkeeping.
+"""The Method interface (docs/architecture.md), what every method returns, and shared bookkeeping.
 
 Bookkeeping shared by all methods lives here: hyperparameter parsing into typed
 dataclasses (:func:`parse_params`), per-sample network-evaluation counts (:class:`NFE`),
@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from types import SimpleNamespace
+from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin
 
 import torch
 from torch import Tensor
@@ -73,23 +74,124 @@ NFE_KEYS = ("nfe_classifier_fwd", "nfe_classifier_bwd", "nfe_unet_fwd", "nfe_une
 
 class NFE:
     """Per-sample network-evaluation counts (docs/internals.md: a batched call of B rows adds 1 to each
-    of the B samples it ran for; SmoothGrad's N copies add N)."""
+    of the B samples it ran for; SmoothGrad's N copies add N).
+
+    The methods never count by hand: :meth:`counted` wraps the task's networks so that every call is
+    counted where it happens, for the batch rows in :attr:`rows` (global sample indices, on the host;
+    :class:`ActiveBatch` keeps them current), and its backward pass when autograd runs through it.
+    """
 
     def __init__(self, n: int):
         self.counts = {k: torch.zeros(n, dtype=torch.float64) for k in NFE_KEYS}
+        self.rows = torch.arange(n)
 
     def add(self, net: str, rows: Tensor, times: float = 1.0, bwd: bool = False) -> None:
-        """Count one call of ``net`` (classifier | unet | pmf | perceptual) on batch rows ``rows``
-        (global sample indices); ``bwd`` also counts its backward pass."""
-        rows = rows.cpu()
-        self.counts[f"nfe_{net}_fwd"].index_add_(0, rows, torch.full((len(rows),), float(times), dtype=torch.float64))
-        if bwd:
-            self.counts[f"nfe_{net}_bwd"].index_add_(0, rows, torch.full((len(rows),), float(times),
-                                                                         dtype=torch.float64))
+        """Count one call of ``net`` (classifier | unet | pmf | perceptual) on batch rows ``rows``;
+        ``bwd`` counts its backward pass instead of its forward."""
+        key = f"nfe_{net}_{'bwd' if bwd else 'fwd'}"
+        self.counts[key].index_add_(0, rows, torch.full((len(rows),), float(times), dtype=torch.float64))
 
-    def add_bwd(self, net: str, rows: Tensor, times: float = 1.0) -> None:
-        rows = rows.cpu()
-        self.counts[f"nfe_{net}_bwd"].index_add_(0, rows, torch.full((len(rows),), float(times), dtype=torch.float64))
+    def counted(self, models: TaskModels) -> TaskModels:
+        """``models`` with classifier / ddpm / pmf / perceptual seen through this counter."""
+        wrap = {"classifier": ("classifier", "__call__"), "ddpm": ("unet", "eps"), "pmf": ("pmf", "predict_clean"),
+                "perceptual": ("perceptual", "__call__")}
+        roles = {r: _Counted(_uncounted(getattr(models, r)), net, call, self)
+                 for r, (net, call) in wrap.items() if getattr(models, r) is not None}
+        return dataclasses.replace(models, **roles)
+
+
+def _uncounted(m: Any) -> Any:
+    return m.inner if isinstance(m, _Counted) else m
+
+
+class _Counted:
+    """A network whose ``call`` method counts one forward evaluation per row of :attr:`NFE.rows` (N when
+    its batch holds N copies of each row) and, through a gradient hook on its output, one backward
+    evaluation for the same rows when a gradient flows back through it. Other attributes pass through."""
+
+    def __init__(self, inner: Any, net: str, call: str, nfe: NFE):
+        self.inner, self._net, self._call, self._nfe = inner, net, call, nfe
+
+    def __getattr__(self, name: str) -> Any:
+        if name == self._call:
+            return self._counting(getattr(self.inner, name))
+        return getattr(self.inner, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__getattr__("__call__")(*args, **kwargs)
+
+    def _counting(self, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            nfe, rows = self._nfe, self._nfe.rows
+            times = len(out) / len(rows)
+            nfe.add(self._net, rows, times)
+            if out.requires_grad:
+                out.register_hook(lambda g: nfe.add(self._net, rows, times, bwd=True))
+            return out
+        return call
+
+
+# --- the samples of a batch still running ----------------------------------------------------
+class ActiveBatch:
+    """The samples of a batch still being worked on, and what each has recorded so far.
+
+    Inputs holding NaN / inf fail at once and never run. ``rows`` are the active samples' indices
+    in the full batch: on the host for the NFE counter, as a list (``row_list``) for the per-sample
+    generators, on the batch's device (``index``) for the tensors. Working state of the active rows
+    lives in the namespace :attr:`s` (set by :meth:`start`; each tensor there has one row per active
+    sample) and shrinks with them (:meth:`keep`, batch compaction); per-sample outputs are
+    full-batch tensors in :attr:`out`, written by :meth:`record`. Failure codes keep the first
+    reason. Nothing here reads a device tensor on the host except :meth:`keep`, which takes a host mask.
+    """
+
+    def __init__(self, x: Tensor, nfe: NFE | None = None, **outputs: Tensor):
+        self.n, self.nfe, self.out, self.s = len(x), nfe, dict(outputs), SimpleNamespace()
+        self.failed = nonfinite(x)
+        self.reason = torch.where(self.failed, FAIL_NONFINITE_INPUT, FAIL_NONE)
+        self._set_rows(torch.nonzero(~self.failed.cpu()).flatten())
+
+    def _set_rows(self, rows: Tensor) -> None:
+        self.rows, self.row_list, self.index = rows, rows.tolist(), rows.to(self.failed.device)
+        if self.nfe is not None:
+            self.nfe.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def start(self, **full: Tensor) -> SimpleNamespace:
+        """Working state: the active rows of the full-batch tensors ``full``."""
+        self.s = SimpleNamespace(**{k: v[self.index] for k, v in full.items()})
+        return self.s
+
+    def record(self, where: Tensor | None = None, **values: Tensor | float) -> None:
+        """Write ``values`` (one row per active sample, or a scalar) into :attr:`out` for the active rows
+        (only where ``where``, a bool mask over them); an output met for the first time starts at zero."""
+        for k, v in values.items():
+            if k not in self.out:
+                self.out[k] = torch.zeros((self.n, *v.shape[1:]), dtype=v.dtype, device=v.device)
+            old = self.out[k][self.index]
+            if where is None:
+                new = v if torch.is_tensor(v) else torch.full_like(old, v)
+            else:
+                new = torch.where(where.view(-1, *[1] * (old.ndim - 1)), v, old)
+            self.out[k][self.index] = new
+
+    def fail(self, bad: Tensor, code: int) -> None:
+        """Mark the active rows ``bad`` failed with ``code`` (rows already failed keep their reason)."""
+        new = bad & ~self.failed[self.index]
+        self.reason[self.index] = torch.where(new, code, self.reason[self.index])
+        self.failed[self.index] = self.failed[self.index] | bad
+
+    def keep(self, keep: Tensor) -> None:
+        """Batch compaction: only the active rows ``keep`` (a host bool mask) stay in the batch and in :attr:`s`."""
+        if bool(keep.all()):
+            return
+        local = torch.nonzero(keep).flatten().to(self.failed.device)
+        for k, v in vars(self.s).items():
+            if torch.is_tensor(v):
+                setattr(self.s, k, v[local])
+        self._set_rows(self.rows[keep])
 
 
 # --- the final flip check --------------------------------------------------------------------
@@ -99,14 +201,14 @@ def finalize(x: Tensor, cf: Tensor, target: Tensor, models: TaskModels, steps: T
     """Failed samples return their input; ``flipped = argmax f(cf) == target`` (one classifier call)."""
     cf = torch.where(failed.view(-1, 1, 1, 1).to(cf.device), x, cf).clamp(-1, 1)
     cf = torch.nan_to_num(cf)  # a failed sample whose input was non-finite
-    rows = torch.arange(len(x))
-    logits = models.classifier(cf)
-    nfe.add("classifier", rows)
+    nfe.rows = torch.arange(len(x))
+    logits = nfe.counted(models).classifier(cf)
     bad = nonfinite(logits).cpu() & ~failed.cpu()
-    reason = torch.where(bad, torch.full_like(reason, FAIL_NONFINITE_LOGITS), reason.cpu())
+    reason = torch.where(bad, torch.full_like(reason.cpu(), FAIL_NONFINITE_LOGITS), reason.cpu())
     failed = failed.cpu() | bad
     flipped = (logits.argmax(1).cpu() == target.cpu()) & ~failed
-    out = {"failed": failed, "fail_reason": reason.to(torch.int64), **nfe.counts, **(info or {})}
+    out = {"failed": failed, "fail_reason": reason.to(torch.int64), **nfe.counts,
+           **{k: v.cpu() for k, v in (info or {}).items()}}
     return Counterfactuals(images=cf.detach(), flipped=flipped, steps=steps.cpu().to(torch.int64), info=out)
 
 

@@ -14,12 +14,15 @@ clipped log-variance (so the last step is still guided; no noise is added at t =
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-from .base import FAIL_NONFINITE_STATE, NFE, nonfinite
+from vcebench.models.base import TaskModels
+from vcebench.rng import SampleGenerators
+
+from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite
 
 
 def space_timesteps(num_train_timesteps: int, respacing: int) -> list[int]:
@@ -42,6 +45,8 @@ class Schedule:
     coef_x0: Tensor  # posterior mean coefficients (float64)
     coef_z: Tensor
     variance: Tensor  # clipped posterior variance (float64)
+    train_steps: list[int] = field(default_factory=list)  # ``timesteps`` on the host, read by every step
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)  # device copies (see _s)
 
     @classmethod
     def from_ddpm(cls, ddpm, respacing: int) -> Schedule:
@@ -54,32 +59,43 @@ class Schedule:
         post_var = betas * (1 - abar_prev) / (1 - abar)
         variance = torch.cat([post_var[1:2], post_var[1:]]) if len(post_var) > 1 else post_var
         return cls(timesteps=ts, abar=abar, betas=betas, coef_x0=betas * abar_prev.sqrt() / (1 - abar),
-                   coef_z=(1 - abar_prev) * alphas.sqrt() / (1 - abar), variance=variance)
+                   coef_z=(1 - abar_prev) * alphas.sqrt() / (1 - abar), variance=variance,
+                   train_steps=ts.tolist())
 
-    def _s(self, v: Tensor, i: int, like: Tensor) -> Tensor:
-        return torch.tensor(float(v[i]), dtype=like.dtype, device=like.device)
+    def _s(self, v: str, i: int, like: Tensor) -> Tensor:
+        """Coefficient ``v`` at step ``i`` as a 0-dim tensor of ``like``'s dtype and device; each vector
+        is copied to the device once, so a step reads it there without a host round trip."""
+        key = (v, like.dtype, like.device)
+        if key not in self._cache:
+            self._cache[key] = self._vectors()[v].to(dtype=like.dtype, device=like.device)
+        return self._cache[key][i]
+
+    def _vectors(self) -> dict[str, Tensor]:
+        return {"sqrt_abar": self.abar.sqrt(), "sqrt_1m_abar": (1 - self.abar).sqrt(), "coef_x0": self.coef_x0,
+                "coef_z": self.coef_z, "variance": self.variance, "log_beta": self.betas.log(),
+                "log_variance": self.variance.log()}
 
     def sqrt_abar(self, i: int, like: Tensor) -> Tensor:
-        return self._s(self.abar.sqrt(), i, like)
+        return self._s("sqrt_abar", i, like)
 
     def q_sample(self, x: Tensor, i: int, noise: Tensor) -> Tensor:
         """z_i = sqrt(abar_i) x + sqrt(1 - abar_i) eps."""
-        return self._s(self.abar.sqrt(), i, x) * x + self._s((1 - self.abar).sqrt(), i, x) * noise
+        return self._s("sqrt_abar", i, x) * x + self._s("sqrt_1m_abar", i, x) * noise
 
     @torch.no_grad()
     def p_mean_variance(self, ddpm, z: Tensor, i: int) -> tuple[Tensor, Tensor, Tensor]:
         """One UNet call: (posterior mean, variance, clipped Tweedie estimate x0hat) at step ``i``."""
-        t = torch.full((len(z),), int(self.timesteps[i]), dtype=torch.long, device=z.device)
+        t = torch.full((len(z),), self.train_steps[i], dtype=torch.long, device=z.device)
         eps, v = ddpm.eps_var(z, t) if getattr(ddpm, "learned_variance", False) else (ddpm.eps(z, t), None)
-        x0 = ((z - self._s((1 - self.abar).sqrt(), i, z) * eps) / self._s(self.abar.sqrt(), i, z)).clamp(-1, 1)
-        mean = self._s(self.coef_x0, i, z) * x0 + self._s(self.coef_z, i, z) * z
-        return mean, self.learned_variance(v, i, z) if v is not None else self._s(self.variance, i, z), x0
+        x0 = ((z - self._s("sqrt_1m_abar", i, z) * eps) / self._s("sqrt_abar", i, z)).clamp(-1, 1)
+        mean = self._s("coef_x0", i, z) * x0 + self._s("coef_z", i, z) * z
+        return mean, self.learned_variance(v, i, z) if v is not None else self._s("variance", i, z), x0
 
     def learned_variance(self, v: Tensor, i: int, like: Tensor) -> Tensor:
         """guided-diffusion's ``LEARNED_RANGE``: ``exp(f log beta_i + (1 - f) log var~_i)``, ``f = (v + 1) / 2``,
         per pixel, on the respaced schedule (beta_i and the clipped posterior variance var~_i)."""
         f = (v.float() + 1) / 2
-        log_var = f * self._s(self.betas.log(), i, f) + (1 - f) * self._s(self.variance.log(), i, f)
+        log_var = f * self._s("log_beta", i, f) + (1 - f) * self._s("log_variance", i, f)
         return log_var.exp().to(like.dtype)
 
 
@@ -90,60 +106,65 @@ def sample_step(mean: Tensor, var: Tensor, grads: Tensor, i: int, noise: Tensor)
 
 
 @torch.no_grad()
-def denoise(sched: Schedule, ddpm, z: Tensor, start: int, noise_fn: Callable[[], Tensor], rows: Tensor,
-            nfe: NFE) -> Tensor:
+def denoise(sched: Schedule, ddpm, z: Tensor, start: int, noise_fn: Callable[[], Tensor]) -> Tensor:
     """Unguided ancestral sampling from step ``start`` down to 0 (``start + 1`` UNet calls); returns x at 0."""
     for i in range(start, -1, -1):
         mean, var, _ = sched.p_mean_variance(ddpm, z, i)
-        nfe.add("unet", rows)
         z = sample_step(mean, var, torch.zeros_like(z), i, noise_fn() if i > 0 else None)
     return z
 
 
-AttemptFn = Callable[[Tensor, Tensor, Tensor, float], tuple[Tensor, Tensor, Tensor, dict[str, Tensor]]]
+class DDPMMethod:
+    """A DDPM baseline behind the Method interface: :func:`run_ddpm_method` around the subclass's
+    ``_attempt(models, sched, x, target, generators, scale) -> (z_0, extras)``."""
+
+    passes = 1
+
+    def __init__(self, name: str, params):
+        self.name, self.params = name, params
+        self.roles = ("classifier", "ddpm") + (("perceptual",) if params.perc else ())
+
+    def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
+                 generator: SampleGenerators) -> Counterfactuals:
+        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=self.passes)
+
+    def _attempt(self, models: TaskModels, sched: Schedule, x: Tensor, target: Tensor, gen: SampleGenerators,
+                 scale: float) -> tuple[Tensor, dict[str, Tensor]]:
+        raise NotImplementedError
 
 
-@torch.no_grad()
-def retry_scales(x: Tensor, target: Tensor, classifier, scales: tuple[float, ...], attempt: AttemptFn,
-                 nfe: NFE) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, dict[str, Tensor]]:
-    """DiME's classifier-scale schedule (main.py): try each scale in order on the samples not flipped yet.
+AttemptFn = Callable[[TaskModels, Schedule, Tensor, Tensor, SampleGenerators, float],
+                     tuple[Tensor, dict[str, Tensor]]]
 
-    ``attempt(rows, x_rows, target_rows, scale) -> (cf, failed, fail_reason, extras)`` must draw its
-    noise from fresh forks of the samples' generators, so every retry starts from the SAME noise.
-    A sample that never flips keeps the last attempt's counterfactual.
-    Returns (cf, flipped, scale, attempts, failed, fail_reason, extras).
+
+def run_ddpm_method(p, x: Tensor, target: Tensor, models: TaskModels, generator: SampleGenerators,
+                    attempt: AttemptFn, passes: int) -> Counterfactuals:
+    """DiME's classifier-scale schedule (``main.py``), shared by the DDPM baselines: try each scale of
+    ``p.scales`` in order on the samples not flipped yet; ``steps`` = guided steps run.
+
+    ``attempt(models, sched, x, target, generators, scale) -> (z_0, extras)`` runs one method on the
+    active samples; it draws its noise from fresh forks of their generators, so every retry starts
+    from the SAME noise. A sample that never flips keeps its last attempt's counterfactual; one whose
+    state turns non-finite fails and returns its input. ``p.respacing`` and ``p.start_step`` set the
+    trajectory (``passes`` trajectories per attempt).
     """
-    n = len(x)
-    cf = x.clone()
-    flipped = torch.zeros(n, dtype=torch.bool)
-    failed = torch.zeros(n, dtype=torch.bool)
-    reason = torch.zeros(n, dtype=torch.int64)
-    scale_used = torch.zeros(n)
-    attempts = torch.zeros(n, dtype=torch.int64)
-    extras: dict[str, Tensor] = {}
-    for s in scales:
-        rows = torch.nonzero(~flipped & ~failed).flatten()
-        if len(rows) == 0:
+    nfe = NFE(len(x))
+    models = nfe.counted(models)
+    sched = Schedule.from_ddpm(models.ddpm, p.respacing)
+    b = ActiveBatch(x, nfe, cf=x.clone(), scale=torch.zeros(len(x), device=x.device),
+                    attempts=torch.zeros(len(x), dtype=torch.int64, device=x.device))
+    target = target.to(x.device)
+    for scale in p.scales:
+        if len(b) == 0:
             break
-        dev = rows.to(x.device)
-        out, bad, why, ext = attempt(rows, x[dev], target[dev], float(s))
-        cf[dev] = out
-        failed[rows] |= bad
-        reason[rows] = torch.where(bad, why, reason[rows])
-        scale_used[rows] = float(s)
-        attempts[rows] += 1
-        for k, v in ext.items():
-            if k not in extras:
-                extras[k] = torch.zeros((n, *v.shape[1:]), dtype=v.dtype)
-            extras[k][rows] = v.cpu()
-        logits = classifier(out)
-        nfe.add("classifier", rows)
-        flipped[rows] = (logits.argmax(1).cpu() == target[dev].cpu()) & ~bad
-    return cf, flipped, scale_used, attempts, failed, reason, extras
-
-
-def mark_nonfinite(state: Tensor, failed: Tensor, reason: Tensor, code: int = FAIL_NONFINITE_STATE) -> None:
-    """Flag rows of ``state`` with NaN / inf as failed (in place), keeping the first reason."""
-    bad = nonfinite(state).cpu() & ~failed
-    reason[bad] = code
-    failed |= bad
+        xs, ts = x[b.index], target[b.index]
+        z, extras = attempt(models, sched, xs, ts, generator.subset(b.row_list), float(scale))
+        bad = nonfinite(z)
+        b.fail(bad, FAIL_NONFINITE_STATE)
+        b.record(cf=z.clamp(-1, 1), scale=float(scale), attempts=b.out["attempts"][b.index] + 1, **extras)
+        with torch.no_grad():
+            flipped = (models.classifier(z.clamp(-1, 1)).argmax(1) == ts) & ~bad
+        b.keep((~flipped & ~bad).cpu())  # the attempt's one host sync: flipped / failed samples leave
+    info = {k: v for k, v in b.out.items() if k != "cf"}
+    steps = b.out["attempts"] * p.start_step * passes
+    return finalize(x, b.out["cf"], target, models, steps, b.failed, b.reason, nfe, info)

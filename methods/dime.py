@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
-from .base import FAIL_NONFINITE_INPUT, NFE, Counterfactuals, finalize, require
-from .ddpm import Schedule, denoise, mark_nonfinite, retry_scales, sample_step
+from .base import require
+from .ddpm import DDPMMethod, Schedule, denoise, sample_step
 from .guidance import guidance_grads, l1_grad
 
 
@@ -40,7 +39,7 @@ class DimeParams:
 
 
 def dime_attempt(models: TaskModels, sched: Schedule, p: DimeParams, x: Tensor, target: Tensor,
-                 gen: SampleGenerators, scale: float, rows: Tensor, nfe: NFE) -> Tensor:
+                 gen: SampleGenerators, scale: float) -> Tensor:
     """One DiME run at classifier scale ``scale``; the clean image is re-estimated by unguided
     ancestral denoising of z down to 0 after every guided step (~tau^2 / 2 UNet calls)."""
     shape = x.shape[1:]
@@ -49,71 +48,14 @@ def dime_attempt(models: TaskModels, sched: Schedule, p: DimeParams, x: Tensor, 
     x_t = x.clone()
     for i in range(p.start_step - 1, -1, -1):
         mean, var, _ = sched.p_mean_variance(models.ddpm, z, i)
-        nfe.add("unet", rows)
-        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc, rows, nfe)
+        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
         grads = (g_cls + g_perc) / sched.sqrt_abar(i, x) + p.l1 * l1_grad(z, x)
         z = sample_step(mean, var, grads, i, noise.randn(*shape, device=x.device) if i > 0 else None)
         if i > 0:  # x_t: unguided denoising of z_{i-1} down to 0 (the recursive clean estimate)
-            x_t = denoise(sched, models.ddpm, z, i - 1, lambda: noise.randn(*shape, device=x.device), rows, nfe)
+            x_t = denoise(sched, models.ddpm, z, i - 1, lambda: noise.randn(*shape, device=x.device))
     return z
 
 
-class DiME:
-    def __init__(self, name: str, params: DimeParams):
-        self.name, self.params = name, params
-        self.roles = ("classifier", "ddpm") + (("perceptual",) if params.perc else ())
-
-    def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
-                 generator: SampleGenerators) -> Counterfactuals:
-        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=1)
-
-    def _attempt(self, models, sched, x, target, gen, scale, rows, nfe):
-        return dime_attempt(models, sched, self.params, x, target, gen, scale, rows, nfe), {}
-
-
-def run_ddpm_method(p, x: Tensor, target: Tensor, models: TaskModels, generator: SampleGenerators, attempt_fn,
-                    passes: int) -> Counterfactuals:
-    """The classifier-scale retry loop around one method's ``attempt_fn``; ``steps`` = guided steps run."""
-    nfe = NFE(len(x))
-    sched = Schedule.from_ddpm(models.ddpm, p.respacing)
-    failed0 = torch.zeros(len(x), dtype=torch.bool)
-    reason0 = torch.zeros(len(x), dtype=torch.int64)
-    mark_nonfinite(x, failed0, reason0, code=FAIL_NONFINITE_INPUT)
-    ok = torch.nonzero(~failed0).flatten()
-
-    def attempt(rows_local: Tensor, xs: Tensor, ts: Tensor, scale: float):
-        rows = ok[rows_local]
-        z, extras = attempt_fn(models, sched, xs, ts, generator.subset(rows.tolist()), scale, rows, nfe)
-        failed = torch.zeros(len(rows), dtype=torch.bool)
-        reason = torch.zeros(len(rows), dtype=torch.int64)
-        mark_nonfinite(z, failed, reason)
-        return z.clamp(-1, 1), failed, reason, extras
-
-    dev = x.device
-    cf, flipped, scale, attempts, failed, reason, extras = retry_scales(
-        x[ok.to(dev)], target.to(dev)[ok.to(dev)], models.classifier, p.scales, attempt, _Shift(nfe, ok))
-    out = x.clone()
-    out[ok.to(dev)] = cf
-    all_failed, all_reason = failed0.clone(), reason0.clone()
-    all_failed[ok], all_reason[ok] = failed, torch.where(failed, reason, all_reason[ok])
-    steps = torch.zeros(len(x), dtype=torch.long)
-    steps[ok] = attempts * p.start_step * passes
-    info = {"scale": _full(scale, ok, len(x)), "attempts": _full(attempts, ok, len(x))}
-    info.update({k: _full(v, ok, len(x)) for k, v in extras.items()})
-    return finalize(x, out, target, models, steps, all_failed, all_reason, nfe, info)
-
-
-def _full(v: Tensor, rows: Tensor, n: int) -> Tensor:
-    out = torch.zeros((n, *v.shape[1:]), dtype=v.dtype)
-    out[rows] = v.cpu()
-    return out
-
-
-class _Shift:
-    """An NFE view for the retry loop, whose row indices are local to the non-failed inputs."""
-
-    def __init__(self, nfe: NFE, rows: Tensor):
-        self.nfe, self.rows = nfe, rows
-
-    def add(self, net: str, rows: Tensor, times: float = 1.0, bwd: bool = False) -> None:
-        self.nfe.add(net, self.rows[rows.cpu()], times, bwd)
+class DiME(DDPMMethod):
+    def _attempt(self, models, sched, x, target, gen, scale):
+        return dime_attempt(models, sched, self.params, x, target, gen, scale), {}

@@ -23,9 +23,8 @@ from torch import Tensor
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
-from .base import NFE, Counterfactuals, require
-from .ddpm import Schedule, sample_step
-from .dime import run_ddpm_method
+from .base import require
+from .ddpm import DDPMMethod, Schedule, sample_step
 from .guidance import guidance_grads, l1_grad
 from .masks import difference_mask
 
@@ -51,7 +50,7 @@ class FastDimeParams:
 
 
 def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: Tensor, target: Tensor,
-                     gen: SampleGenerators, scale: float, rows: Tensor, nfe: NFE, self_mask: bool,
+                     gen: SampleGenerators, scale: float, self_mask: bool,
                      fixed_keep: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """One FastDiME pass; returns (z_0, keep mask B of the last step, 1 = input kept)."""
     shape, dev = x.shape[1:], x.device
@@ -61,8 +60,7 @@ def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: 
     keep = fixed_keep
     for j, i in enumerate(range(p.start_step - 1, -1, -1)):
         mean, var, x0hat = sched.p_mean_variance(models.ddpm, z, i)
-        nfe.add("unet", rows)
-        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc, rows, nfe)
+        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
         div = sched.sqrt_abar(i, x) if p.scale_grads else 1.0
         grads = (g_cls + g_perc) / div + p.l1 * l1_grad(z, x)
         z = sample_step(mean, var, grads, i, noise.randn(*shape, device=dev) if i > 0 else None)
@@ -79,22 +77,17 @@ def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: 
     return z, keep
 
 
-class FastDiME:
+class FastDiME(DDPMMethod):
     """``fastdime`` (one pass, self-optimised mask), ``fastdime2`` and ``fastdime2plus`` (two passes)."""
 
     def __init__(self, name: str, params: FastDimeParams, passes: int = 1, first_pass_mask: bool = True):
-        self.name, self.params, self.passes, self.first_pass_mask = name, params, passes, first_pass_mask
-        self.roles = ("classifier", "ddpm") + (("perceptual",) if params.perc else ())
+        super().__init__(name, params)
+        self.passes, self.first_pass_mask = passes, first_pass_mask
 
-    def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
-                 generator: SampleGenerators) -> Counterfactuals:
-        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=self.passes)
-
-    def _attempt(self, models, sched, x, target, gen, scale, rows, nfe):
+    def _attempt(self, models, sched, x, target, gen, scale):
         p = self.params
-        z, keep = fastdime_attempt(models, sched, p, x, target, gen, scale, rows, nfe, self_mask=self.first_pass_mask)
+        z, keep = fastdime_attempt(models, sched, p, x, target, gen, scale, self_mask=self.first_pass_mask)
         if self.passes == 2:
             fixed = (difference_mask(x, z.clamp(-1, 1), p.mask_dilation) < p.mask_threshold).to(x.dtype)
-            z, keep = fastdime_attempt(models, sched, p, x, target, gen, scale, rows, nfe, self_mask=False,
-                                       fixed_keep=fixed)
-        return z, {"mask": (keep < 0.5).cpu()}
+            z, keep = fastdime_attempt(models, sched, p, x, target, gen, scale, self_mask=False, fixed_keep=fixed)
+        return z, {"mask": keep < 0.5}

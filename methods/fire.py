@@ -4,7 +4,7 @@ Equation names refer to the paper's labels (``eq:fixed_noise_init`` ... ``eq:ble
 Choices the paper leaves open, made here:
 
 - The loss at step k is taken on ``X_k(Z) = M_soft^k * G(Z_t^k, t) + (1 - M_soft^k) * X0``
-  (PROTOCOL.md): the current soft mask re-blends the PMF prediction G(Z_t^k) computed at the end
+  (docs/protocol.md): the current soft mask re-blends the PMF prediction G(Z_t^k) computed at the end
   of step k - 1, whose autograd graph is reused (no second PMF forward). At k = 0 the PMF is run
   once on Z_t^0.
 - Attribution (``A^k``) uses the target log-odds ``s_{y'} - s_{1-y'}`` (the raw target logit of a
@@ -31,9 +31,9 @@ from vcebench.rng import SampleGenerators
 
 from .base import (
     FAIL_NONFINITE_GRAD,
-    FAIL_NONFINITE_INPUT,
     FAIL_NONFINITE_STATE,
     NFE,
+    ActiveBatch,
     Counterfactuals,
     finalize,
     nonfinite,
@@ -90,133 +90,132 @@ class FireResult:
 
 def fire_refine(x0: Tensor, target: Tensor, models: TaskModels, generator: SampleGenerators, p: FireParams,
                 nfe: NFE) -> FireResult:
-    """Algorithm 1 (FiRe: fixed-noise counterfactual refinement), batched with per-sample early stopping."""
-    f, pmf = models.classifier, models.pmf
-    n, dev = len(x0), x0.device
-    K = 1 if p.mode == "one_step" else p.K
-    levels = [p.t * (1 - k / K) for k in range(K)] if p.mode == "reverse" else [p.t] * K
-    ones = torch.ones_like(x0[:, :1])
-    res = FireResult(x_cf=x0.clone(), z=torch.zeros_like(x0), z0=torch.zeros_like(x0), m_hard=torch.zeros_like(ones),
-                     m_soft=torch.zeros_like(ones), steps=torch.zeros(n, dtype=torch.long),
-                     p_final=torch.zeros(n), failed=nonfinite(x0).cpu(), reason=torch.zeros(n, dtype=torch.long))
-    res.reason[res.failed] = FAIL_NONFINITE_INPUT
+    """Algorithm 1 (FiRe: fixed-noise counterfactual refinement), batched: each sample stops on its own and
+    leaves the batch; a sample whose state turns non-finite fails and returns its input.
 
-    # Line 1, Eq. fixed_noise_init: Z_t^0 = (1 - t) X0 + t Z^0, Z^0 ~ N(0, I).
+    The ablations are the strategies above: :func:`noise_levels` / :func:`renoise` (``mode``) and
+    ``MASKS[p.mask]``; :func:`step_size` holds the constant-step ablation.
+    """
+    models, dev = nfe.counted(models), x0.device
+    f, levels, make_masks = models.classifier, noise_levels(p), MASKS[p.mask]
+    sg_gen, rn_gen = generator.fork("fire/smoothgrad"), generator.fork("fire/renoise")
     eps = generator.fork("fire/init").randn(*x0.shape[1:], device=dev)
-    z0_all = (1 - p.t) * x0 + p.t * eps
-    res.z0 = z0_all.clone()
-    rows = torch.nonzero(~res.failed).flatten()  # global indices of the batch rows
-    if len(rows) == 0:
-        return res
-    r = rows.to(dev)
-    x0a, z0a, eps_a, tgt = x0[r], z0_all[r], eps[r], target.to(dev)[r]
-    za = z0a.clone()
-    xk = x0a.clone()  # Line 2: X_0 is the first clean image
-    m_hard = torch.zeros_like(x0a[:, :1])  # M_hard^{-1} = 0
-    p_k = torch.zeros(len(rows), device=dev)
-    live = torch.ones(len(rows), dtype=torch.bool)  # rows still recording (== all rows under compaction)
-    fwd = None  # (Z leaf, G(Z leaf), forward rows, selection of current rows in it): the reusable PMF graph
-    sg_gen = generator.fork("fire/smoothgrad")
-    rn_gen = generator.fork("fire/renoise")
-
-    for k in range(K):  # Line 3
-        t_k = levels[k]
-        # Lines 4-7, Eqs. orig_mask / hard_mask / soft_mask.
-        if p.mask == "fire":
-            noise = sg_gen.subset(rows.tolist()).randn(p.smoothgrad_n, *x0.shape[1:], device=dev)
-            attribution = smoothgrad(f, xk, tgt, noise, p.smoothgrad_sigma)
-            nfe.add("classifier", rows, times=p.smoothgrad_n, bwd=True)
-            m_orig = dilate_radius(largest_component(top_ratio(attribution, p.rho)), p.dilation)
-            m_hard = torch.maximum(m_hard, m_orig)
-            m_soft = feather(m_orig, p.feather)
-        elif p.mask == "maskdime":
-            with torch.enable_grad():
-                x_in = xk.detach().requires_grad_(True)
-                grad_x = torch.autograd.grad(target_ce(f(x_in), tgt).sum(), x_in)[0]
-            nfe.add("classifier", rows, bwd=True)
-            m_hard, m_soft = nested_topk(grad_x.abs().mean(1, keepdim=True), p.rho, p.maskdime_rho,
-                                         2 * p.dilation + 1)
-        else:
-            m_hard, m_soft = torch.ones_like(m_hard), torch.ones_like(m_hard)
-
-        # Line 8, Eqs. joint_loss and clean_to_noisy_gradient: grad of L_joint on X_k(Z) w.r.t. Z_t^k,
-        # through the PMF prediction and the soft-mask blend.
-        with torch.enable_grad():
-            if fwd is None:
-                leaf = za.detach().requires_grad_(True)
-                fwd = (leaf, pmf.predict_clean(leaf, t_k), rows, torch.arange(len(rows), device=dev))
-                nfe.add("pmf", rows)
-            leaf, g_full, fwd_rows, sel = fwd
-            x_of_z = m_soft * g_full[sel] + (1 - m_soft) * x0a
-            loss = p.lambda_cls * target_ce(f(x_of_z), tgt)
-            nfe.add("classifier", rows, bwd=True)
-            if p.lambda_perc:
-                loss = loss + p.lambda_perc * perceptual(models, x_of_z, x0a)
-                nfe.add("perceptual", rows, bwd=True)
-            if p.lambda_tv:
-                loss = loss + p.lambda_tv * tv_loss(x_of_z - x0a)
-            grad = torch.autograd.grad(loss.sum(), leaf)[0][sel]
-            nfe.add_bwd("pmf", fwd_rows)
-        grad = mean_abs_normalize(grad)
-
-        # Line 9, Eq. adaptive_step.
-        if not p.adaptive_step:
-            eta_k = torch.full_like(p_k, p.eta)
-        elif k == 0:
-            eta_k = torch.full_like(p_k, 0.3 * p.eta)
-        else:
-            eta_k = p.eta * k / (K - 1) * ((p.p_flip - p_k) / p.p_flip).clamp_min(0)
-
-        # Line 10, Eq. masked_update: Z^{k+1} = M_hard (Z^k - eta_k g) + (1 - M_hard) Z^0.
-        z_next = m_hard * (za - eta_k.view(-1, 1, 1, 1) * grad) + (1 - m_hard) * z0a
-
-        # Lines 11-12, Eqs. pmf_prediction and blending; keep the graph for the next gradient.
-        reuse = k < K - 1 and p.mode != "reverse"
-        with torch.set_grad_enabled(reuse):
-            leaf = z_next.detach().requires_grad_(reuse)
-            g_next = pmf.predict_clean(leaf, t_k)
-        nfe.add("pmf", rows)
-        x_next = m_soft * g_next.detach() + (1 - m_soft) * x0a
+    z0 = (1 - p.t) * x0 + p.t * eps  # Line 1, Eq. fixed_noise_init: Z_t^0 = (1 - t) X_0 + t Z^0
+    mask0, zeros = torch.zeros_like(x0[:, :1]), torch.zeros(len(x0), device=dev)
+    b = ActiveBatch(x0, nfe, x_cf=x0.clone(), z=torch.zeros_like(x0), m_hard=mask0, m_soft=mask0.clone(),
+                    steps=torch.zeros(len(x0), dtype=torch.long, device=dev), p_final=zeros)
+    # Line 2: X_0 is the first clean image, M_hard^{-1} = 0.
+    s = b.start(x0=x0, z0=z0, eps=eps, target=target.to(dev), z=z0, x=x0, m_hard=mask0, p=zeros,
+                live=torch.ones(len(x0), dtype=torch.bool, device=dev))
+    graph = None  # (Z leaf, G(Z)): the PMF graph of the last prediction, reused by the next gradient
+    for k, t_k in enumerate(levels):  # Line 3
+        if len(b) == 0:
+            break
+        m_hard, m_soft = make_masks(f, s, p, sg_gen.subset(b.row_list))  # Lines 4-7, Eqs. orig/hard/soft_mask
+        if graph is None:
+            graph, s.sel = pmf_graph(models.pmf, s.z, t_k, True), torch.arange(len(b), device=dev)
+        grad = joint_gradient(models, graph, s, m_soft, p)  # Line 8, Eqs. joint_loss, clean_to_noisy_gradient
+        eta = step_size(p, k, len(levels), s.p).view(-1, 1, 1, 1)  # Line 9, Eq. adaptive_step
+        z_next = m_hard * (s.z - eta * grad) + (1 - m_hard) * s.z0  # Line 10, Eq. masked_update
+        reuse = k < len(levels) - 1 and p.mode != "reverse"
+        graph = pmf_graph(models.pmf, z_next, t_k, reuse)  # Line 11, Eq. pmf_prediction
+        x_next = m_soft * graph[1].detach() + (1 - m_soft) * s.x0  # Line 12, Eq. blending
         with torch.no_grad():
-            p_next = p_target(f(x_next), tgt)
-        nfe.add("classifier", rows)
-
-        # Failures: the sample returns its input; the rest of the batch goes on.
-        bad_grad, bad_state = nonfinite(grad).cpu(), (nonfinite(x_next) | ~torch.isfinite(p_next)).cpu()
-        bad = bad_grad | bad_state
-        rec = live & ~bad
-        gi = rows[rec]
-        rd = rec.to(dev)
-        res.x_cf[gi.to(dev)] = x_next[rd].detach()
-        res.z[gi.to(dev)] = z_next[rd].detach()
-        res.m_hard[gi.to(dev)] = m_hard[rd]
-        res.m_soft[gi.to(dev)] = m_soft[rd]
-        res.steps[gi] = k + 1
-        res.p_final[gi] = p_next[rd].cpu()
-        newly = live & bad
-        res.failed[rows[newly]] = True
-        res.reason[rows[newly & bad_grad]] = FAIL_NONFINITE_GRAD
-        res.reason[rows[newly & ~bad_grad]] = FAIL_NONFINITE_STATE
-
-        # Lines 13-14: early stopping at P_flip.
-        done = (p_next >= p.p_flip).cpu() if p.early_stop else torch.zeros_like(bad)
-        live = live & ~bad & ~done
+            p_next = p_target(f(x_next), s.target)  # Eq. target_prob
+        bad_grad, bad_state = nonfinite(grad), nonfinite(x_next) | ~torch.isfinite(p_next)
+        b.fail(s.live & bad_grad, FAIL_NONFINITE_GRAD)
+        b.fail(s.live & bad_state, FAIL_NONFINITE_STATE)
+        ok = ~(bad_grad | bad_state)
+        b.record(s.live & ok, x_cf=x_next.detach(), z=z_next.detach(), m_hard=m_hard, m_soft=m_soft, steps=k + 1,
+                 p_final=p_next)
+        done = p_next >= p.p_flip if p.early_stop else torch.zeros_like(ok)  # Lines 13-14
+        s.live = s.live & ok & ~done
+        s.z, s.p, s.x, s.m_hard = z_next.detach(), p_next.detach(), x_next.detach(), m_hard
+        s.sel = torch.arange(len(b), device=dev)
+        live, keep = torch.stack([s.live, s.live if p.compaction else ok]).cpu()  # the step's one host sync
         if not live.any():
             break
-        za, p_k, xk = z_next.detach(), p_next.detach(), x_next.detach()
-        fwd = (leaf, g_next, rows, torch.arange(len(rows), device=dev)) if reuse else None
-        if p.mode == "reverse" and k + 1 < K:  # re-noise the prediction at the next, lower level
-            t_n = levels[k + 1]
-            za = (1 - t_n) * xk + t_n * rn_gen.subset(rows.tolist()).randn(*x0.shape[1:], device=dev)
-            z0a = (1 - t_n) * x0a + t_n * eps_a
-        keep = live if p.compaction else ~bad
-        if not keep.all():  # batch compaction: finished / failed samples leave the batch
-            kd = keep.to(dev)
-            rows, live = rows[keep], live[keep]
-            x0a, z0a, eps_a, tgt, za, xk, m_hard, p_k = (v[kd] for v in (x0a, z0a, eps_a, tgt, za, xk, m_hard, p_k))
-            if fwd is not None:
-                fwd = (fwd[0], fwd[1], fwd[2], fwd[3][kd])
-    return res
+        graph = graph if reuse else None
+        b.keep(keep)  # batch compaction: finished (or failed) samples leave
+        if p.mode == "reverse" and k + 1 < len(levels):
+            renoise(s, levels[k + 1], rn_gen.subset(b.row_list))
+    o = b.out
+    return FireResult(x_cf=o["x_cf"], z=o["z"], z0=z0, m_hard=o["m_hard"], m_soft=o["m_soft"], steps=o["steps"],
+                      p_final=o["p_final"], failed=b.failed, reason=b.reason)
+
+
+# --- the pieces of a step --------------------------------------------------------------------
+def pmf_graph(pmf, z: Tensor, t: float, keep_graph: bool) -> tuple[Tensor, Tensor]:
+    """(Z leaf, G_theta(Z, t)), Eq. pmf_prediction; with ``keep_graph`` the graph is kept for a gradient."""
+    with torch.set_grad_enabled(keep_graph):
+        leaf = z.detach().requires_grad_(keep_graph)
+        return leaf, pmf.predict_clean(leaf, t)
+
+
+def joint_gradient(models: TaskModels, graph: tuple[Tensor, Tensor], s, m_soft: Tensor, p: FireParams) -> Tensor:
+    """Eqs. joint_loss and clean_to_noisy_gradient: the gradient of L_joint on
+    ``X_k(Z) = M_soft^k G(Z) + (1 - M_soft^k) X_0`` w.r.t. Z_t^k, through the PMF graph of the last
+    prediction (rows ``s.sel`` of it) and the soft-mask blend; divided by its mean magnitude."""
+    leaf, g = graph
+    with torch.enable_grad():
+        x_of_z = m_soft * g[s.sel] + (1 - m_soft) * s.x0
+        loss = p.lambda_cls * target_ce(models.classifier(x_of_z), s.target)
+        if p.lambda_perc:
+            loss = loss + p.lambda_perc * perceptual(models, x_of_z, s.x0)
+        if p.lambda_tv:
+            loss = loss + p.lambda_tv * tv_loss(x_of_z - s.x0)
+        grad = torch.autograd.grad(loss.sum(), leaf)[0][s.sel]
+    return mean_abs_normalize(grad)
+
+
+def step_size(p: FireParams, k: int, K: int, p_k: Tensor) -> Tensor:
+    """Eq. adaptive_step: 0.3 eta at k = 0, then eta k / (K - 1) [(P_flip - p_target(X_k)) / P_flip]_+;
+    the constant eta when ``adaptive_step`` is off (ablation)."""
+    if not p.adaptive_step:
+        return torch.full_like(p_k, p.eta)
+    if k == 0:
+        return torch.full_like(p_k, 0.3 * p.eta)
+    return p.eta * k / (K - 1) * ((p.p_flip - p_k) / p.p_flip).clamp_min(0)
+
+
+# --- masks (Lines 4-7) and their ablations -----------------------------------------------------
+def fire_masks(f, s, p: FireParams, gen: SampleGenerators) -> tuple[Tensor, Tensor]:
+    """Eqs. orig_mask, hard_mask, soft_mask: SmoothGrad attribution A^k of X_k, its top-rho largest
+    connected component dilated by r (M_orig^k), the union M_hard^k, and M_soft^k = Feather(M_orig^k, w)."""
+    noise = gen.randn(p.smoothgrad_n, *s.x.shape[1:], device=s.x.device)
+    attribution = smoothgrad(f, s.x, s.target, noise, p.smoothgrad_sigma)
+    m_orig = dilate_radius(largest_component(top_ratio(attribution, p.rho)), p.dilation)
+    return torch.maximum(s.m_hard, m_orig), feather(m_orig, p.feather)
+
+
+def maskdime_masks(f, s, p: FireParams, gen: SampleGenerators) -> tuple[Tensor, Tensor]:
+    """Ablation: MaskDiME's nested top-k masks from the plain classifier gradient at X_k (no union)."""
+    with torch.enable_grad():
+        x_in = s.x.detach().requires_grad_(True)
+        grad_x = torch.autograd.grad(target_ce(f(x_in), s.target).sum(), x_in)[0]
+    return nested_topk(grad_x.abs().mean(1, keepdim=True), p.rho, p.maskdime_rho, 2 * p.dilation + 1)
+
+
+def no_masks(f, s, p: FireParams, gen: SampleGenerators) -> tuple[Tensor, Tensor]:
+    """Ablation: edit everywhere (no attribution)."""
+    return torch.ones_like(s.m_hard), torch.ones_like(s.m_hard)
+
+
+MASKS = {"fire": fire_masks, "maskdime": maskdime_masks, "none": no_masks}
+
+
+# --- noise levels (``mode``) ------------------------------------------------------------------
+def noise_levels(p: FireParams) -> list[float]:
+    """The noise level of each update: t for all K (Algorithm 1); ablations: one update (``one_step``),
+    or K decreasing levels t (1 - k / K) (``reverse``, with :func:`renoise` between them)."""
+    K = 1 if p.mode == "one_step" else p.K
+    return [p.t * (1 - k / K) for k in range(K)] if p.mode == "reverse" else [p.t] * K
+
+
+def renoise(s, t_next: float, gen: SampleGenerators) -> None:
+    """``reverse`` ablation: re-noise the blended prediction (and Z_t^0) at the next, lower level with fresh noise."""
+    s.z = (1 - t_next) * s.x + t_next * gen.randn(*s.x.shape[1:], device=s.x.device)
+    s.z0 = (1 - t_next) * s.x0 + t_next * s.eps
 
 
 class FiRe:
@@ -230,5 +229,5 @@ class FiRe:
                  generator: SampleGenerators) -> Counterfactuals:
         nfe = NFE(len(x))
         r = fire_refine(x, target, models, generator, self.params, nfe)
-        info = {"mask_hard": r.m_hard.bool().cpu(), "mask_soft": r.m_soft.half().cpu(), "p_target": r.p_final}
+        info = {"mask_hard": r.m_hard.bool(), "mask_soft": r.m_soft.half(), "p_target": r.p_final}
         return finalize(x, r.x_cf, target, models, r.steps, r.failed, r.reason, nfe, info)

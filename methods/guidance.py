@@ -11,8 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import NFE
-
 
 def p_target(logits: Tensor, target: Tensor) -> Tensor:
     """softmax(f(X))[y'] (FiRe Eq. target_prob)."""
@@ -61,19 +59,17 @@ def mean_abs_normalize(g: Tensor, eps: float = 1e-12) -> Tensor:
 
 
 @torch.enable_grad()
-def guidance_grads(models, x_t: Tensor, x: Tensor, target: Tensor, cls_scale: float, perc_weight: float,
-                   rows: Tensor, nfe: NFE) -> tuple[Tensor, Tensor]:
+def guidance_grads(models, x_t: Tensor, x: Tensor, target: Tensor, cls_scale: float,
+                   perc_weight: float) -> tuple[Tensor, Tensor]:
     """Gradients w.r.t. the clean image ``x_t`` of ``cls_scale * logit_loss(f(x_t))`` and of
     ``perc_weight * Perc(x_t, x)`` (DiME ``clean_class_cond_fn`` / ``dist_cond_fn``); one backward each."""
     x_in = x_t.detach().requires_grad_(True)
     loss_c = cls_scale * logit_loss(models.classifier(x_in), target).sum()
     g_cls = torch.autograd.grad(loss_c, x_in)[0]
-    nfe.add("classifier", rows, bwd=True)
     if perc_weight == 0:
         return g_cls, torch.zeros_like(g_cls)
     loss_p = perc_weight * perceptual(models, x_in, x).sum()
     g_perc = torch.autograd.grad(loss_p, x_in)[0]
-    nfe.add("perceptual", rows, bwd=True)
     return g_cls, g_perc
 
 

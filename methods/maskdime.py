@@ -21,9 +21,8 @@ from torch import Tensor
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
-from .base import NFE, Counterfactuals, require
-from .ddpm import Schedule
-from .dime import run_ddpm_method
+from .base import require
+from .ddpm import DDPMMethod, Schedule
 from .guidance import guidance_grads, l1_grad
 from .masks import nested_topk
 
@@ -50,7 +49,7 @@ class MaskDimeParams:
 
 
 def maskdime_attempt(models: TaskModels, sched: Schedule, p: MaskDimeParams, x: Tensor, target: Tensor,
-                     gen: SampleGenerators, scale: float, rows: Tensor, nfe: NFE) -> tuple[Tensor, Tensor]:
+                     gen: SampleGenerators, scale: float) -> tuple[Tensor, Tensor]:
     """One MaskDiME run; returns (z_0, Mz of the last step)."""
     shape, dev = x.shape[1:], x.device
     noise = gen.fork("steps")
@@ -58,10 +57,9 @@ def maskdime_attempt(models: TaskModels, sched: Schedule, p: MaskDimeParams, x: 
     x_t, mx = x.clone(), None
     for i in range(p.start_step - 1, -1, -1):
         mean, var, x0hat = sched.p_mean_variance(models.ddpm, z, i)
-        nfe.add("unet", rows)
         if mx is not None:
             x_t = mx * x0hat + (1 - mx) * x
-        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc, rows, nfe)
+        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
         sab = sched.sqrt_abar(i, x)
         g_cls = g_cls / sab
         mz, mx = nested_topk(g_cls.abs().mean(1, keepdim=True), p.k, p.rho, p.dilation)
@@ -70,15 +68,7 @@ def maskdime_attempt(models: TaskModels, sched: Schedule, p: MaskDimeParams, x: 
     return z, mz
 
 
-class MaskDiME:
-    def __init__(self, name: str, params: MaskDimeParams):
-        self.name, self.params = name, params
-        self.roles = ("classifier", "ddpm") + (("perceptual",) if params.perc else ())
-
-    def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
-                 generator: SampleGenerators) -> Counterfactuals:
-        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=1)
-
-    def _attempt(self, models, sched, x, target, gen, scale, rows, nfe):
-        z, mz = maskdime_attempt(models, sched, self.params, x, target, gen, scale, rows, nfe)
-        return z, {"mask": (mz > 0.5).cpu()}
+class MaskDiME(DDPMMethod):
+    def _attempt(self, models, sched, x, target, gen, scale):
+        z, mz = maskdime_attempt(models, sched, self.params, x, target, gen, scale)
+        return z, {"mask": mz > 0.5}

@@ -1,4 +1,4 @@
-"""Metric families of the ACE / DiME / FastDiME protocol (``PROTOCOL.md``, Metrics), by task kind.
+"""Metric families of the ACE / DiME / FastDiME protocol (docs/protocol.md, Metrics), by task kind.
 
 Faces: FID sFID FVA FS MNAC CD COUT FR L1; x-ray: FID L1 MAD S3 FR; synthetic tasks add
 GT_L1 (+ region / input floor), GT_precision, GT_recall and FR_oracle. Each metric takes

@@ -1,7 +1,7 @@
-"""The Metric interface (ARCHITECTURE.md): streaming update/compute with directions.
+"""The Metric interface (docs/architecture.md): streaming update/compute with directions.
 
 Besides the interface this module holds what every metric family shares: the explicit
-evaluation subsets of the ACE protocol (``PROTOCOL.md``, Metrics), a per-batch cache so
+evaluation subsets of the ACE protocol (docs/protocol.md, Metrics), a per-batch cache so
 that one network pass (classifier, oracle, embeddings) serves every metric that needs it,
 and the checks that turn bad input into a clear :class:`MetricError` instead of a NaN.
 """

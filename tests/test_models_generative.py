@@ -280,7 +280,7 @@ def test_bad_config_names_key():
 
 
 def test_pmf_quality_gate_checks_fid_mse_and_labels(trained: dict):
-    """The pmf metrics.json carries issue 3's gate: MSE within 2x of Tweedie, lower FID than Tweedie
+    """The pmf metrics.json carries the quality gate: MSE within 2x of Tweedie, lower FID than Tweedie
     and the classifier's labels kept by G(z_0.4, 0.4); `passed` is exactly the AND of those checks."""
     m = json.loads((trained["pmf"] / "metrics.json").read_text())
     g = m["quality_gate"]

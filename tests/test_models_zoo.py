@@ -1,5 +1,5 @@
 """Model zoo: each synthetic role trains (loss falls), saves/loads bit-exactly, resumes deterministically,
-and ``load_task_models`` resolves every role with clear errors (issue 3)."""
+and ``load_task_models`` resolves every role with clear errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""vcebench.profiling, vcebench.paper_scale and `vcebench profile` (issue 6)."""
+"""vcebench.profiling, vcebench.paper_scale and `vcebench profile`."""
 
 from __future__ import annotations
 
@@ -310,6 +310,10 @@ def test_paper_timing_runs_every_variant_kind_on_cpu(tmp_path):
     assert len(saved["rows"]) == 4
     md = (tmp_path / "gpu_profile.md").read_text()
     assert "| fire | mixed+cl | 2 |" in md and "error" in md
+    # each row: the median of 3 timed passes and their spread; the machine in the report
+    assert len(fire["sec_per_cf_runs"]) == fire["repeats"] == 3
+    assert fire["sec_per_cf_min"] <= fire["sec_per_cf"] <= fire["sec_per_cf_max"]
+    assert saved["device"].startswith("cpu") and saved["torch"] == torch.__version__
 
 
 def test_paper_timing_time_limit_skips_the_rest(tmp_path):

@@ -61,20 +61,26 @@ def _json_default(o):
     raise TypeError(f"not JSON serialisable: {type(o)}")
 
 
-def to_uint8(x: torch.Tensor) -> np.ndarray:
-    """[-1, 1] float -> uint8 with ``round((x + 1) * 127.5)``.
+def quantize(x: torch.Tensor) -> torch.Tensor:
+    """[-1, 1] float -> uint8 tensor (same device) with ``round((x + 1) * 127.5)``, values clamped first.
 
     The DiME/ACE reference code truncates (``(x + 1) * 127.5`` cast to uint8); we round.
     """
     import torch
 
-    return ((x.detach().float().cpu().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()
+    return ((x.detach().float().clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
+
+
+def to_uint8(x: torch.Tensor) -> np.ndarray:
+    """:func:`quantize` as a numpy array (on the host)."""
+    return quantize(x.cpu()).numpy()
 
 
 def from_uint8(a: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """uint8 -> [-1, 1] float32: ``a / 127.5 - 1`` (the inverse of :func:`quantize` up to rounding)."""
     import torch
 
-    t = torch.as_tensor(np.asarray(a))
+    t = a if torch.is_tensor(a) else torch.as_tensor(np.asarray(a))
     return t.float() / 127.5 - 1.0
 
 

@@ -15,7 +15,7 @@ Architectures (CelebA 128 px protocol):
   a head *dimension* (64 here, so 4/6/8 heads instead of 4/4/4); attention FLOPs do not depend on it.
 - PMF: the paper does not give its network. ``unet``: the same UNet with an extra h = t - r
   conditioning (``class_embed_type="timestep"``) and a 3-channel x-prediction head (our default,
-  PROTOCOL.md). ``dit_b16``: a pMF-B/16-style transformer (Lyy-iiis/pMF ``pmfDiT_B_16``: hidden 768,
+  docs/protocol.md). ``dit_b16``: a pMF-B/16-style transformer (Lyy-iiis/pMF ``pmfDiT_B_16``: hidden 768,
   16 blocks used at inference (8 shared + 8 u-head), 12 heads, SwiGLU 8/3, 18 prefix tokens,
   bottleneck patch embedding 768 -> 128 -> 768) at 128 px, as the alternative the PMF paper suggests.
 - Classifier: torchvision DenseNet-121 with 40 outputs (DiME ``core/classifier/densenet.py``),
@@ -45,7 +45,7 @@ PAPER_MINUTES_1000 = 6.37  # FiRe wall time for 1,000 CFs at batch 5 (paper Fig.
 
 @dataclass(frozen=True)
 class PaperSetting:
-    """The CelebA-protocol sizes and method settings (PROTOCOL.md, config ``method_defaults``)."""
+    """The CelebA-protocol sizes and method settings (docs/protocol.md, config ``method_defaults``)."""
 
     dataset: str = "celeba"
     resolution: int = 128

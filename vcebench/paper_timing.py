@@ -16,13 +16,19 @@ Precision variants (each a context around the method call, the weights stay floa
 - ``fp32``: TF32 off for matmuls and cuDNN convolutions (the reference);
 - ``tf32``: TF32 on (``torch.backends.{cuda.matmul,cudnn}.allow_tf32``);
 - ``bf16``: ``torch.autocast(bfloat16)`` (TF32 on for what autocast leaves in float32);
-- ``mixed``: TF32, with bf16 autocast inside the two UNets (PMF and DDPM) only: they hold ~80% of
+- ``mixed``: TF32, with bf16 autocast in the two UNets (PMF and DDPM) only (``cuda.bf16_generative``,
+  :func:`vcebench.runtime.accelerate`): they hold ~80% of
   the FLOPs, while the classifier gradients that steer the edits and build the masks stay TF32;
 - ``+cl``: networks and inputs in ``channels_last``;
 - ``+gpunoise``: the per-sample noise generators live on the GPU (``SampleGenerators(device=...)``)
   instead of drawing on the CPU and copying;
 - ``+bench``: ``torch.backends.cudnn.benchmark`` (cuDNN picks its convolution algorithms by timing);
-- ``+compile``: the four networks wrapped in ``torch.compile`` (compile time reported apart).
+- ``+compile``: every network call compiled (``torch.compile``, mode ``--compile-mode``, default
+  ``reduce-overhead``) through :func:`vcebench.runtime.accelerate`, the path the workflow's
+  ``cuda.compile`` takes, for FiRe and MaskDiME alike (compile time is in the warm-up column).
+
+Each row is timed ``--repeats`` times (default 3) after one warm-up batch: the median and the
+spread (min, max) are reported, with the device, torch, CUDA and cuDNN versions.
 
 Each variant's error is measured against ``fp32``: the relative L2 error of every network's
 output (PMF clean prediction, UNet eps, classifier logits and input gradient, perceptual loss) on
@@ -36,9 +42,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -47,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from vcebench.models.base import TaskModels
 from vcebench.paper_scale import (
@@ -105,47 +111,18 @@ def precision(mode: str, device: torch.device, cudnn_benchmark: bool = False) ->
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark = old
 
 
-class _Autocast(nn.Module):
-    """Run ``inner`` under bf16 autocast; a diffusers output's ``sample`` comes back float32."""
+def prepare_models(base: TaskModels, v: dict[str, Any], compile_mode: str = "reduce-overhead",
+                   compile_backend: str = "inductor") -> TaskModels:
+    """A view of ``base`` for variant ``v``: channels_last, then :func:`vcebench.runtime.accelerate` (the
+    path ``cuda.compile`` / ``cuda.bf16_generative`` take in the workflow): bf16 UNets for ``mixed``,
+    every network call compiled for ``+compile``; FiRe and MaskDiME get the same networks."""
+    from vcebench.runtime import accelerate
 
-    def __init__(self, inner: nn.Module):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        dev = next(self.inner.parameters()).device.type
-        with torch.autocast(device_type=dev, dtype=torch.bfloat16):
-            out = self.inner(*args, **kwargs)
-        if hasattr(out, "sample"):
-            out.sample = out.sample.float()
-            return out
-        return out.float() if torch.is_tensor(out) else out
-
-
-def prepare_models(base: TaskModels, v: dict[str, Any]) -> TaskModels:
-    """A view of ``base`` for variant ``v``: channels_last, bf16 UNets (``mixed``), compiled networks."""
     fmt = torch.channels_last if v["channels_last"] else torch.contiguous_format
     for role in ("classifier", "ddpm", "pmf", "perceptual"):
         getattr(base, role).to(memory_format=fmt)
-    if not v["compile"] and v.get("precision") != "mixed":
-        return base
-    comp = torch.compile if v["compile"] else (lambda m: m)
-    unet = _Autocast if v.get("precision") == "mixed" else (lambda m: m)
-    m = TaskModels(names=dict(base.names))
-    cls, ddpm, pmf, perc = base.classifier, base.ddpm, base.pmf, base.perceptual
-    m.classifier = _rewrap(cls, "net", comp(cls.net))
-    m.ddpm = _rewrap(ddpm, "unet", comp(unet(ddpm.unet)))
-    m.pmf = _rewrap(pmf, "net", comp(unet(pmf.net)))
-    m.perceptual = _rewrap(perc, "features", comp(perc.features))
-    return m
-
-
-def _rewrap(wrapper: nn.Module, attr: str, inner: nn.Module) -> nn.Module:
-    """A shallow copy of ``wrapper`` whose ``attr`` submodule is ``inner`` (the original stays intact)."""
-    w = copy.copy(wrapper)
-    w._modules = dict(wrapper._modules)
-    w._modules[attr] = inner
-    return w
+    return accelerate(base, compile=v["compile"], mode=compile_mode, backend=compile_backend,
+                      bf16_generative=v.get("precision") == "mixed")
 
 
 def _inputs(s: PaperSetting, n: int, device: torch.device, seed: int = 1) -> Tensor:
@@ -179,8 +156,9 @@ def network_errors(models: TaskModels, ref: TaskModels, x: Tensor, mode: str, de
 
 def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x: Tensor, target: Tensor,
                 batch: int, v: dict[str, Any], device: torch.device, seed: int,
-                calls: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], Tensor]:
-    """Warm-up batch, then one timed pass over ``x`` in batches of ``batch``. Returns (row, first batch's CFs)."""
+                calls: dict[str, dict[str, Any]], repeats: int = 3) -> tuple[dict[str, Any], Tensor]:
+    """Warm-up batch, then ``repeats`` timed passes over ``x`` in batches of ``batch``; the row reports the
+    median and the spread (min, max) of the passes. Returns (row, first batch's CFs)."""
     from methods import get_method
     from vcebench.profiling import cat_info, nfe_by_network, run_batches, timed
     from vcebench.rng import SampleGenerators
@@ -199,9 +177,12 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
         call(x[:batch], target[:batch], ids[:batch])
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    with timed(device) as clock:
-        outs = run_batches(call, x, target, ids, batch)
-    seconds, warm_s = clock["seconds"], warm["seconds"]
+    runs = []
+    for _ in range(max(1, repeats)):
+        with timed(device) as clock:
+            outs = run_batches(call, x, target, ids, batch)
+        runs.append(clock["seconds"])
+    seconds, warm_s = statistics.median(runs), warm["seconds"]
     info, steps = cat_info(outs)
     steps = steps.float()
     flipped = torch.cat([o.flipped.float() for o in outs])
@@ -209,7 +190,8 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
     flops = flops_from_nfe(nfe, calls)
     row = {
         "method": method_name, "batch": batch, "n": n, "variant": v["name"],
-        "sec_per_cf": seconds / n, "seconds": seconds, "warmup_seconds": warm_s,
+        "sec_per_cf": seconds / n, "seconds": seconds, "warmup_seconds": warm_s, "repeats": len(runs),
+        "sec_per_cf_runs": [r / n for r in runs], "sec_per_cf_min": min(runs) / n, "sec_per_cf_max": max(runs) / n,
         "mean_steps": float(steps.mean()), "flip_rate": float(flipped.mean()),
         "tflops_per_cf": flops / 1e12, "achieved_tflops_per_s": flops / 1e12 / (seconds / n),
         "peak_mem_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
@@ -225,7 +207,8 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
 
 
 def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[dict[str, Any]] | None = None,
-        seed: int = 0, time_limit: float = float("inf"), log=print, name: str = "gpu_profile") -> dict[str, Any]:
+        seed: int = 0, time_limit: float = float("inf"), log=print, name: str = "gpu_profile", repeats: int = 3,
+        compile_mode: str = "reduce-overhead", compile_backend: str = "inductor") -> dict[str, Any]:
     """Run ``plan`` (a list of {method, variant, batch, n, early_stop}); write JSON + Markdown to ``out``
     after every row, so an interrupted run keeps what it measured."""
     from vcebench.config import load_config
@@ -244,8 +227,9 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
     with torch.no_grad(), precision("fp32", dev):
         target_all = 1 - base.classifier(x_all).argmax(1)
     report: dict[str, Any] = {
-        "device": device_name(dev),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "setting": s.dataset, "resolution": s.resolution,
+        "device": device_name(dev), "repeats": repeats, "compile_mode": compile_mode,
+        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+        "setting": s.dataset, "resolution": s.resolution,
         "paper_sec_per_cf": PAPER_SEC_PER_CF, "rows": [], "errors": {}, "skipped": [],
         "per_call_gflops": {k: {"fwd": c["fwd_flops"] / 1e9, "bwd": c["bwd_flops"] / 1e9} for k, c in calls.items()},
     }
@@ -258,7 +242,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
             continue
         try:
             v = {**parse_variant(p["variant"]), "name": p["variant"]}
-            models = prepare_models(base, v)
+            models = prepare_models(base, v, compile_mode, compile_backend)
             if v["name"] not in report["errors"] and not v["compile"]:
                 report["errors"][v["name"]] = network_errors(models, base, x_all[:4], v["precision"], dev)
             params = method_params(cfg, task, p["method"])
@@ -266,7 +250,8 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
             if "early_stop" in p:
                 params["early_stop"] = p["early_stop"]
             x, target = x_all[: p["n"]], target_all[: p["n"]]
-            row, first = time_method(p["method"], params, models, x, target, p["batch"], v, dev, seed, calls)
+            row, first = time_method(p["method"], params, models, x, target, p["batch"], v, dev, seed, calls,
+                                     repeats=int(p.get("repeats", repeats)))
             key = (p["method"], bool(params.get("early_stop", True)), v["gpu_noise"])
             b0 = x[: p["batch"]].float().cpu()
             if v["name"] == "fp32" and key not in ref_cf:
@@ -278,6 +263,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
             row = {**p, "error": f"{type(e).__name__}: {e}"}
         finally:
             prepare_models(base, {"channels_last": False, "compile": False})
+            torch.compiler.reset()  # each compiled variant starts from its own graphs
         report["rows"].append(row)
         log(_row_line(i, len(plan), row, time.perf_counter() - start))
         _write(out, report, name)
@@ -304,11 +290,19 @@ def default_plan() -> list[dict[str, Any]]:
     return plan
 
 
+def shrink(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``plan`` at smoke-test size (``--tiny --plan``): 2 inputs, 2 FiRe updates of 2 SmoothGrad copies,
+    2 of 10 DDPM steps; variants, methods and repetitions unchanged."""
+    small = {"fire": {"K": 2, "smoothgrad_n": 2}, "maskdime": {"start_step": 2, "respacing": 10}}
+    return [{**p, "batch": 2, "n": 2, "params": {**p.get("params", {}), **small.get(p["method"], {})}} for p in plan]
+
+
 def _row_line(i: int, n: int, r: dict[str, Any], elapsed: float) -> str:
     if "error" in r:
         return f"[{i + 1}/{n}] {r['method']} {r['variant']} b{r['batch']}: ERROR {r['error']}  ({elapsed:.0f} s)"
     return (f"[{i + 1}/{n}] {r['method']:8s} {r['variant']:26s} b{r['batch']:<3d} es={int(r['early_stop'])} "
-            f"{r['sec_per_cf']:.4f} s/CF  steps {r['mean_steps']:.1f}  {r['achieved_tflops_per_s']:.0f} TFLOP/s  "
+            f"{r['sec_per_cf']:.4f} s/CF [{r['sec_per_cf_min']:.4f}, {r['sec_per_cf_max']:.4f}]  "
+            f"steps {r['mean_steps']:.1f}  {r['achieved_tflops_per_s']:.0f} TFLOP/s  "
             f"warm-up {r['warmup_seconds']:.1f} s  ({elapsed:.0f} s)")
 
 
@@ -323,25 +317,29 @@ def _write(out: Path, report: dict[str, Any], name: str = "gpu_profile") -> None
 
 def format_markdown(r: dict[str, Any]) -> str:
     lines = [f"# FiRe and MaskDiME wall time at paper scale ({r['setting']} {r['resolution']} px, random weights)",
-             "", f"Device: **{r['device']}**; torch {r['torch']}, CUDA {r['cuda']}. "
+             "", f"Device: **{r['device']}**; torch {r['torch']}, CUDA {r['cuda']}, cuDNN {r.get('cudnn')}. "
              f"Paper (Fig. 2): 6.37 min per 1,000 CFs at batch 5 = {r['paper_sec_per_cf']:.3f} s/CF.", "",
              "Produced by `python -m vcebench.paper_timing` (module docstring: variants, what random weights change). "
              "es = early stopping; FiRe with es=0 runs all K = 15 updates (upper bound). MaskDiME runs one "
-             "classifier scale (8) here: 60 of 200 guided steps. TFLOPs/CF from the measured NFE x per-call FLOPs.",
-             "", "| method | variant | batch | n | es | s/CF | vs paper | mean updates / steps | s/update | "
-             "TFLOPs/CF | TFLOP/s | peak GiB | edit diff vs fp32 | warm-up s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "classifier scale (8) here: 60 of 200 guided steps. TFLOPs/CF from the measured NFE x per-call FLOPs. "
+             "s/CF is the median of the timed passes over the n inputs (after one warm-up batch), "
+             "[min, max] their spread; +compile uses torch.compile mode "
+             f"`{r.get('compile_mode')}` on every network call of both methods (vcebench.runtime.accelerate).",
+             "", "| method | variant | batch | n | es | s/CF (median) | [min, max] | reps | vs paper | "
+             "mean updates / steps | s/update | TFLOPs/CF | TFLOP/s | peak GiB | edit diff vs fp32 | warm-up s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in r["rows"]:
         if "error" in row:
             lines.append(f"| {row['method']} | {row['variant']} | {row['batch']} | {row['n']} | | error: "
-                         f"{row['error'][:120]} | | | | | | | | |")
+                         f"{row['error'][:120]} | | | | | | | | | | |")
             continue
         spu = f"{row['sec_per_update']:.4f}" if "sec_per_update" in row else ""
         mem = f"{row['peak_mem_gib']:.1f}" if row.get("peak_mem_gib") is not None else ""
         ed = f"{row['edit_rel_diff_vs_fp32']:.2e}" if "edit_rel_diff_vs_fp32" in row else ""
         speedup = PAPER_SEC_PER_CF / row["sec_per_cf"]
         lines.append(f"| {row['method']} | {row['variant']} | {row['batch']} | {row['n']} | {int(row['early_stop'])} | "
-                     f"{row['sec_per_cf']:.4f} | {speedup:.1f}x | {row['mean_steps']:.1f} | "
+                     f"{row['sec_per_cf']:.4f} | [{row['sec_per_cf_min']:.4f}, {row['sec_per_cf_max']:.4f}] | "
+                     f"{row['repeats']} | {speedup:.1f}x | {row['mean_steps']:.1f} | "
                      f"{spu} | {row['tflops_per_cf']:.2f} | {row['achieved_tflops_per_s']:.0f} | {mem} | {ed} | "
                      f"{row['warmup_seconds']:.1f} |")
     if r["errors"]:
@@ -367,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="gpu_profile", help="output file stem")
     ap.add_argument("--time-limit", type=float, default=float("inf"),
                     help="skip the remaining plan entries after this many seconds")
+    ap.add_argument("--repeats", type=int, default=3, help="timed passes per row (median and spread reported)")
+    ap.add_argument("--compile-mode", default="reduce-overhead", help="torch.compile mode of the +compile variants")
+    ap.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: a CPU check)")
     args = ap.parse_args(argv)
     s = TINY if args.tiny else CELEBA
     plan = None
@@ -377,11 +378,14 @@ def main(argv: list[str] | None = None) -> int:
                  "params": {"scales": [8.0], "start_step": 2, "respacing": 10}}]
     if args.plan:
         plan = json.loads(Path(args.plan).read_text())
+        if args.tiny:
+            plan = shrink(plan)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: run with --device cpu --tiny for a smoke run", file=sys.stderr)
         return 2
     run(Path(args.out), s, args.device, plan, time_limit=args.time_limit, name=args.name,
-        log=lambda m: print(m, flush=True))
+        log=lambda m: print(m, flush=True), repeats=args.repeats, compile_mode=args.compile_mode,
+        compile_backend=args.compile_backend)
     return 0
 
 

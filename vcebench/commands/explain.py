@@ -104,7 +104,7 @@ def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_sha
     from vcebench.data import eval_split_name, load_split
     from vcebench.io import check_writable
     from vcebench.models import load_task_models
-    from vcebench.runtime import setup_torch
+    from vcebench.runtime import accelerate_from_config, setup_torch
     from vcebench.tasks import get_task, method_params
 
     check_writable(Path(out).parent, "the counterfactuals")  # before any work, not after generation
@@ -113,7 +113,8 @@ def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_sha
     method = methods.get_method(method_name, method_params(cfg, task, method_name))
     split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
     ids = shard_ids(split.sample_ids, int(cfg["n_eval"]), shard, n_shards)
-    models = load_task_models(cfg, task, roles=method.roles, device=str(device), model_dir=model_dir)
+    models = accelerate_from_config(load_task_models(cfg, task, roles=method.roles, device=str(device),
+                                                     model_dir=model_dir), cfg, device)
     rows = split.index_of(ids)
 
     def load_images(idx):  # an unreadable image fails its sample, not the shard

@@ -1,4 +1,4 @@
-"""`vcebench profile`: FLOPs, NFE, time and memory per counterfactual (issue 6).
+"""`vcebench profile`: FLOPs, NFE, time and memory per counterfactual.
 
 Examples::
 
@@ -182,6 +182,7 @@ def _load(cfg: dict, task_name: str, method_name: str, *, n: int, device: torch.
     from methods import get_method
     from vcebench.data import eval_split_name, load_split
     from vcebench.models import load_task_models
+    from vcebench.runtime import accelerate_from_config
     from vcebench.tasks import get_task, method_params
 
     task = get_task(cfg, task_name)
@@ -193,7 +194,8 @@ def _load(cfg: dict, task_name: str, method_name: str, *, n: int, device: torch.
         params[key] = value
     method = get_method(method_name, params)
     roles = tuple(getattr(method, "roles", ()) or _roles(method_name))
-    models = load_task_models(cfg, task, roles=roles, device=device, model_dir=model_dir)
+    models = accelerate_from_config(load_task_models(cfg, task, roles=roles, device=device, model_dir=model_dir),
+                                    cfg, device)
     split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
     k = min(n, len(split))
     idx = torch.arange(k)

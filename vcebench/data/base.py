@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..io import atomic_path, load_npz, save_npz
+from ..io import atomic_path, from_uint8, load_npz, save_npz
 
 SPLIT_NAMES = ("train", "val", "test")
 
@@ -81,7 +81,7 @@ class Split:
         :meth:`uint8_images`)."""
         if idx is None:
             idx = slice(None)
-        return self.uint8_images(idx, errors).float() / 127.5 - 1.0
+        return from_uint8(self.uint8_images(idx, errors))
 
     def index_of(self, sample_ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Row indices of ``sample_ids``; a DatasetError names ids that are not in this split."""

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from ..io import quantize
 from ..rng import sample_seed
 from .attributes import AttributeNetwork, format_matrix
 from .base import SPLIT_NAMES, DatasetError, Split
@@ -163,7 +164,7 @@ class SyntheticDataset:
     def render_uint8(self, sample_ids: torch.Tensor | Sequence[int],
                      labels: torch.Tensor | None = None) -> torch.Tensor:
         """uint8 N x C x H x W, quantised as ``round((x + 1) * 127.5)``."""
-        return ((self.render(sample_ids, labels) + 1) * 127.5).round_().to(torch.uint8)
+        return quantize(self.render(sample_ids, labels))
 
     def _column(self, attribute: str) -> int:
         if attribute not in self.attribute_names:

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The GPU speed measurement in one command (under 8 minutes on one H100 / H200); docs/internals.md
+# ("GPU speed check") says what it measures.
+#   scripts/gpu_speed.sh [--tiny]     results in $OUT (default results/speed_gpu)
+# 1. python -m vcebench.paper_timing on the plan scripts/gpu_speed_plan.json: FiRe's worst case
+#    (all K = 15 updates, batch 5) and MaskDiME (one scale, 60 of 200 steps, batch 5), each with the
+#    workflow's GPU defaults, with bf16 UNets, and with every network call compiled; 3 timed passes a row.
+# 2. the quick DAG with device: cuda (its own workdir), and its s/CF per method beside the CPU
+#    reference (results/reference/quick).
+# --tiny: the same code paths on the CPU in a few minutes (small networks and plan, DAG dry run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-results/speed_gpu}"
+TINY=0
+[[ "${1:-}" == "--tiny" ]] && TINY=1
+mkdir -p "$OUT"
+{ date -u; command -v nvidia-smi >/dev/null && nvidia-smi -L || true
+  python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
+} > "$OUT/machine.txt" 2>&1
+
+if [[ $TINY == 1 ]]; then
+  python -m vcebench.paper_timing --tiny --device cpu --plan scripts/gpu_speed_plan.json --repeats 1 \
+    --compile-backend aot_eager --out "$OUT" --name gpu_speed
+  snakemake -n --quiet --configfile config/presets/quick.yaml --config device=cuda workdir=runs/quick_cuda \
+    > "$OUT/quick_cuda_dryrun.txt"
+  WORK=results/reference/quick  # compares the reference with itself: exercises the table code
+else
+  timeout 330 python -m vcebench.paper_timing --plan scripts/gpu_speed_plan.json --repeats 3 \
+    --time-limit 210 --out "$OUT" --name gpu_speed || echo "paper_timing stopped: $?"
+  timeout 120 snakemake --cores 16 --resources gpu=1 --configfile config/presets/quick.yaml \
+    --config device=cuda workdir=runs/quick_cuda > "$OUT/quick_cuda.log" 2>&1 || echo "quick DAG stopped: $?"
+  WORK=runs/quick_cuda/results
+fi
+python - "$WORK" results/reference/quick "$OUT/quick_cuda_vs_cpu.md" <<'PY'
+import csv, sys
+from pathlib import Path
+gpu, cpu, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+lines = ["| task | method | s/CF GPU | s/CF CPU (reference) | GPU faster |", "|---|---|---:|---:|---|"]
+for ref in sorted(cpu.glob("*.csv")):
+    mine = gpu / ref.name
+    if not mine.exists():
+        lines.append(f"| {ref.stem} | (no GPU result) | | | |")
+        continue
+    c = {r["method"]: float(r["sec_per_cf"]) for r in csv.DictReader(ref.open())}
+    for r in csv.DictReader(mine.open()):
+        g = float(r["sec_per_cf"])
+        lines.append(f"| {ref.stem} | {r['method']} | {g:.4f} | {c.get(r['method'], float('nan')):.4f} | "
+                     f"{'yes' if g < c.get(r['method'], 0) else 'no'} |")
+out.write_text("\n".join(lines) + "\n")
+print(out.read_text())
+PY
+cat "$OUT/gpu_speed.md"
