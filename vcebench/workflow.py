@@ -52,6 +52,8 @@ def reference_dir(cfg: dict, basedir: str | Path = ".") -> str:
 
 
 def method_roles(method: str) -> tuple[str, ...]:
+    if external_name(method):
+        return ("classifier",)  # `vcebench import` classifies the inputs and the imported CFs
     base = "fire" if method.startswith("fire_") else method
     if base not in METHOD_ROLES:
         raise ConfigError(f"unknown method {method!r}; known: {', '.join(METHOD_ROLES)} and fire_<variant>")
@@ -127,3 +129,44 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
     else:
         raise ValueError(f"unknown settings kind {kind!r}")
     return json.dumps(obj, sort_keys=True, default=str)
+
+
+# --- imported results (`external_<name>` methods, workflows/external.smk) ---------------------------
+
+EXTERNAL_PREFIX = "external_"
+
+
+def external_name(method: str) -> str | None:
+    """``external_<name>`` -> ``<name>`` (results imported from config key ``external.<name>``), else None."""
+    return method[len(EXTERNAL_PREFIX):] if method.startswith(EXTERNAL_PREFIX) else None
+
+
+def generated_methods(methods: list[str]) -> list[str]:
+    """The methods vcebench runs itself (explained and profiled), i.e. all but the imported ones."""
+    return [m for m in methods if not external_name(m)]
+
+
+def external_spec(cfg: dict, task: str, method: str) -> dict:
+    """``external.<name>`` of ``external_<name>`` with ``{task}`` in its paths filled in."""
+    name = external_name(method)
+    specs = cfg.get("external") or {}
+    if name not in specs:
+        raise ConfigError(f"method {method!r} imports results from config key `external.{name}`, which is not set "
+                          f"(set: {sorted(specs) or 'none'}); see README, 'Importing results from other code bases'")
+    spec = dict(specs[name])
+    for key in ("path", "mapping"):
+        if spec.get(key):
+            spec[key] = str(spec[key]).replace("{task}", task)
+    return spec
+
+
+def import_args(cfg: dict, task: str, method: str, basedir: str | Path = ".") -> str:
+    """The ``vcebench import`` flags of an ``external_<name>`` method, shell-quoted; relative paths are
+    taken from ``basedir`` (the repository: rules run in the config's ``workdir``)."""
+    import shlex
+
+    spec = external_spec(cfg, task, method)
+    args = ["--layout", spec.get("layout", "generic"), "--path", str(Path(basedir) / spec["path"])]
+    if spec.get("mapping"):
+        args += ["--mapping", str(Path(basedir) / spec["mapping"])]
+    return " ".join(shlex.quote(str(a)) for a in args)

@@ -54,16 +54,16 @@ rule profile:
     input:
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
         models=lambda wc: model_inputs(
-            wc.task, sorted({r for m in METHODS for r in wf.method_roles(m)})
+            wc.task, sorted({r for m in GENERATED for r in wf.method_roles(m)})
         ),
         timings=expand(
             "results/{{task}}/{method}/shards/timing-{i}-of-{n}.json",
-            method=METHODS,
+            method=GENERATED,
             i=range(config["n_shards"]),
             n=config["n_shards"],
         ),
     output:
-        expand("results/{{task}}/{method}/profile.json", method=METHODS),
+        expand("results/{{task}}/{method}/profile.json", method=GENERATED),
     log:
         "logs/profile/{task}.log",
     benchmark:
@@ -78,7 +78,7 @@ rule profile:
     params:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
-        methods=" ".join(f"--method {m}" for m in METHODS),
+        methods=" ".join(f"--method {m}" for m in GENERATED),
         n=min(config.get("profile", {}).get("n", 8), config["n_eval"]),
         flop_n=config.get("profile", {}).get("flop_n", 2),
     shell:
