@@ -160,13 +160,25 @@ def external_spec(cfg: dict, task: str, method: str) -> dict:
     return spec
 
 
+def external_inputs(cfg: dict, task: str, method: str, basedir: str | Path = ".") -> list[str]:
+    """The folder (and mapping CSV) an ``external_<name>`` method imports, absolute (relative paths are
+    from ``basedir``, the repository: rules run in the config's ``workdir``)."""
+    spec = external_spec(cfg, task, method)
+    paths = {k: Path(basedir) / spec[k] for k in ("path", "mapping") if spec.get(k)}
+    for key, p in paths.items():
+        if not p.exists():
+            raise ConfigError(f"method {method!r} on task {task!r}: config key `external.{external_name(method)}."
+                              f"{key}` points at {str(p)!r}, which does not exist")
+    return [str(p) for p in paths.values()]
+
+
 def import_args(cfg: dict, task: str, method: str, basedir: str | Path = ".") -> str:
-    """The ``vcebench import`` flags of an ``external_<name>`` method, shell-quoted; relative paths are
-    taken from ``basedir`` (the repository: rules run in the config's ``workdir``)."""
+    """The ``vcebench import`` flags of an ``external_<name>`` method, shell-quoted."""
     import shlex
 
     spec = external_spec(cfg, task, method)
-    args = ["--layout", spec.get("layout", "generic"), "--path", str(Path(basedir) / spec["path"])]
+    paths = external_inputs(cfg, task, method, basedir)
+    args = ["--layout", spec.get("layout", "generic"), "--path", paths[0]]
     if spec.get("mapping"):
-        args += ["--mapping", str(Path(basedir) / spec["mapping"])]
+        args += ["--mapping", paths[1]]
     return " ".join(shlex.quote(str(a)) for a in args)
