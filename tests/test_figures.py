@@ -45,3 +45,45 @@ def test_efficiency_figure_with_an_unprofiled_method(tmp_path):
     figures.efficiency_figure(tmp_path / "e.png", df, title="t")
     assert (tmp_path / "e.png").read_bytes()[:4] == b"\x89PNG"
     assert figures._mem_legend_values(df["peak_mem_mb"].to_numpy()) == [50.0, 120.0, 200.0]
+
+
+def test_gallery_command_shares_one_scale_and_reports_probabilities(tmp_path, monkeypatch):
+    """`vcebench report --gallery`: one PNG per method, the same |diff| scale for all, p(target) of the
+    task's classifier on the input and on the counterfactual."""
+    import torch
+
+    import vcebench.models
+    from metrics.benchmark import fake_counterfactuals, standin_models
+    from vcebench import figures as figs
+    from vcebench.cli import main
+    from vcebench.config import load_config
+    from vcebench.data import load_split
+    from vcebench.io import from_uint8, load_npz, save_npz
+
+    cfg_path = tmp_path / "small.yaml"
+    cfg_path.write_text("threads: 1\ndatasets:\n  synthfaces: {n_identities: 40, images_per_identity: 8}\n")
+    config = ["--config", "config/config.yaml", "--config", str(cfg_path)]
+    split = load_split(load_config(config[1::2]), "synthfaces", "test")
+    ids = torch.sort(split.sample_ids).values[:12]
+    x = split.float_images(split.index_of(ids))
+    models = standin_models(split.attribute_names, 3, threshold=float(x.flatten(1).mean(1).median()))
+    res = tmp_path / "results"
+    fake_counterfactuals(x, ids, models.classifier, res / "synthfaces_smile" / "a" / "counterfactuals.npz")
+    z = load_npz(res / "synthfaces_smile" / "a" / "counterfactuals.npz")
+    z["cf"] = z["cf"][::-1].copy()  # method b: large, wrong edits (another image)
+    save_npz(res / "synthfaces_smile" / "b" / "counterfactuals.npz", **z)
+    monkeypatch.setattr(vcebench.models, "load_task_models", lambda *a, **k: models, raising=False)
+    calls = []
+    real = figs.gallery_figure
+    monkeypatch.setattr(figs, "gallery_figure", lambda *a, **k: (calls.append((a, k)), real(*a, **k)))
+    assert main(["report", "--task", "synthfaces_smile", "--gallery", "--methods", "a", "b", "--results", str(res),
+                 "--out-dir", str(res), "--n-gallery", "4", *config]) == 0
+    assert [c[0][1] for c in calls] == ["a", "b"]
+    assert calls[0][0][8] == calls[1][0][8] > 0  # one vmax for both methods
+    for (path, _m, inputs, cf, p_before, p_after, target, flipped, _vmax), k in calls:
+        assert path.read_bytes()[:4] == b"\x89PNG" and k["gt"] is not None and len(k["ids"]) == 4
+        with torch.no_grad():
+            p = torch.softmax(models.classifier(from_uint8(cf)), 1).numpy()
+        np.testing.assert_allclose(p_after, p[np.arange(4), target], rtol=1e-5)
+        np.testing.assert_array_equal(flipped, p.argmax(1) == target)
+        assert ((p_before < 0.5) == (target == 1 - models.classifier(from_uint8(inputs)).argmax(1).numpy())).all()
