@@ -100,13 +100,15 @@ def qualitative_figure(path: Path, inputs: np.ndarray, cfs: dict[str, np.ndarray
         _blank(ax)
     for j, name in enumerate(cols):
         axes[0, j].set_title(name, fontsize=7)
-    fig.tight_layout(pad=0.2, rect=(0, 0.0, 1 - 0.6 / fig.get_figwidth(), 1))
+    bottom = 0.22 / fig.get_figheight() if flipped is not None else 0.0
+    fig.tight_layout(pad=0.2, rect=(0, bottom, 1 - 0.6 / fig.get_figwidth(), 1))
     cax = fig.add_axes((1 - 0.5 / fig.get_figwidth(), 0.1, 0.12 / fig.get_figwidth(), 0.8))
     cb = fig.colorbar(im, cax=cax)
     cb.set_label("|diff| (mean over channels, [0, 1])", fontsize=6)
     cb.ax.tick_params(labelsize=6)
     if flipped is not None:
-        fig.text(0.005, 0.003, "\u2713 flipped  \u2717 not flipped (task classifier)", fontsize=6, va="bottom")
+        fig.text(0.005, 0.02 / fig.get_figheight(), "\u2713 flipped   \u2717 not flipped (the task's classifier)",
+                 fontsize=7, va="bottom")
     _save(fig, path)
 
 
@@ -142,10 +144,15 @@ def efficiency_figure(path: Path, df: pd.DataFrame, title: str = "") -> None:
     if handles:
         a.legend(handles=handles, title="peak memory", fontsize=7, title_fontsize=7, labelspacing=1.3,
                  borderpad=0.9, loc="best", frameon=True)
-    a.set_xlabel("seconds per counterfactual")
+    finite = x[np.isfinite(x) & (x > 0)]
+    if len(finite) > 1 and finite.max() / finite.min() > 20:
+        a.set_xscale("log")
+    a.set_xlabel("seconds per counterfactual" + (" (log scale)" if a.get_xscale() == "log" else ""))
     a.set_ylabel("FID (lower is better)")
     a.set_title("(a) time vs FID (marker area = peak memory)", fontsize=9)
-    a.margins(0.2)
+    a.margins(0.25)
+    if a.get_xscale() == "linear":
+        a.set_xlim(left=0)
     gf = pd.to_numeric(df["tflops_per_cf"], errors="coerce").to_numpy(dtype=float) * 1e3
     labels = [method_label(m) for m in df["method"]]
     bars = b.bar(labels, np.nan_to_num(gf, nan=0.0), color=[colors[i % len(colors)] for i in range(len(df))])
@@ -201,7 +208,7 @@ def gallery_figure(path: Path, method: str, inputs: np.ndarray, cf: np.ndarray, 
         axes[0, j].set_title(name, fontsize=7)
     fig.suptitle(f"{method_label(method)}: p(target) before -> after; \u2713 flipped \u2717 not flipped",
                  fontsize=8)
-    fig.tight_layout(pad=0.3, rect=(0, 0, 1 - 0.7 / fig.get_figwidth(), 1))
+    fig.tight_layout(pad=0.3, rect=(0, 0, 1 - 0.7 / fig.get_figwidth(), 1 - 0.3 / fig.get_figheight()))
     cax = fig.add_axes((1 - 0.6 / fig.get_figwidth(), 0.1, 0.12 / fig.get_figwidth(), 0.78))
     cb = fig.colorbar(im, cax=cax)
     cb.set_label("|diff| ([0, 1]; same scale for every method)", fontsize=6)
