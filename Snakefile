@@ -34,17 +34,23 @@ CFG = wf.config_args(workflow.configfiles, workflow.basedir)
 REFERENCE = wf.reference_dir(config, workflow.basedir)
 
 
+report: "workflows/report/workflow.rst"
+
+
 workdir: os.path.join(workflow.basedir, config.get("workdir", "."))
 
 
 TASKS = config["run_tasks"]
 METHODS = config["methods"]
+# The methods vcebench runs (explained, profiled): all but the imported `external_<name>` ones.
+GENERATED = wf.generated_methods(METHODS)
 
 
 include: "workflows/common.smk"
 include: "workflows/data.smk"
 include: "workflows/models.smk"
 include: "workflows/counterfactuals.smk"
+include: "workflows/external.smk"
 include: "workflows/evaluate.smk"
 include: "workflows/report.smk"
 
@@ -56,3 +62,4 @@ rule all:
         expand(
             "results/{task}_{fig}.png", task=TASKS, fig=["qualitative", "efficiency"]
         ),
+        expand("results/{task}/{method}/gallery.png", task=TASKS, method=METHODS),

@@ -11,6 +11,7 @@ Examples::
     vcebench profile --task synthfaces_smile --method fire
     vcebench profile --paper-scale celeba
     vcebench report --task synthfaces_smile
+    vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import argparse
 import importlib
 import sys
 
-VERBS = ("data", "train", "explain", "evaluate", "profile", "report")
+VERBS = ("data", "train", "explain", "import", "evaluate", "profile", "report")
+MODULES = {"import": "import_cf"}  # `import` is a Python keyword
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="verb", required=True)
     for verb in VERBS:
-        module = importlib.import_module(f"vcebench.commands.{verb}")
+        module = importlib.import_module(f"vcebench.commands.{MODULES.get(verb, verb)}")
         module.register(sub)
     return parser
 

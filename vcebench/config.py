@@ -28,7 +28,7 @@ class ConfigError(ValueError):
 # Error classes (by name, anywhere in the exception's MRO) that are the user's to fix: the CLI prints
 # their message as one line (exit 2) instead of a traceback.
 USER_ERRORS = ("ConfigError", "DatasetError", "CheckpointError", "RoleConfigError", "MissingModelError",
-               "ShardError", "MetricError", "InsufficientSamples")
+               "ShardError", "MetricError", "InsufficientSamples", "ImportFolderError")
 
 
 def is_user_error(e: BaseException) -> bool:

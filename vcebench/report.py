@@ -1,4 +1,4 @@
-"""Comparison tables (CSV / Markdown / LaTeX), paper tables, qualitative and efficiency figures,
+"""Comparison tables (CSV / Markdown / LaTeX), paper tables (the figures: vcebench.figures),
 and the metric-regression check used by CI."""
 
 from __future__ import annotations
@@ -174,81 +174,6 @@ def write_task_tables(df: pd.DataFrame, higher: dict[str, bool], out_dir: Path, 
     write_text(out_dir / f"{task}.md", to_markdown(df, higher, title=task))
     write_text(out_dir / f"{task}.tex", to_latex(df, higher, caption=f"vcebench results on {task}",
                                                   label=f"tab:{task}"))
-
-
-# --- figures ---------------------------------------------------------------------------------------
-
-def qualitative_figure(path: Path, inputs: np.ndarray, cfs: dict[str, np.ndarray], gt: np.ndarray | None = None,
-                       ids: list[int] | None = None) -> None:
-    """Rows = samples; columns = input, (GT CF), each method's CF and its |diff| map (paper Fig. 3)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = inputs.shape[0]
-    cols = ["input"] + (["ground truth"] if gt is not None else []) + [c for m in cfs for c in (m, "|diff|")]
-    fig, axes = plt.subplots(n, len(cols), figsize=(1.1 * len(cols), 1.15 * n + 0.4), squeeze=False)
-
-    def show(ax, img, cmap=None):
-        img = np.transpose(img, (1, 2, 0))
-        if img.shape[2] == 1:
-            img, cmap = img[..., 0], cmap or "gray"
-        ax.imshow(img, cmap=cmap, vmin=0, vmax=255 if img.dtype == np.uint8 else None)
-
-    for r in range(n):
-        c = 0
-        show(axes[r, c], inputs[r])
-        c += 1
-        if gt is not None:
-            show(axes[r, c], gt[r])
-            c += 1
-        for arr in cfs.values():
-            show(axes[r, c], arr[r])
-            diff = np.abs(arr[r].astype(np.float32) - inputs[r].astype(np.float32)).sum(0)
-            axes[r, c + 1].imshow(diff, cmap="inferno", vmin=0, vmax=max(diff.max(), 1))
-            c += 2
-    for ax in axes.ravel():
-        ax.set_xticks([])
-        ax.set_yticks([])
-    for j, name in enumerate(cols):
-        axes[0, j].set_title(method_label(name), fontsize=7)
-    fig.tight_layout(pad=0.2)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
-
-
-def efficiency_figure(path: Path, df: pd.DataFrame, title: str = "") -> None:
-    """(a) time per CF vs FID, marker size = peak memory; (b) FLOPs per CF (paper Fig. 2)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.6))
-    mem = pd.to_numeric(df["peak_mem_mb"], errors="coerce").fillna(0).to_numpy()
-    size = 40 + 400 * (mem / mem.max() if mem.max() > 0 else mem)
-    x = pd.to_numeric(df["sec_per_cf"], errors="coerce")
-    y = pd.to_numeric(df["FID"], errors="coerce")
-    for i, m in enumerate(df["method"]):
-        if pd.notna(x[i]) and pd.notna(y[i]):
-            a.scatter(x[i], y[i], s=size[i], alpha=0.6)
-            a.annotate(method_label(m), (x[i], y[i]), fontsize=7, xytext=(4, 4), textcoords="offset points")
-    a.set_xlabel("seconds per counterfactual")
-    a.set_ylabel("FID")
-    a.set_title("(a) time vs FID (size = peak memory)", fontsize=9)
-    tf = pd.to_numeric(df["tflops_per_cf"], errors="coerce").fillna(0)
-    b.bar([method_label(m) for m in df["method"]], tf)
-    b.set_ylabel("TFLOPs per counterfactual")
-    b.set_title("(b) compute per counterfactual", fontsize=9)
-    b.tick_params(axis="x", rotation=45, labelsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
 
 
 # --- regression -----------------------------------------------------------------------------------

@@ -77,6 +77,8 @@ def shell_words(values) -> str:
 
 
 def method_roles(method: str) -> tuple[str, ...]:
+    if external_name(method):
+        return ("classifier",)  # `vcebench import` classifies the inputs and the imported CFs
     base = "fire" if method.startswith("fire_") else method
     if base not in METHOD_ROLES:
         raise ConfigError(f"unknown method {method!r}; known: {', '.join(METHOD_ROLES)} and fire_<variant>")
@@ -169,3 +171,56 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
     else:
         raise ValueError(f"unknown settings kind {kind!r}")
     return json.dumps(obj, sort_keys=True, default=str)
+
+
+# --- imported results (`external_<name>` methods, workflows/external.smk) ---------------------------
+
+EXTERNAL_PREFIX = "external_"
+
+
+def external_name(method: str) -> str | None:
+    """``external_<name>`` -> ``<name>`` (results imported from config key ``external.<name>``), else None."""
+    return method[len(EXTERNAL_PREFIX):] if method.startswith(EXTERNAL_PREFIX) else None
+
+
+def generated_methods(methods: list[str]) -> list[str]:
+    """The methods vcebench runs itself (explained and profiled), i.e. all but the imported ones."""
+    return [m for m in methods if not external_name(m)]
+
+
+def external_spec(cfg: dict, task: str, method: str) -> dict:
+    """``external.<name>`` of ``external_<name>`` with ``{task}`` in its paths filled in."""
+    name = external_name(method)
+    specs = cfg.get("external") or {}
+    if name not in specs:
+        raise ConfigError(f"method {method!r} imports results from config key `external.{name}`, which is not set "
+                          f"(set: {sorted(specs) or 'none'}); see README, 'Importing results from other code bases'")
+    spec = dict(specs[name])
+    for key in ("path", "mapping"):
+        if spec.get(key):
+            spec[key] = str(spec[key]).replace("{task}", task)
+    return spec
+
+
+def external_inputs(cfg: dict, task: str, method: str, basedir: str | Path = ".") -> list[str]:
+    """The folder (and mapping CSV) an ``external_<name>`` method imports, absolute (relative paths are
+    from ``basedir``, the repository: rules run in the config's ``workdir``)."""
+    spec = external_spec(cfg, task, method)
+    paths = {k: Path(basedir) / spec[k] for k in ("path", "mapping") if spec.get(k)}
+    for key, p in paths.items():
+        if not p.exists():
+            raise ConfigError(f"method {method!r} on task {task!r}: config key `external.{external_name(method)}."
+                              f"{key}` points at {str(p)!r}, which does not exist")
+    return [str(p) for p in paths.values()]
+
+
+def import_args(cfg: dict, task: str, method: str, basedir: str | Path = ".") -> str:
+    """The ``vcebench import`` flags of an ``external_<name>`` method, shell-quoted."""
+    import shlex
+
+    spec = external_spec(cfg, task, method)
+    paths = external_inputs(cfg, task, method, basedir)
+    args = ["--layout", spec.get("layout", "generic"), "--path", paths[0]]
+    if spec.get("mapping"):
+        args += ["--mapping", paths[1]]
+    return " ".join(shlex.quote(str(a)) for a in args)

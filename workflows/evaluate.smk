@@ -55,16 +55,16 @@ rule profile:
     input:
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
         models=lambda wc: model_inputs(
-            wc.task, sorted({r for m in METHODS for r in wf.method_roles(m)})
+            wc.task, sorted({r for m in GENERATED for r in wf.method_roles(m)})
         ),
         timings=expand(
             "results/{{task}}/{method}/shards/timing-{i}-of-{n}.json",
-            method=METHODS,
+            method=GENERATED,
             i=range(config["n_shards"]),
             n=config["n_shards"],
         ),
     output:
-        expand("results/{{task}}/{method}/profile.json", method=METHODS),
+        expand("results/{{task}}/{method}/profile.json", method=GENERATED),
     log:
         "logs/profile/{task}.log",
     benchmark:
@@ -79,7 +79,7 @@ rule profile:
     params:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
-        methods=wf.shell_flags("--method", METHODS),
+        methods=wf.shell_flags("--method", GENERATED),
         n=min(config.get("profile", {}).get("n", 8), config["n_eval"]),
         flop_n=config.get("profile", {}).get("flop_n", 2),
     shell:

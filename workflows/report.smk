@@ -2,14 +2,32 @@ rule report_task:
     """Comparison tables (CSV / Markdown / LaTeX) and figures of one task."""
     input:
         metrics=expand("results/{{task}}/{method}/metrics.json", method=METHODS),
-        profiles=expand("results/{{task}}/{method}/profile.json", method=METHODS),
+        profiles=expand("results/{{task}}/{method}/profile.json", method=GENERATED),
         cfs=expand("results/{{task}}/{method}/counterfactuals.npz", method=METHODS),
     output:
-        csv="results/{task}.csv",
+        csv=report(
+            "results/{task}.csv",
+            caption="report/table.rst",
+            category="{task}",
+            subcategory="table",
+            labels={"task": "{task}", "figure": "table"},
+        ),
         md="results/{task}.md",
         tex="results/{task}.tex",
-        qual="results/{task}_qualitative.png",
-        eff="results/{task}_efficiency.png",
+        qual=report(
+            "results/{task}_qualitative.png",
+            caption="report/qualitative.rst",
+            category="{task}",
+            subcategory="figures",
+            labels={"task": "{task}", "figure": "qualitative"},
+        ),
+        eff=report(
+            "results/{task}_efficiency.png",
+            caption="report/efficiency.rst",
+            category="{task}",
+            subcategory="figures",
+            labels={"task": "{task}", "figure": "efficiency"},
+        ),
     log:
         "logs/report/{task}.log",
     benchmark:
@@ -29,6 +47,41 @@ rule report_task:
         "--out-dir results {params.cfg} > {log:q} 2>&1"
 
 
+rule gallery:
+    """A gallery of counterfactuals per method (one |diff| scale for all methods of the task)."""
+    input:
+        cfs=expand("results/{{task}}/{method}/counterfactuals.npz", method=METHODS),
+        models=lambda wc: model_inputs(wc.task, ["classifier"]),
+    output:
+        [
+            report(
+                f"results/{{task}}/{method}/gallery.png",
+                caption="report/gallery.rst",
+                category="{task}",
+                subcategory="galleries",
+                labels={"task": "{task}", "figure": f"gallery: {method}"},
+            )
+            for method in METHODS
+        ],
+    log:
+        "logs/report/{task}_gallery.log",
+    benchmark:
+        "benchmarks/report/{task}_gallery.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        cfg=CFG,
+        data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+        methods=" ".join(METHODS),
+    shell:
+        "vcebench report --task {wildcards.task} --gallery --methods {params.methods} {params.data} "
+        "--out-dir results {params.cfg} > {log} 2>&1"
+
+
 rule paper_tables:
     """The FiRe paper's Tables 1-6 and Figure 2 for the configured tasks (synthetic analogues by default)."""
     input:
@@ -38,7 +91,7 @@ rule paper_tables:
             method=METHODS + config.get("paper_methods", []),
         ),
         profiles=expand(
-            "results/{task}/{method}/profile.json", task=TASKS, method=METHODS
+            "results/{task}/{method}/profile.json", task=TASKS, method=GENERATED
         ),
     output:
         "results/paper/tables.md",

@@ -3,6 +3,7 @@
 Examples::
 
     vcebench report --task synthfaces_smile --methods fire dime maskdime --data resources/data/synthfaces
+    vcebench report --task synthfaces_smile --gallery --methods fire dime --data resources/data/synthfaces
     vcebench report --paper --out-dir results/paper
     vcebench report --regression --reference results/reference/quick --tasks synthfaces_smile --out r.md
     vcebench report --update-reference --reference results/reference/quick --tasks synthfaces_smile
@@ -31,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", default="results", help="results folder holding <task>/<method>/")
     p.add_argument("--out-dir", default="results")
     p.add_argument("--n-qualitative", type=int, default=6)
+    p.add_argument("--gallery", action="store_true",
+                   help="with --task: <out-dir>/<task>/<method>/gallery.png per method (needs the classifier)")
+    p.add_argument("--n-gallery", type=int, default=8, help="samples per gallery (default 8)")
+    p.add_argument("--models", default="resources/models", help="model folder (for --gallery)")
     p.add_argument("--paper", action="store_true", help="the FiRe paper's Tables 1-6 and Figure 2")
     p.add_argument("--regression", action="store_true", help="compare results/<task>.csv with --reference")
     p.add_argument("--update-reference", action="store_true", help="copy current tables into --reference")
@@ -52,19 +57,26 @@ def run(args: argparse.Namespace) -> int:
         return _paper(cfg, args)
     if not args.task:
         raise SystemExit("vcebench report: give --task, --paper, --regression or --update-reference")
+    if args.gallery:
+        from ..tasks import get_task
+
+        task = get_task(cfg, args.task)
+        _galleries(cfg, task, args.methods or cfg["methods"], Path(args.results), Path(args.out_dir), args.data,
+                   args.n_gallery, args.models)
+        return 0
     _task_report(cfg, args.task, args.methods or cfg["methods"], Path(args.results), Path(args.out_dir),
                  args.data, args.n_qualitative)
     return 0
 
 
 def _task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir, n_qual: int) -> None:
-    from .. import report
+    from .. import figures, report
     from ..tasks import get_task
 
     task = get_task(cfg, task_name)
     df, higher = report.load_task_table(results, task_name, methods, task.kind, task.synthetic)
     report.write_task_tables(df, higher, out_dir, task_name)
-    report.efficiency_figure(out_dir / f"{task_name}_efficiency.png", df, title=task_name)
+    figures.efficiency_figure(out_dir / f"{task_name}_efficiency.png", df, title=task_name)
     _qualitative(cfg, task, methods, results, out_dir / f"{task_name}_qualitative.png", data_dir, n_qual)
     print((out_dir / f"{task_name}.md").read_text())
 
@@ -79,8 +91,9 @@ def spread(ids: list[int], n: int) -> list[int]:
     return [ids[round(i * (len(ids) - 1) / (n - 1))] for i in range(n)]
 
 
-def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int) -> None:
-    from .. import report
+def _samples(cfg, task, methods, results: Path, data_dir, n: int) -> dict:
+    """``n`` evaluation samples explained by every method (spread over the ids): uint8 inputs, ground
+    truth (synthetic tasks), and per method the CFs, targets and `flipped` flags of those samples."""
     from ..data import eval_split_name, get_synthetic, load_split
     from ..io import load_npz, to_uint8
 
@@ -91,15 +104,58 @@ def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int
     import torch
 
     idx = split.index_of(torch.tensor(ids))
-    inputs = to_uint8(split.float_images(idx))
-    gt = None
+    out = {"ids": ids, "inputs": to_uint8(split.float_images(idx)), "gt": None, "cf": {}, "target": {},
+           "flipped": {}}
     if task.synthetic:
-        gt = to_uint8(get_synthetic(cfg, task.dataset).gt_counterfactuals(ids, task.attribute))
-    per_method = {}
+        out["gt"] = to_uint8(get_synthetic(cfg, task.dataset).gt_counterfactuals(ids, task.attribute))
     for m, c in cfs.items():
         pos = {int(s): i for i, s in enumerate(c["sample_id"])}
-        per_method[m] = np.stack([c["cf"][pos[s]] for s in ids])
-    report.qualitative_figure(path, inputs, per_method, gt=gt, ids=ids)
+        rows = [pos[s] for s in ids]
+        out["cf"][m], out["target"][m] = c["cf"][rows], c["target"][rows]
+        out["flipped"][m] = c["flipped"][rows] if "flipped" in c else None
+    return out
+
+
+def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int) -> None:
+    from .. import figures
+
+    s = _samples(cfg, task, methods, results, data_dir, n)
+    flipped = {m: f for m, f in s["flipped"].items() if f is not None}
+    figures.qualitative_figure(path, s["inputs"], s["cf"], gt=s["gt"], ids=s["ids"], flipped=flipped)
+
+
+def _galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int, model_dir: str) -> None:
+    """``<out_dir>/<task>/<method>/gallery.png`` for every method, one |diff| scale for all of them; the
+    task's classifier gives p(target) before / after and the flipped marks."""
+    import torch
+
+    from .. import figures
+    from ..data import attribute_names
+    from ..io import from_uint8
+    from ..models import load_task_models
+    from ..runtime import setup_torch
+
+    device = setup_torch(cfg.get("threads"), cfg.get("device", "cpu"), cfg.get("cuda"))
+    s = _samples(cfg, task, methods, results, data_dir, n)
+    clf = load_task_models(cfg, task, roles=("classifier",), device=str(device), model_dir=model_dir).classifier
+
+    def p_of(u8: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return torch.softmax(clf(from_uint8(u8).to(device)).float(), 1).cpu().numpy()
+
+    p_x = p_of(s["inputs"])
+    gt_diff = figures.abs_diff(s["gt"], s["inputs"]) if s["gt"] is not None else None
+    vmax = figures.diff_scale(gt_diff, *(figures.abs_diff(c, s["inputs"]) for c in s["cf"].values()))
+    names = ("not " + task.attribute, task.attribute) if task.attribute in attribute_names(task.dataset) else \
+        ("0", "1")
+    for m in methods:
+        tgt = s["target"][m].astype(np.int64)
+        rows = np.arange(len(tgt))
+        p_cf = p_of(s["cf"][m])
+        flipped = p_cf.argmax(1) == tgt
+        figures.gallery_figure(out_dir / task.name / m / "gallery.png", m, s["inputs"], s["cf"][m],
+                               p_x[rows, tgt], p_cf[rows, tgt], tgt, flipped, vmax, gt=s["gt"], ids=s["ids"],
+                               class_names=names)
 
 
 def _paper(cfg, args) -> int:
@@ -140,7 +196,9 @@ def _paper(cfg, args) -> int:
             md.append(report.to_markdown(df, higher, title=f"{title}: {ablation_task}"))
             tex.append(report.to_latex(df, higher, caption=f"{title}: {ablation_task}"))
         df, _ = report.load_task_table(results, ablation_task, methods, task.kind, task.synthetic)
-        report.efficiency_figure(out / "figure2.png", df, title=f"Figure 2 analogue: {ablation_task}")
+        from .. import figures
+
+        figures.efficiency_figure(out / "figure2.png", df, title=f"Figure 2 analogue: {ablation_task}")
     report.write_text(out / "tables.md", "\n".join(md))
     report.write_text(out / "tables.tex", "\n".join(tex))
     print("\n".join(md))

@@ -1,0 +1,287 @@
+"""`vcebench import`: DiME/ACE and generic folders round-trip to the npz that `vcebench evaluate` scores,
+and bad folders get one error naming the file."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vcebench.models
+from metrics.benchmark import fake_counterfactuals, standin_models
+from vcebench.cli import main
+from vcebench.commands.import_cf import DIME_GROUPS, ImportFolderError, import_folder
+from vcebench.io import from_uint8, load_npz, save_npz
+
+N_EVAL = 24
+
+
+@pytest.fixture(scope="module", params=["synthfaces_smile", "synthxray_pacemaker"])
+def setup(request, tmp_path_factory):
+    """A small config, the task's first N_EVAL evaluation inputs, stand-in networks and a known npz."""
+    from vcebench.config import load_config
+    from vcebench.data import eval_split_name, load_split
+    from vcebench.tasks import get_task
+
+    task_name = request.param
+    d = tmp_path_factory.mktemp(task_name)
+    cfg_path = d / "small.yaml"
+    cfg_path.write_text(f"threads: 1\nn_eval: {N_EVAL}\nbatch_size: 10\n"
+                        "datasets:\n  synthfaces: {n_identities: 40, images_per_identity: 8}\n"
+                        "  synthxray: {n_patients: 200}\nmetrics:\n  batch_size: 7\n")
+    config = ["--config", "config/config.yaml", "--config", str(cfg_path)]
+    cfg = load_config(config[1::2])
+    task = get_task(cfg, task_name)
+    split = load_split(cfg, task.dataset, eval_split_name(task.dataset))
+    ids = torch.sort(split.sample_ids).values[:N_EVAL]
+    x = split.float_images(split.index_of(ids))
+    models = standin_models(split.attribute_names, x.shape[1], threshold=float(x.flatten(1).mean(1).median()))
+    fake_counterfactuals(x, ids, models.classifier, d / "known.npz")
+    z = load_npz(d / "known.npz")
+    z["cf"][:4] = to_u8(x[:4])  # a few unchanged inputs: not flipped
+    with torch.no_grad():
+        z["flipped"] = (models.classifier(from_uint8(z["cf"])).argmax(1).numpy() == z["target"])
+    save_npz(d / "known.npz", **z)
+    assert 0 < z["flipped"].sum() < N_EVAL  # both kinds present: the FR check can fail
+    return {"d": d, "config": config, "cfg": cfg, "task": task, "x": x, "z": z, "models": models,
+            "label": split.attribute(task.attribute)[split.index_of(ids)].long().numpy()}
+
+
+def _save(img: np.ndarray, path, fmt="PNG"):
+    a = img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(a).save(path, format=fmt)
+
+
+def write_generic(z, folder, zero_pad=False):
+    for sid, cf in zip(z["sample_id"], z["cf"]):
+        _save(cf, folder / (f"{int(sid):07d}.png" if zero_pad else f"{int(sid)}.png"))
+
+
+def write_dime(z, label, folder, mapping_csv):
+    """What DiME's / ACE's ImageSaver writes: {CC,IC}/{CCF,ICF}/{CF,Info}/<7-digit loader index>, with
+    the loader's index (here: the reversed position) mapped to our sample ids by a CSV."""
+    rows = []
+    n = len(z["sample_id"])
+    for pos in range(n):
+        index = n - 1 - pos  # not the sample id: the mapping must be used
+        pred, target = int(z["pred"][pos]), int(z["target"][pos])
+        cf_pred = target if z["flipped"][pos] else pred
+        group = ("CC" if label[pos] == pred else "IC") + "/" + ("CCF" if target == cf_pred else "ICF")
+        name = f"{index}".zfill(7)
+        _save(z["cf"][pos], folder / group / "CF" / f"{name}.png")
+        (folder / group / "Info").mkdir(parents=True, exist_ok=True)
+        (folder / group / "Info" / f"{name}.txt").write_text(
+            f"label: {label[pos]}\npred: {pred}\ntarget: {target}\ncf pred: {cf_pred}\nBKL: 0.1\nl_1: 0.01")
+        (folder / group / "Noise").mkdir(exist_ok=True)
+        rows.append({"file": f"{name}.png", "sample_id": int(z["sample_id"][pos])})
+    with open(mapping_csv, "w", newline="") as fh:
+        w = csv.DictWriter(fh, ["file", "sample_id"])
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _evaluate(s, cfs):
+    from vcebench.commands.evaluate import evaluate_task
+
+    return evaluate_task(s["cfg"], s["task"], "m", str(cfs), only=["L1", "FR"], models=s["models"])["metrics"]
+
+
+@pytest.mark.parametrize("layout", ["generic", "dime"])
+def test_round_trip(setup, layout, tmp_path):
+    s, z = setup, setup["z"]
+    folder, mapping = tmp_path / "cfs", None
+    if layout == "generic":
+        write_generic(z, folder, zero_pad=True)
+    else:
+        mapping = tmp_path / "map.csv"
+        write_dime(z, s["label"], folder, mapping)
+    out = tmp_path / "imported" / "counterfactuals.npz"
+    summary = import_folder(s["cfg"], s["task"], folder, layout, out, mapping=mapping, models=s["models"])
+    got = load_npz(out)
+    for k in ("sample_id", "cf", "target", "pred", "flipped"):
+        np.testing.assert_array_equal(got[k], z[k], err_msg=k)
+    assert summary["n"] == N_EVAL and summary["disagreements"] == {"pred": 0, "cf_pred": 0}
+    assert json.loads((out.parent / "import.json").read_text())["layout"] == layout
+    if layout == "dime":
+        np.testing.assert_array_equal(got["info_external_target"], z["target"])
+    # evaluate scores it like the original npz, and the numbers are the known ones
+    m, m0 = _evaluate(s, out), _evaluate(s, s["d"] / "known.npz")
+    assert m == m0
+    l1 = (np.abs(z["cf"].astype(np.float64) - to_u8(s["x"]).astype(np.float64)) / 255).reshape(N_EVAL, -1).mean(1)
+    assert m["L1"] == pytest.approx(l1.mean(), rel=1e-6)
+    assert m["FR"] == pytest.approx(100 * z["flipped"].mean())
+
+
+def to_u8(x):
+    from vcebench.io import to_uint8
+
+    return to_uint8(x)
+
+
+def test_cli_generic_target_from_classifier(setup, tmp_path, monkeypatch, capsys):
+    """Without targets in the folder, the target is 1 - f(x) (what `vcebench explain` uses)."""
+    s, z = setup, setup["z"]
+    monkeypatch.setattr(vcebench.models, "load_task_models", lambda *a, **k: s["models"], raising=False)
+    write_generic(z, tmp_path / "cfs")
+    out = tmp_path / "out.npz"
+    assert main(["import", "--task", s["task"].name, "--layout", "generic", "--path", str(tmp_path / "cfs"),
+                 "--out", str(out), *s["config"]]) == 0
+    got = load_npz(out)
+    np.testing.assert_array_equal(got["target"], 1 - z["pred"])
+    assert (got["info_external_target"] == -1).all()
+    assert f"imported {N_EVAL} counterfactuals" in capsys.readouterr().out
+
+
+# --- bad folders -----------------------------------------------------------------------------------
+
+def _import(s, folder, layout="generic", mapping=None, tmp=None):
+    return import_folder(s["cfg"], s["task"], folder, layout, folder.parent / "o.npz", mapping=mapping,
+                         models=s["models"])
+
+
+@pytest.fixture
+def generic(setup, tmp_path):
+    folder = tmp_path / "cfs"
+    write_generic(setup["z"], folder)
+    return setup, folder, setup["z"]
+
+
+def test_missing_id(generic):
+    s, folder, z = generic
+    sid = int(z["sample_id"][3])
+    (folder / f"{sid}.png").unlink()
+    with pytest.raises(ImportFolderError, match=rf"1 evaluation id\(s\) have no file \(first: \[{sid}\]\)"):
+        _import(s, folder)
+
+
+def test_unknown_id(generic):
+    s, folder, z = generic
+    _save(z["cf"][0], folder / "99999999.png")
+    with pytest.raises(ImportFolderError, match=r"99999999\.png: sample id 99999999 is not in the task's evaluation"):
+        _import(s, folder)
+
+
+def test_id_beyond_n_eval(generic):
+    s, folder, z = generic
+    from vcebench.data import eval_split_name, load_split
+
+    split = load_split(s["cfg"], s["task"].dataset, eval_split_name(s["task"].dataset))
+    extra = int(torch.sort(split.sample_ids).values[N_EVAL])
+    _save(z["cf"][0], folder / f"{extra}.png")
+    with pytest.raises(ImportFolderError, match=rf"{extra}\.png: sample id {extra} is not among the {N_EVAL}"):
+        _import(s, folder)
+
+
+def test_duplicate_id(generic):
+    s, folder, z = generic
+    sid = int(z["sample_id"][0])
+    _save(z["cf"][0], folder / f"{sid:05d}.png")
+    with pytest.raises(ImportFolderError, match=rf"sample id {sid} given by 2 files: .*{sid:05d}\.png.*{sid}\.png"):
+        _import(s, folder)
+
+
+def test_wrong_size(generic):
+    s, folder, z = generic
+    sid = int(z["sample_id"][5])
+    h = z["cf"].shape[2]
+    _save(np.zeros((z["cf"].shape[1], h + 2, h + 2), np.uint8), folder / f"{sid}.png")
+    with pytest.raises(ImportFolderError, match=rf"{sid}\.png: {h + 2}x{h + 2} pixels, expected {h}x{h}"):
+        _import(s, folder)
+
+
+@pytest.mark.parametrize("kind", ["16bit", "palette", "rgba", "channels"])
+def test_wrong_mode(generic, kind):
+    s, folder, z = generic
+    sid = int(z["sample_id"][2])
+    c, h, w = z["cf"].shape[1:]
+    path = folder / f"{sid}.png"
+    if kind == "16bit":
+        Image.fromarray(np.full((h, w), 40000, np.uint16)).save(path)
+        msg = "16-bit image"
+    elif kind == "palette":
+        Image.fromarray(np.zeros((h, w, 3), np.uint8)).convert("P").save(path)
+        msg = "palette image"
+    elif kind == "rgba":
+        Image.fromarray(np.zeros((h, w, 4), np.uint8)).save(path)
+        msg = "alpha channel"
+    else:  # grey for faces, RGB for x-ray
+        Image.fromarray(np.zeros((h, w, 3), np.uint8) if c == 1 else np.zeros((h, w), np.uint8)).save(path)
+        msg = "expected 8-bit"
+    with pytest.raises(ImportFolderError, match=rf"{sid}\.png: .*{msg}"):
+        _import(s, folder)
+
+
+def test_float_out_of_range(generic):
+    s, folder, z = generic
+    sid = int(z["sample_id"][1])
+    (folder / f"{sid}.png").unlink()
+    np.save(folder / f"{sid}.npy", z["cf"][1].astype(np.float32))  # 0..255 floats, not [-1, 1]
+    with pytest.raises(ImportFolderError, match=rf"{sid}\.npy: float values in \[.*\]; expected finite values"):
+        _import(s, folder)
+    np.save(folder / f"{sid}.npy", z["cf"][1].astype(np.float32) / 127.5 - 1)  # the right range imports
+    got = load_npz(_import_path(s, folder))
+    np.testing.assert_array_equal(got["cf"], z["cf"])
+
+
+def _import_path(s, folder):
+    _import(s, folder)
+    return folder.parent / "o.npz"
+
+
+def test_corrupt_png(generic):
+    s, folder, z = generic
+    sid = int(z["sample_id"][7])
+    data = (folder / f"{sid}.png").read_bytes()
+    (folder / f"{sid}.png").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ImportFolderError, match=rf"{sid}\.png: corrupt or unreadable image"):
+        _import(s, folder)
+
+
+def test_name_without_mapping(generic):
+    s, folder, z = generic
+    (folder / f"{int(z['sample_id'][0])}.png").rename(folder / "face.png")
+    with pytest.raises(ImportFolderError, match=r"face\.png: file name is not a sample id \(give --mapping\)"):
+        _import(s, folder)
+
+
+def test_several_problems_one_error(generic, capsys, monkeypatch):
+    """Two bad files: one error (exit 2, one line) naming both."""
+    s, folder, z = generic
+    monkeypatch.setattr(vcebench.models, "load_task_models", lambda *a, **k: s["models"], raising=False)
+    a, b = int(z["sample_id"][0]), int(z["sample_id"][1])
+    (folder / f"{a}.png").write_bytes(b"not a png")
+    (folder / f"{b}.png").write_bytes(b"")
+    assert main(["import", "--task", s["task"].name, "--layout", "generic", "--path", str(folder),
+                 "--out", str(folder.parent / "o.npz"), *s["config"]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "2 bad image file(s)" in err
+    assert f"{a}.png" in err and f"{b}.png" in err
+
+
+def test_dime_missing_info_and_wrong_folder(setup, tmp_path):
+    s, z = setup, setup["z"]
+    folder, mapping = tmp_path / "exp", tmp_path / "map.csv"
+    write_dime(z, s["label"], folder, mapping)
+    info = next((folder / g[0] / g[1] / "Info").glob("*.txt") for g in DIME_GROUPS
+                if (folder / g[0] / g[1] / "Info").is_dir())
+    info = next(info)
+    info.unlink()
+    with pytest.raises(ImportFolderError, match=rf"without their Info file: .*{info.name}"):
+        _import(s, folder, "dime", mapping)
+    (tmp_path / "out" / "Results" / "exp1").mkdir(parents=True)
+    with pytest.raises(ImportFolderError, match=r"not a DiME/ACE experiment folder.*Results/exp1"):
+        _import(s, tmp_path / "out", "dime", mapping)
+
+
+def test_dime_unmapped_file(setup, tmp_path):
+    s, z = setup, setup["z"]
+    folder, mapping = tmp_path / "exp", tmp_path / "map.csv"
+    write_dime(z, s["label"], folder, mapping)
+    lines = mapping.read_text().splitlines()
+    dropped = lines[1].split(",")[0]
+    mapping.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
+    with pytest.raises(ImportFolderError, match=rf"{dropped}: not in the mapping CSV"):
+        _import(s, folder, "dime", mapping)
