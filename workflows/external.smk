@@ -10,7 +10,9 @@ rule import_external:
     input:
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
         models=lambda wc: model_inputs(wc.task, wf.method_roles(wc.method)),
-        source=lambda wc: wf.external_inputs(config, wc.task, wc.method, workflow.basedir),
+        source=lambda wc: wf.external_inputs(
+            config, wc.task, wc.method, workflow.basedir
+        ),
     output:
         "results/{task}/{method}/counterfactuals.npz",
     log:
