@@ -17,6 +17,7 @@ configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 
 validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
+wf.check_method_names(config)
 
 
 envvars:

@@ -68,7 +68,11 @@ def load_config(paths: list[str | Path] | None = None, overrides: dict | None = 
         cfg = deep_merge(cfg, data)
     if overrides:
         cfg = deep_merge(cfg, overrides)
-    return validate(cfg, schema_path(paths[0]))
+    validate(cfg, schema_path(paths[0]))
+    from .tasks import check_method_names
+
+    check_method_names(cfg)
+    return cfg
 
 
 def check_keys(section: str, given: dict, allowed: set[str] | dict) -> None:

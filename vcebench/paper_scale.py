@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from vcebench.models.base import BinaryHead, freeze
 from vcebench.profiling import FLOP_CONVENTION, FVCORE_CONVENTION, count_flops, fvcore_forward_macs
+from vcebench.tasks import split_method
 
 PAPER_TOTAL_PFLOPS_1000 = 1.28  # FiRe, 1,000 CelebA Smile CFs (paper Fig. 2)
 PAPER_RATIO = 8.0  # MaskDiME / FiRe FLOPs (paper Fig. 2)
@@ -590,11 +591,12 @@ def measured_paper_nfe(cfg: dict, task_name: str = "celeba_smile", n: int = 1, r
         cf = get_method(name, params)(x, target, models, SampleGenerators(int(cfg["seed"]), list(range(n))))
         measured = {k: v for k, v in nfe_by_network(cf.info).items() if v["fwd"] or v["bwd"]}
         steps = float(cf.steps.float().mean())
-        if name.startswith("fire"):
+        base = split_method(name)[0]
+        if base == "fire":
             analytic = fire_nfe(steps, int(params["smoothgrad_n"]))
         else:
-            passes = 2 if name in ("fastdime2", "fastdime2plus") else 1
-            analytic = ddpm_family_nfe(name, int(params["start_step"]), steps / (int(params["start_step"]) * passes))
+            passes = 2 if base in ("fastdime2", "fastdime2plus") else 1
+            analytic = ddpm_family_nfe(base, int(params["start_step"]), steps / (int(params["start_step"]) * passes))
         analytic = {k: v for k, v in analytic.items() if v["fwd"] or v["bwd"]}
         match = set(measured) == set(analytic) and all(
             abs(measured[k][d] - analytic[k][d]) < 1e-6 for k in measured for d in ("fwd", "bwd"))

@@ -58,6 +58,7 @@ from vcebench.paper_scale import (
     flops_from_nfe,
     per_call_flops,
 )
+from vcebench.tasks import split_method
 
 # Small networks with the same structure, for running the code path on a CPU (tests).
 TINY = replace(CELEBA, resolution=32, unet_channels=(32, 32, 64, 64, 64), head_dim=32)
@@ -216,7 +217,7 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
         "early_stop": params.get("early_stop", True), "nfe": nfe,
         "K": params.get("K"),
     }
-    if method_name.startswith("fire"):
+    if split_method(method_name)[0] == "fire":
         row["sec_per_update"] = seconds / max(1e-9, float(steps.sum()))
     else:
         row["mean_attempts"] = float(torch.cat([torch.as_tensor(o.info["attempts"]).float() for o in outs]).mean()) \

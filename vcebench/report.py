@@ -31,9 +31,15 @@ METHOD_LABELS = {"fire": "FiRe", "dime": "DiME", "fastdime": "FastDiME", "fastdi
 
 
 def method_label(m: str) -> str:
-    if m.startswith("fire_"):
-        return "FiRe (" + m[len("fire_"):].replace("_", "-") + ")"
-    return METHOD_LABELS.get(m, m)
+    """``fire`` -> ``FiRe``; a variant ``<method>_<variant>`` -> ``<Method> (<variant>)``."""
+    from .tasks import split_method
+
+    try:
+        base, variant = split_method(m)
+    except ValueError:
+        return m
+    label = METHOD_LABELS.get(base, base)
+    return label if variant is None else f"{label} ({variant.replace('_', '-')})"
 
 
 def task_columns(kind: str, synthetic: bool) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import ConfigError
-from .tasks import SYNTHETIC_DATASETS, get_task
+from .tasks import SYNTHETIC_DATASETS, check_method_names, get_task, split_method  # noqa: F401 (Snakefile)
 
 METHOD_ROLES = {
     "fire": ("classifier", "pmf", "perceptual"),
@@ -52,10 +52,7 @@ def reference_dir(cfg: dict, basedir: str | Path = ".") -> str:
 
 
 def method_roles(method: str) -> tuple[str, ...]:
-    base = "fire" if method.startswith("fire_") else method
-    if base not in METHOD_ROLES:
-        raise ConfigError(f"unknown method {method!r}; known: {', '.join(METHOD_ROLES)} and fire_<variant>")
-    return METHOD_ROLES[base]
+    return METHOD_ROLES[split_method(method)[0]]
 
 
 GATE_ROLES = {"oracle": ("classifier",), "ddpm": ("fid_features",), "pmf": ("classifier", "fid_features", "ddpm")}

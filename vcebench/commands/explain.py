@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", help="task name (config key `tasks`)")
     p.add_argument("--method", help="method name: fire, dime, fastdime, fastdime2, fastdime2plus, maskdime, "
-                                    "fire_<variant>")
+                                    "<method>_<variant> (config key `variants`)")
     p.add_argument("--shard", type=int, default=0, help="shard index i (default 0)")
     p.add_argument("--n-shards", type=int, default=1, help="number of shards n (default 1)")
     p.add_argument("--data", default=None, help="rendered dataset folder (default: render / load from config)")

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_arg(p)
     p.add_argument("--task", help="task name (config key `tasks`)")
     p.add_argument("--method", action="append", default=None,
-                   help="method name (config key `methods`, or fire_<variant>); repeat it to profile several "
+                   help="method name (config key `methods`, or <method>_<variant>); repeat it to profile several "
                         "methods in one process (the workflow does one job per task)")
     p.add_argument("--n", type=int, default=32, help="evaluation inputs to run (first n by sample id; default 32)")
     p.add_argument("--batch-size", type=int, default=None, help="default: config key `batch_size`")
