@@ -18,6 +18,7 @@ configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
 wf.check_method_names(config)
+wf.attach_tuned(config, workflow.basedir)  # config/tuned/<task>.yaml, written by `snakemake tune`
 
 
 envvars:

@@ -577,8 +577,9 @@ def measured_paper_nfe(cfg: dict, task_name: str = "celeba_smile", n: int = 1, r
     """
     from methods import get_method
     from vcebench.profiling import nfe_by_network
+    from vcebench.protocol import resolve_method
     from vcebench.rng import SampleGenerators
-    from vcebench.tasks import get_task, method_params
+    from vcebench.tasks import get_task
 
     task = get_task(cfg, task_name)
     models = tiny_standins()
@@ -587,7 +588,7 @@ def measured_paper_nfe(cfg: dict, task_name: str = "celeba_smile", n: int = 1, r
         target = 1 - models.classifier(x).argmax(1)
     out: dict[str, dict[str, Any]] = {}
     for name in methods:
-        params = method_params(cfg, task, name)
+        params = resolve_method(cfg, task, name)[0]
         cf = get_method(name, params)(x, target, models, SampleGenerators(int(cfg["seed"]), list(range(n))))
         measured = {k: v for k, v in nfe_by_network(cf.info).items() if v["fwd"] or v["bwd"]}
         steps = float(cf.steps.float().mean())

@@ -231,7 +231,8 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
     after every row, so an interrupted run keeps what it measured."""
     from vcebench.config import load_config
     from vcebench.profiling import device_name
-    from vcebench.tasks import get_task, method_params
+    from vcebench.protocol import resolve_method
+    from vcebench.tasks import get_task
 
     start = time.perf_counter()
     dev = torch.device(device)
@@ -262,7 +263,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
             models = prepare_models(base, v)
             if v["name"] not in report["errors"] and not v["compile"]:
                 report["errors"][v["name"]] = network_errors(models, base, x_all[:4], v["precision"], dev)
-            params = method_params(cfg, task, p["method"])
+            params = resolve_method(cfg, task, p["method"])[0]
             params.update(p.get("params", {}))
             if "early_stop" in p:
                 params["early_stop"] = p["early_stop"]

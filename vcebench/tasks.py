@@ -71,26 +71,45 @@ def method_variants(cfg: dict) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def method_params(cfg: dict, task: Task, method: str) -> dict[str, Any]:
-    """Defaults of ``method_defaults.<base method>``, then the task's overrides, then the variant, then
-    the task's overrides of that variant.
-
-    ``<method>_<variant>`` is the task's ``<method>`` with ``variants.<method>.<variant>`` applied on top (an
-    ablation changes one thing of the configured method: ``fire_t06`` on a task whose FiRe uses t = 0.2
-    runs t = 0.6 with the task's masks).
-    """
+def method_layers(cfg: dict, task: Task, method: str) -> list[tuple[str, dict[str, Any]]]:
+    """The hyperparameter layers of ``method`` on ``task``, in merge order, each named by its config key:
+    ``method_defaults.<m>``, ``tasks.<task>.params.<m>``, the tuned settings (``config/tuned/<task>.yaml``,
+    when ``protocol.use_tuned`` is on and the variant does not turn it off), ``variants.<m>.<v>``,
+    ``tasks.<task>.params.<m>_<v>``."""
     defaults = cfg.get("method_defaults", {})
     base, variant = split_method(method)
     if base not in defaults:
         raise ConfigError(f"method {method!r}: no defaults for {base!r} (config key `method_defaults.{base}`)")
-    params = deep_merge(dict(defaults[base]), task.params.get(base, {}))
+    layers = [(f"method_defaults.{base}", dict(defaults[base])),
+              (f"tasks.{task.name}.params.{base}", task.params.get(base) or {})]
+    on_top: list[tuple[str, dict[str, Any]]] = []
     if variant is not None:
         variants = method_variants(cfg).get(base, {})
         if variant not in variants:
             raise ConfigError(f"unknown variant {method!r} (config key `variants.{base}.{variant}`); "
                               f"known: {', '.join(base + '_' + v for v in sorted(variants)) or 'none'}")
-        params = deep_merge(params, variants[variant])
-        params = deep_merge(params, task.params.get(method, {}))
+        on_top = [(f"variants.{base}.{variant}", variants[variant] or {}),
+                  (f"tasks.{task.name}.params.{method}", task.params.get(method) or {})]
+    use_tuned = bool((cfg.get("protocol") or {}).get("use_tuned", False))
+    for _, over in layers + on_top:
+        use_tuned = bool((over.get("protocol") or {}).get("use_tuned", use_tuned))
+    tuned = ((cfg.get("tuned") or {}).get(task.name) or {})
+    if use_tuned and base in (tuned.get("settings") or {}):
+        layers.append((f"tuned:{tuned.get('file', '?')}", tuned["settings"][base]))
+    return [(name, over) for name, over in layers + on_top if over]
+
+
+def method_params(cfg: dict, task: Task, method: str) -> dict[str, Any]:
+    """The merged hyperparameters of ``method`` on ``task`` (:func:`method_layers`, later wins).
+
+    ``<method>_<variant>`` is the task's ``<method>`` with ``variants.<method>.<variant>`` applied on top (an
+    ablation changes one thing of the configured method: ``fire_K5`` keeps the task's t and masks). The
+    result still holds the protocol keys (noise rule, log-SNR offset, ...) that
+    ``vcebench.protocol.resolve_method`` turns into the method's own parameters.
+    """
+    params: dict[str, Any] = {}
+    for _, over in method_layers(cfg, task, method):
+        params = deep_merge(params, over)
     return params
 
 

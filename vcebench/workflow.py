@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ConfigError
+from .config import ConfigError, attach_tuned  # noqa: F401 (Snakefile)
 from .tasks import SYNTHETIC_DATASETS, check_method_names, get_task, split_method  # noqa: F401 (Snakefile)
 
 METHOD_ROLES = {
@@ -110,11 +110,11 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
     role): the role's spec plus the dataset's; ``data`` (dataset))."""
     import json
 
-    from .tasks import get_task, method_params
+    from .protocol import resolve_method
 
     if kind == "method":
         task, method = names
-        obj = {"params": method_params(cfg, get_task(cfg, task), method), "seed": cfg.get("seed")}
+        obj = {"params": resolve_method(cfg, task, method)[0], "seed": cfg.get("seed")}
     elif kind == "model":
         ds, role = names
         obj = {"spec": ((cfg.get("models") or {}).get(ds) or {}).get(role),
