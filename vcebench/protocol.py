@@ -109,20 +109,22 @@ def resolution_shift(cfg: dict, dataset: str, rule: str, reference_resolution: i
     return (2.0 * math.log(reference_resolution / int(res)) if rule == "snr_matched" else 0.0), int(res)
 
 
-def resolve_method(cfg: dict, task: Task | str, method: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def resolve_method(cfg: dict, task: Task | str, method: str,
+                   candidate: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the method's hyperparameters, record): the merged config of ``method`` on ``task`` with the noise rule
     applied (FiRe's ``t``, a DDPM's ``start_step``, FastDiME's ``warmup_steps`` derived) and the protocol keys
-    removed. The record (metrics.json ``protocol``) says how: rule, resolution shift, offset, reference and
+    removed (``candidate``: a `vcebench tune` setting in place of the tuned one). The record (metrics.json
+    ``protocol``) says how: rule, resolution shift, offset, reference and
     resulting log-SNR, the tuned file when used, the config layers merged, the final parameters."""
     task = get_task(cfg, task) if isinstance(task, str) else task
     base, variant = split_method(method)
-    params = method_params(cfg, task, method)
+    params = method_params(cfg, task, method, candidate)
     proto = _protocol(cfg, params)
     rule = proto["noise"]
     ref_res = int(proto.get("reference_resolution", 128))
     shift, res = resolution_shift(cfg, task.dataset, rule, ref_res)
     offset = float(params.get("log_snr_offset", 0.0))
-    layers = [name for name, _ in method_layers(cfg, task, method)]
+    layers = [name for name, _ in method_layers(cfg, task, method, candidate)]
     tuned = next((n.split(":", 1)[1] for n in layers if n.startswith("tuned:")), None)
     record: dict[str, Any] = {
         "method": method, "base_method": base, "variant": variant, "noise_rule": rule,

@@ -71,11 +71,12 @@ def method_variants(cfg: dict) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def method_layers(cfg: dict, task: Task, method: str) -> list[tuple[str, dict[str, Any]]]:
+def method_layers(cfg: dict, task: Task, method: str,
+                  candidate: dict[str, Any] | None = None) -> list[tuple[str, dict[str, Any]]]:
     """The hyperparameter layers of ``method`` on ``task``, in merge order, each named by its config key:
     ``method_defaults.<m>``, ``tasks.<task>.params.<m>``, the tuned settings (``config/tuned/<task>.yaml``,
     when ``protocol.use_tuned`` is on and the variant does not turn it off), ``variants.<m>.<v>``,
-    ``tasks.<task>.params.<m>_<v>``."""
+    ``tasks.<task>.params.<m>_<v>``. ``candidate`` (a `vcebench tune` setting) takes the tuned layer's place."""
     defaults = cfg.get("method_defaults", {})
     base, variant = split_method(method)
     if base not in defaults:
@@ -94,12 +95,14 @@ def method_layers(cfg: dict, task: Task, method: str) -> list[tuple[str, dict[st
     for _, over in layers + on_top:
         use_tuned = bool((over.get("protocol") or {}).get("use_tuned", use_tuned))
     tuned = ((cfg.get("tuned") or {}).get(task.name) or {})
-    if use_tuned and base in (tuned.get("settings") or {}):
+    if candidate is not None:
+        layers.append(("tune:candidate", dict(candidate)))
+    elif use_tuned and base in (tuned.get("settings") or {}):
         layers.append((f"tuned:{tuned.get('file', '?')}", tuned["settings"][base]))
     return [(name, over) for name, over in layers + on_top if over]
 
 
-def method_params(cfg: dict, task: Task, method: str) -> dict[str, Any]:
+def method_params(cfg: dict, task: Task, method: str, candidate: dict[str, Any] | None = None) -> dict[str, Any]:
     """The merged hyperparameters of ``method`` on ``task`` (:func:`method_layers`, later wins).
 
     ``<method>_<variant>`` is the task's ``<method>`` with ``variants.<method>.<variant>`` applied on top (an
@@ -108,7 +111,7 @@ def method_params(cfg: dict, task: Task, method: str) -> dict[str, Any]:
     ``vcebench.protocol.resolve_method`` turns into the method's own parameters.
     """
     params: dict[str, Any] = {}
-    for _, over in method_layers(cfg, task, method):
+    for _, over in method_layers(cfg, task, method, candidate):
         params = deep_merge(params, over)
     return params
 

@@ -51,6 +51,22 @@ def reference_dir(cfg: dict, basedir: str | Path = ".") -> str:
     return str((Path(basedir) / cfg.get("reference_dir", "results/reference/quick")).resolve())
 
 
+def tuned_dir(cfg: dict, basedir: str | Path = ".") -> str:
+    """Where `snakemake tune` writes and the run reads the tuned settings (absolute; protocol.tuned_dir)."""
+    return str((Path(basedir) / (cfg.get("protocol") or {}).get("tuned_dir", "config/tuned")).resolve())
+
+
+def tune_roles(cfg: dict, task_name: str) -> list[str]:
+    """Networks `vcebench tune` loads: every tuned method's, and those of the metrics it scores."""
+    from metrics import ROLES
+
+    from .tune import tune_methods
+
+    roles = {"classifier"} | {r for m in tune_methods(cfg) for r in METHOD_ROLES[m]}
+    roles |= {r for k in (cfg.get("tune") or {}).get("metrics", ["FID", "FR", "FR_oracle"]) for r in ROLES.get(k, ())}
+    return sorted(roles)
+
+
 def method_roles(method: str) -> tuple[str, ...]:
     return METHOD_ROLES[split_method(method)[0]]
 
