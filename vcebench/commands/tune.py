@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
+
     import yaml
 
     from ..config import DEFAULT_CONFIG, load_config, repo_root
@@ -51,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     header = (f"# Written by `vcebench tune --task {args.task}` ({result['date']}): the settings the default run "
               f"reads (protocol.use_tuned).\n# Picked on {result['validation']['n']} inputs of the "
               f"`{result['validation']['split']}` split, never evaluated; rule and sweep below.\n")
-    for path, text in ((out, header + yaml.safe_dump(result, sort_keys=False, width=110)),
+    plain = json.loads(json.dumps(result))  # no YAML anchors for the shared config mappings
+    for path, text in ((out, header + yaml.safe_dump(plain, sort_keys=False, width=110)),
                        (md, sweep_markdown(result))):
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
