@@ -217,6 +217,23 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     }
 
 
+def merge_tuned(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` (some methods tuned again) with the other methods' settings, picks and sweep rows of ``old``;
+    refuses to mix sweeps made under a different rule, split, n or number of settings."""
+    for key in ("task", "rule", "validation", "n_settings", "seed", "noise_rule"):
+        if old.get(key) != new.get(key):
+            raise ConfigError(f"cannot merge tune results: `{key}` differs ({old.get(key)!r} vs {new.get(key)!r}); "
+                              f"tune every method again")
+    methods_new = set(new["settings"])
+    out = dict(new)
+    out["settings"] = {**{m: v for m, v in old["settings"].items() if m not in methods_new}, **new["settings"]}
+    out["picked"] = {**{m: v for m, v in old["picked"].items() if m not in methods_new}, **new["picked"]}
+    out["space"] = {**old.get("space", {}), **new.get("space", {})}
+    out["sweep"] = [r for r in old["sweep"] if r["method"] not in methods_new] + new["sweep"]
+    out["wall_seconds"] = round(float(old.get("wall_seconds", 0)) + float(new["wall_seconds"]), 1)
+    return out
+
+
 def sweep_markdown(result: dict[str, Any]) -> str:
     """The sweep table of a tuned file as Markdown (picked rows in bold)."""
     keys = list(next(iter(result["sweep"]), {}).get("metrics", {}))

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..config import DEFAULT_CONFIG, load_config, repo_root
     from ..io import atomic_path
-    from ..tune import run_tune, sweep_markdown
+    from ..tune import merge_tuned, run_tune, sweep_markdown
 
     cfg = load_config(args.config)
     tuned_dir = (cfg.get("protocol") or {}).get("tuned_dir", "config/tuned")
@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     md = Path(args.md or f"results/tune/{args.task}.md")
     result = run_tune(cfg, args.task, data_dir=args.data, model_dir=args.models, work_dir=args.work_dir,
                       method_names=args.method)
+    if args.method and out.exists():  # tune some methods again: keep the others' rows of the existing file
+        result = merge_tuned(yaml.safe_load(out.read_text()), result)
     header = (f"# Written by `vcebench tune --task {args.task}` ({result['date']}): the settings the default run "
               f"reads (protocol.use_tuned).\n# Picked on {result['validation']['n']} inputs of the "
               f"`{result['validation']['split']}` split, never evaluated; rule and sweep below.\n")
