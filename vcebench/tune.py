@@ -18,6 +18,7 @@ the date, the whole sweep table) is what the default run reads (``protocol.use_t
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import time
 import zlib
@@ -183,17 +184,27 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
             method = registry.get_method(name, params)
             npz = work / name / f"setting-{i}.npz"
             npz.parent.mkdir(parents=True, exist_ok=True)
-            timing = generate(method, lambda idx: split.float_images(rows_idx[idx]), ids, models, cfg, npz, device,
-                              stream=name)
-            res = evaluate_task(cfg, task, name, str(npz), fid_ref=str(ref), data_dir=data_dir, model_dir=model_dir,
-                                device=device, only=wanted, models=models, split_name=split_name)
-            z = np.load(npz)
-            row = {"method": name, "setting": i, "overrides": cand,
-                   "log_snr": _round(rec["log_snr"]), "t": _round(rec["t"]) if "t" in rec else None,
-                   "start_step": rec.get("start_step"), "respacing": rec.get("respacing"),
-                   "metrics": {k: (None if res["metrics"].get(k) is None else _round(res["metrics"][k]))
-                               for k in wanted},
-                   "mean_steps": _round(float(z["steps"].mean())), "sec_per_cf": _round(timing["sec_per_cf"])}
+            # a finished setting of an interrupted sweep is reused when everything it depends on is the same
+            key = json.dumps({"params": params, "ids": ids.tolist(), "metrics": wanted, "seed": cfg.get("seed"),
+                              "models": {r: models.names.get(r, r) for r in sorted(roles)},
+                              "batch_size": cfg.get("batch_size")}, sort_keys=True, default=str)
+            cached = npz.with_suffix(".row.json")
+            if cached.exists() and json.loads(cached.read_text()).get("key") == key:
+                row = json.loads(cached.read_text())["row"]
+            else:
+                timing = generate(method, lambda idx: split.float_images(rows_idx[idx]), ids, models, cfg, npz,
+                                  device, stream=name)
+                res = evaluate_task(cfg, task, name, str(npz), fid_ref=str(ref), data_dir=data_dir,
+                                    model_dir=model_dir, device=device, only=wanted, models=models,
+                                    split_name=split_name)
+                z = np.load(npz)
+                row = {"method": name, "setting": i, "overrides": cand,
+                       "log_snr": _round(rec["log_snr"]), "t": _round(rec["t"]) if "t" in rec else None,
+                       "start_step": rec.get("start_step"), "respacing": rec.get("respacing"),
+                       "metrics": {k: (None if res["metrics"].get(k) is None else _round(res["metrics"][k]))
+                                   for k in wanted},
+                       "mean_steps": _round(float(z["steps"].mean())), "sec_per_cf": _round(timing["sec_per_cf"])}
+                cached.write_text(json.dumps({"key": key, "row": row}))
             rows.append(row)
             if log:
                 log(f"{task.name} {name} setting {i}: {cand or 'untuned'} -> "
