@@ -50,7 +50,9 @@ def test_variants_of_every_method(cfg):
     assert {"fastdime2_s20", "fastdime2plus_s30"} <= set(all_methods(new))
     with pytest.raises(ConfigError, match="variants.fastdime.s20"):
         method_params(new, task, "fastdime_s20")  # a variant belongs to one method only
-    m = methods.get_method("fastdime2_s20", v)
+    from vcebench.protocol import resolve_method
+
+    m = methods.get_method("fastdime2_s20", resolve_method(new, task, "fastdime2_s20")[0])
     assert m.name == "fastdime2_s20" and "ddpm" in m.roles
 
 
