@@ -3,6 +3,7 @@
 #   snakemake --cores all results/synthfaces_smile.csv             one task
 #   snakemake --cores all --configfile config/presets/quick.yaml   CI-size run of the same DAG
 #   snakemake --cores all results/celeba_smile.csv                 real data (set datasets/models paths)
+#   snakemake --cores all tune                                     pick settings on the validation split
 import os
 import sys
 
@@ -18,6 +19,9 @@ configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 
 validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
+wf.check_method_names(config)
+# config/tuned/<task>.yaml, written by `snakemake tune`
+wf.attach_tuned(config, workflow.basedir)
 # method and model settings (keys, types, ranges) from the code's dataclasses: fail before any job runs
 wf.fail_fast(check_settings, config)
 
@@ -32,6 +36,8 @@ os.environ["PATH"] = (
 )
 CFG = wf.config_args(workflow.configfiles, workflow.basedir)
 REFERENCE = wf.reference_dir(config, workflow.basedir)
+# `snakemake tune` writes here; the default run reads it
+TUNED_DIR = wf.tuned_dir(config, workflow.basedir)
 
 
 report: "workflows/report/workflow.rst"
@@ -53,6 +59,7 @@ include: "workflows/counterfactuals.smk"
 include: "workflows/external.smk"
 include: "workflows/evaluate.smk"
 include: "workflows/report.smk"
+include: "workflows/tune.smk"
 
 
 rule all:

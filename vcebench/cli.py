@@ -12,6 +12,7 @@ Examples::
     vcebench profile --paper-scale celeba
     vcebench report --task synthfaces_smile
     vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
+    vcebench tune --task synthfaces_smile --data resources/data/synthfaces
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import argparse
 import importlib
 import sys
 
-VERBS = ("data", "train", "explain", "import", "evaluate", "profile", "report")
+VERBS = ("data", "train", "explain", "import", "evaluate", "profile", "report", "tune")
 MODULES = {"import": "import_cf"}  # `import` is a Python keyword
 
 

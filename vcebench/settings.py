@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, check_keys, coerce_value, load_config
-from .tasks import all_methods, get_task, method_params
+from .tasks import all_methods, get_task
 
 # Ranges of model settings (keys and types come from the code, see the module docstring).
 POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
@@ -51,13 +51,23 @@ def check_settings(cfg: dict) -> dict:
 
 # ----------------------------------------------------------------------------- methods
 
+# Keys of a method's config layers that the noise protocol consumes (vcebench.protocol.resolve_method) before
+# the method's dataclass sees the settings, with their types.
+PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respacing": int, "warmup_fraction": float}
+
+
 def _typed_layer(section: str, layer: Any, cls: type) -> None:
-    """Keys and types of one config mapping of hyperparameters of dataclass ``cls`` (coerced in place)."""
+    """Keys and types of one config mapping of hyperparameters of dataclass ``cls`` (coerced in place); the
+    protocol keys (:data:`PROTOCOL_SETTINGS`, and a per-method ``protocol`` mapping) are admitted too."""
     if not isinstance(layer, dict):
         raise ConfigError(f"config key `{section}` must be a mapping of hyperparameters, got {layer!r}")
-    hints = typing.get_type_hints(cls)
-    check_keys(section, layer, {f.name for f in dataclasses.fields(cls)})
+    hints = {**typing.get_type_hints(cls), **PROTOCOL_SETTINGS}
+    check_keys(section, layer, {f.name for f in dataclasses.fields(cls)} | set(PROTOCOL_SETTINGS) | {"protocol"})
     for k, v in layer.items():
+        if k == "protocol":
+            if not isinstance(v, dict):
+                raise ConfigError(f"config key `{section}.protocol` must be a mapping, got {v!r}")
+            continue
         layer[k] = _write_back(v, coerce_value(v, hints[k], f"{section}.{k}"))
 
 
@@ -72,21 +82,27 @@ def _write_back(old: Any, new: Any) -> Any:
 
 
 def check_method_settings(cfg: dict) -> None:
-    """``method_defaults``, ``fire_variants`` and every task's ``params``: keys and types checked in the
-    section where they are written; then each task's merged settings of every method are parsed by
-    the method's dataclass (its ranges)."""
+    """``method_defaults``, ``variants`` (and the older ``fire_variants``) and every task's ``params``: keys
+    and types checked in the section where they are written; then each task's settings of every method,
+    resolved by the noise protocol, are parsed by the method's dataclass (its ranges)."""
     from methods import params_class
+
+    from .protocol import resolve_method
+    from .tasks import method_variants
 
     known = all_methods(cfg)
     for base, layer in (cfg.get("method_defaults") or {}).items():
         _typed_layer(f"method_defaults.{base}", layer, params_class(base))
-    for variant, layer in (cfg.get("fire_variants") or {}).items():
-        _typed_layer(f"fire_variants.{variant}", layer, params_class("fire"))
+    legacy = cfg.get("fire_variants") or {}
+    for base, variants in method_variants(cfg).items():
+        for variant, layer in variants.items():
+            key = "fire_variants" if base == "fire" and variant in legacy else f"variants.{base}"
+            _typed_layer(f"{key}.{variant}", layer or {}, params_class(base))
     for tname, t in (cfg.get("tasks") or {}).items():
         for m, layer in ((t or {}).get("params") or {}).items():
             if m not in known:
                 raise ConfigError(f"config key `tasks.{tname}.params.{m}`: no method {m!r} (config keys "
-                                  f"`method_defaults` and `fire_variants`); known: {', '.join(known)}")
+                                  f"`method_defaults` and `variants`); known: {', '.join(known)}")
             _typed_layer(f"tasks.{tname}.params.{m}", layer, params_class(m))
     from methods.base import parse_params
 
@@ -94,27 +110,23 @@ def check_method_settings(cfg: dict) -> None:
         task = get_task(cfg, tname)
         for m in known:
             try:
-                parse_params(params_class(m), method_params(cfg, task, m), section=f"{m} of task {tname}")
+                parse_params(params_class(m), resolve_method(cfg, task, m)[0], section=f"{m} of task {tname}")
             except ConfigError as e:
-                raise ConfigError(_name_source(cfg, tname, m, str(e))) from None
+                raise ConfigError(_name_source(cfg, task, m, str(e))) from None
 
 
-def _name_source(cfg: dict, tname: str, method: str, msg: str) -> str:
-    """A range error of the merged settings of ``method`` on task ``tname``, with the config key that set
-    the offending value (the last of method_defaults <- task params <- fire variant <- task variant params)."""
+def _name_source(cfg: dict, task, method: str, msg: str) -> str:
+    """A range error of the merged settings of ``method`` on ``task``, with the config key that set the
+    offending value (the last layer of :func:`vcebench.tasks.method_layers` that holds it)."""
     import re
 
-    base = "fire" if method.startswith("fire_") else method
-    layers = [(f"method_defaults.{base}", (cfg.get("method_defaults") or {}).get(base)),
-              (f"tasks.{tname}.params.{base}", ((cfg["tasks"][tname].get("params") or {}).get(base)))]
-    if method != base:
-        layers += [(f"fire_variants.{method[5:]}", (cfg.get("fire_variants") or {}).get(method[5:])),
-                   (f"tasks.{tname}.params.{method}", (cfg["tasks"][tname].get("params") or {}).get(method))]
-    source = {k: f"{where}.{k}" for where, layer in layers for k in (layer or {})}
+    from .tasks import method_layers
+
+    source = {k: f"{where}.{k}" for where, layer in method_layers(cfg, task, method) for k in (layer or {})}
     detail = msg.split("`: ", 1)[-1]
     named = [k for k in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", detail) if k in source]
-    where = f"config key `{source[named[0]]}`" if named else f"method {method!r} of task {tname!r}"
-    return f"{where} (method {method}, task {tname}): {detail}"
+    where = f"config key `{source[named[0]]}`" if named else f"method {method!r} of task {task.name!r}"
+    return f"{where} (method {method}, task {task.name}): {detail}"
 
 
 # ----------------------------------------------------------------------------- models

@@ -104,14 +104,15 @@ def _image_batches(split, rows: np.ndarray, batch_size: int, device) -> Iterator
 
 
 def write_reference(cfg: dict, task, out: str, data_dir: str | None, model_dir: str, device,
-                    progress: bool = True) -> None:
-    """FID features of every evaluation-split original -> ``out`` (metrics.fid.FIDReference)."""
+                    progress: bool = True, split_name: str | None = None) -> None:
+    """FID features of every original of the evaluation split (or ``split_name``) -> ``out``
+    (metrics.fid.FIDReference)."""
     from metrics.fid import compute_reference
 
     from ..data import eval_split_name, load_split
     from ..models import load_task_models
 
-    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir)
+    split = load_split(cfg, task.dataset, split_name or eval_split_name(task.dataset), data_dir)
     models = load_task_models(cfg, task, roles=("fid_features",), device=device, model_dir=model_dir)
     bs = int(cfg.get("metrics", {}).get("batch_size", 100))
     batches = _image_batches(split, np.arange(len(split)), bs, device)
@@ -129,8 +130,9 @@ def write_reference(cfg: dict, task, out: str, data_dir: str | None, model_dir: 
 def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str | None = None,
                   data_dir: str | None = None, model_dir: str = "resources/models", device="cpu",
                   only: list[str] | None = None, progress: bool = False, strict: bool = False,
-                  models=None) -> dict:
-    """Everything `vcebench evaluate` writes to metrics.json (``models``: preloaded TaskModels, tests)."""
+                  models=None, split_name: str | None = None) -> dict:
+    """Everything `vcebench evaluate` writes to metrics.json (``models``: preloaded TaskModels, tests;
+    ``split_name``: the split the counterfactuals' inputs come from, default the evaluation split)."""
     import torch
 
     from metrics import build_metrics, metric_names, required_roles
@@ -145,7 +147,7 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
     names = list(only) if only else metric_names(task)
     z = load_counterfactuals(cfs_path)
     ids = z["sample_id"].astype(np.int64)
-    split_name = eval_split_name(task.dataset)
+    split_name = split_name or eval_split_name(task.dataset)
     split = load_split(cfg, task.dataset, split_name, data_dir)
     rows = split.index_of(torch.from_numpy(ids)).numpy()  # DatasetError names ids not in the split
     coverage = check_coverage(cfs_path, ids, split, int(cfg["n_eval"]), strict)
@@ -210,6 +212,7 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
         "inputs": {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": split_name,
                    "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage},
         "gt_change_threshold": cfg.get("metrics", {}).get("gt_change_threshold", 0.05) if "GT" in names else None,
+        "protocol": _protocol_record(cfg, task, method),
         "seconds": core["seconds"], "seconds_total": time.perf_counter() - t0,
     }
 
@@ -233,6 +236,18 @@ def check_coverage(cfs_path, ids: np.ndarray, split, n_eval: int, strict: bool) 
         print(f"vcebench evaluate: warning: {msg}", file=sys.stderr)
     return {"n_eval": int(n_eval), "n_expected": int(len(expected)), "n_missing": int(len(missing)),
             "n_extra": int(len(extra))}
+
+
+def _protocol_record(cfg: dict, task, method: str) -> dict | None:
+    """How the method's settings were made (vcebench.protocol.resolve_method): noise rule, log-SNR, tuned
+    file, resolved parameters; None for a name that is no configured method."""
+    from ..config import ConfigError
+    from ..protocol import resolve_method
+
+    try:
+        return resolve_method(cfg, task, method)[1]
+    except ConfigError:
+        return None
 
 
 def _roles_of(name: str) -> tuple[str, ...]:
