@@ -11,7 +11,7 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Literal, Protocol, TypeVar, get_args, get_origin
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
