@@ -3,6 +3,7 @@
 #   snakemake --cores all results/synthfaces_smile.csv             one task
 #   snakemake --cores all --configfile config/presets/quick.yaml   CI-size run of the same DAG
 #   snakemake --cores all results/celeba_smile.csv                 real data (set datasets/models paths)
+#   snakemake --cores all tune                                     pick settings on the validation split
 import os
 import sys
 
@@ -17,6 +18,8 @@ configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 
 validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
+wf.check_method_names(config)
+wf.attach_tuned(config, workflow.basedir)  # config/tuned/<task>.yaml, written by `snakemake tune`
 
 
 envvars:
@@ -29,6 +32,7 @@ os.environ["PATH"] = (
 )
 CFG = wf.config_args(workflow.configfiles, workflow.basedir)
 REFERENCE = wf.reference_dir(config, workflow.basedir)
+TUNED_DIR = wf.tuned_dir(config, workflow.basedir)  # `snakemake tune` writes here; the default run reads it
 
 
 workdir: os.path.join(workflow.basedir, config.get("workdir", "."))
@@ -44,6 +48,7 @@ include: "workflows/models.smk"
 include: "workflows/counterfactuals.smk"
 include: "workflows/evaluate.smk"
 include: "workflows/report.smk"
+include: "workflows/tune.smk"
 
 
 rule all:

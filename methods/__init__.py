@@ -2,7 +2,8 @@
 
 ``params`` are the merged hyperparameters of ``vcebench.tasks.method_params(cfg, task, name)``;
 each method parses them into its typed dataclass (paper defaults) and rejects unknown keys.
-FiRe ablations are ``fire_<variant>`` (config ``fire_variants``) and use FiRe's parameters.
+A variant ``<method>_<variant>`` (config ``variants.<method>``, e.g. the FiRe ablations ``fire_K5``) is
+built by its base method; ``vcebench.tasks.split_method`` parses the name.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vcebench.config import ConfigError
+from vcebench.tasks import split_method
 
 from .base import Counterfactuals, Method, parse_params
 from .dime import DiME, DimeParams
@@ -33,15 +35,15 @@ METHODS = tuple(_REGISTRY)
 
 
 def base_method(name: str) -> str:
-    """``fire_<variant>`` -> ``fire``; other names unchanged."""
-    return "fire" if name.startswith("fire_") else name
+    """``<method>_<variant>`` -> ``<method>`` (``vcebench.tasks.split_method``); base names unchanged."""
+    return split_method(name)[0]
 
 
 def get_method(name: str, params: dict[str, Any] | None = None) -> Method:
     """The method ``name`` with hyperparameters ``params`` (missing keys take the paper defaults)."""
     base = base_method(name)
     if base not in _REGISTRY:
-        raise ConfigError(f"unknown method {name!r}; known: {', '.join(METHODS)} and fire_<variant>")
+        raise ConfigError(f"unknown method {name!r}; known: {', '.join(METHODS)} and <method>_<variant>")
     params_cls, factory = _REGISTRY[base]
     return factory(name, parse_params(params_cls, dict(params or {}), section=name))
 

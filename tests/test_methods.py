@@ -213,11 +213,12 @@ def test_config_errors():
 
 
 def test_every_configured_method_builds(cfg):
-    from vcebench.tasks import all_methods, get_task, method_params
+    from vcebench.protocol import resolve_method
+    from vcebench.tasks import all_methods
 
     for task in cfg["tasks"]:
         for name in all_methods(cfg):
-            m = methods.get_method(name, method_params(cfg, get_task(cfg, task), name))
+            m = methods.get_method(name, resolve_method(cfg, task, name)[0])
             assert m.name == name and "classifier" in m.roles
 
 
@@ -239,7 +240,8 @@ def test_fire_semantic_edits_on_trained_synthfaces(cfg):
 
     from vcebench.data import eval_split_name, get_synthetic, load_split
     from vcebench.models import load_task_models
-    from vcebench.tasks import get_task, method_params
+    from vcebench.protocol import resolve_method
+    from vcebench.tasks import get_task
 
     if not Path("resources/models/synthfaces/pmf/metrics.json").exists():
         pytest.skip("trained synthfaces models not found in resources/models")
@@ -247,7 +249,7 @@ def test_fire_semantic_edits_on_trained_synthfaces(cfg):
     split = load_split(cfg, task.dataset, eval_split_name(task.dataset))
     ids = split.sample_ids[:32]
     x = split.float_images(split.index_of(ids))
-    method = methods.get_method("fire", method_params(cfg, task, "fire"))
+    method = methods.get_method("fire", resolve_method(cfg, task, "fire")[0])
     models = load_task_models(cfg, task, roles=method.roles)
     with torch.no_grad():
         target = 1 - models.classifier(x).argmax(1)

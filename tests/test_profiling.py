@@ -119,9 +119,9 @@ def test_profile_run_aggregates_flops_nfe_and_steps():
 
 
 def _fire_params(cfg, **over):
-    from vcebench.tasks import get_task, method_params
+    from vcebench.protocol import resolve_method
 
-    p = method_params(cfg, get_task(cfg, "synthfaces_smile"), "fire")
+    p = resolve_method(cfg, "synthfaces_smile", "fire")[0]
     p.update({"K": 3, "smoothgrad_n": 4, **over})
     return p
 

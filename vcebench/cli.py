@@ -11,6 +11,7 @@ Examples::
     vcebench profile --task synthfaces_smile --method fire
     vcebench profile --paper-scale celeba
     vcebench report --task synthfaces_smile
+    vcebench tune --task synthfaces_smile --data resources/data/synthfaces
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import argparse
 import importlib
 import sys
 
-VERBS = ("data", "train", "explain", "evaluate", "profile", "report")
+VERBS = ("data", "train", "explain", "evaluate", "profile", "report", "tune")
 
 
 def build_parser() -> argparse.ArgumentParser:

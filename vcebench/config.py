@@ -68,7 +68,39 @@ def load_config(paths: list[str | Path] | None = None, overrides: dict | None = 
         cfg = deep_merge(cfg, data)
     if overrides:
         cfg = deep_merge(cfg, overrides)
-    return validate(cfg, schema_path(paths[0]))
+    validate(cfg, schema_path(paths[0]))
+    from .tasks import check_method_names
+
+    check_method_names(cfg)
+    attach_tuned(cfg, repo_root(paths[0]))
+    return cfg
+
+
+def repo_root(config_path: str | Path) -> Path:
+    """The repository a config file belongs to: the parent of its ``config/`` folder."""
+    p = Path(config_path).resolve()
+    for d in p.parents:
+        if (d / "config" / "config.yaml").exists():
+            return d
+    return Path.cwd()
+
+
+def attach_tuned(cfg: dict, root: str | Path) -> dict:
+    """Read ``<root>/<protocol.tuned_dir>/<task>.yaml`` (written by `vcebench tune`) of every configured task
+    into ``cfg["tuned"][task]`` (``settings``, ``file``, ``date``); tasks without a file get none."""
+    proto = cfg.get("protocol") or {}
+    tuned_dir = Path(root) / proto.get("tuned_dir", "config/tuned")
+    out = {}
+    for task in cfg.get("tasks") or {}:
+        f = tuned_dir / f"{task}.yaml"
+        if f.exists():
+            data = yaml.safe_load(f.read_text()) or {}
+            if not isinstance(data.get("settings"), dict):
+                raise ConfigError(f"{f}: no `settings` mapping (write it with `vcebench tune`)")
+            out[task] = {"settings": data["settings"], "file": str(Path(proto.get("tuned_dir", "config/tuned"))
+                                                                  / f.name), "date": data.get("date")}
+    cfg["tuned"] = out
+    return cfg
 
 
 def check_keys(section: str, given: dict, allowed: set[str] | dict) -> None:

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from vcebench.models.base import BinaryHead, freeze
 from vcebench.profiling import FLOP_CONVENTION, FVCORE_CONVENTION, count_flops, fvcore_forward_macs
+from vcebench.tasks import split_method
 
 PAPER_TOTAL_PFLOPS_1000 = 1.28  # FiRe, 1,000 CelebA Smile CFs (paper Fig. 2)
 PAPER_RATIO = 8.0  # MaskDiME / FiRe FLOPs (paper Fig. 2)
@@ -576,8 +577,9 @@ def measured_paper_nfe(cfg: dict, task_name: str = "celeba_smile", n: int = 1, r
     """
     from methods import get_method
     from vcebench.profiling import nfe_by_network
+    from vcebench.protocol import resolve_method
     from vcebench.rng import SampleGenerators
-    from vcebench.tasks import get_task, method_params
+    from vcebench.tasks import get_task
 
     task = get_task(cfg, task_name)
     models = tiny_standins()
@@ -586,15 +588,16 @@ def measured_paper_nfe(cfg: dict, task_name: str = "celeba_smile", n: int = 1, r
         target = 1 - models.classifier(x).argmax(1)
     out: dict[str, dict[str, Any]] = {}
     for name in methods:
-        params = method_params(cfg, task, name)
+        params = resolve_method(cfg, task, name)[0]
         cf = get_method(name, params)(x, target, models, SampleGenerators(int(cfg["seed"]), list(range(n))))
         measured = {k: v for k, v in nfe_by_network(cf.info).items() if v["fwd"] or v["bwd"]}
         steps = float(cf.steps.float().mean())
-        if name.startswith("fire"):
+        base = split_method(name)[0]
+        if base == "fire":
             analytic = fire_nfe(steps, int(params["smoothgrad_n"]))
         else:
-            passes = 2 if name in ("fastdime2", "fastdime2plus") else 1
-            analytic = ddpm_family_nfe(name, int(params["start_step"]), steps / (int(params["start_step"]) * passes))
+            passes = 2 if base in ("fastdime2", "fastdime2plus") else 1
+            analytic = ddpm_family_nfe(base, int(params["start_step"]), steps / (int(params["start_step"]) * passes))
         analytic = {k: v for k, v in analytic.items() if v["fwd"] or v["bwd"]}
         match = set(measured) == set(analytic) and all(
             abs(measured[k][d] - analytic[k][d]) < 1e-6 for k in measured for d in ("fwd", "bwd"))

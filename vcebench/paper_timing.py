@@ -58,6 +58,7 @@ from vcebench.paper_scale import (
     flops_from_nfe,
     per_call_flops,
 )
+from vcebench.tasks import split_method
 
 # Small networks with the same structure, for running the code path on a CPU (tests).
 TINY = replace(CELEBA, resolution=32, unet_channels=(32, 32, 64, 64, 64), head_dim=32)
@@ -216,7 +217,7 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
         "early_stop": params.get("early_stop", True), "nfe": nfe,
         "K": params.get("K"),
     }
-    if method_name.startswith("fire"):
+    if split_method(method_name)[0] == "fire":
         row["sec_per_update"] = seconds / max(1e-9, float(steps.sum()))
     else:
         row["mean_attempts"] = float(torch.cat([torch.as_tensor(o.info["attempts"]).float() for o in outs]).mean()) \
@@ -230,7 +231,8 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
     after every row, so an interrupted run keeps what it measured."""
     from vcebench.config import load_config
     from vcebench.profiling import device_name
-    from vcebench.tasks import get_task, method_params
+    from vcebench.protocol import resolve_method
+    from vcebench.tasks import get_task
 
     start = time.perf_counter()
     dev = torch.device(device)
@@ -261,7 +263,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
             models = prepare_models(base, v)
             if v["name"] not in report["errors"] and not v["compile"]:
                 report["errors"][v["name"]] = network_errors(models, base, x_all[:4], v["precision"], dev)
-            params = method_params(cfg, task, p["method"])
+            params = resolve_method(cfg, task, p["method"])[0]
             params.update(p.get("params", {}))
             if "early_stop" in p:
                 params["early_stop"] = p["early_stop"]

@@ -13,6 +13,9 @@ import pandas as pd
 from .io import atomic_path
 
 COST_COLUMNS = ["sec_per_cf", "tflops_per_cf", "nfe_per_cf", "peak_mem_mb", "mean_steps"]
+# How each row's settings were made (metrics.json `protocol`; not ranked): the starting log-SNR and
+# whether the settings came from the tuned file (1) or not (0; e.g. the `_paper` rows).
+PROTOCOL_COLUMNS = ["log_snr", "tuned"]
 METRIC_COLUMNS = {
     "faces": ["FID", "sFID", "FVA", "FS", "MNAC", "CD", "COUT", "FR"],
     "xray": ["FID", "L1", "MAD", "S3", "FR"],
@@ -25,15 +28,21 @@ DEFAULT_HIGHER = {"FR": True, "FVA": True, "FS": True, "COUT": True, "MAD": True
                   "FR_oracle": True, "GT_precision": True, "GT_recall": True, "mean_steps": False}
 PRETTY = {"GT_L1_input": "GT_L1 (input)", "GT_L1_region_input": "GT_L1_region (input)",
           "S3": "S$^3$", "FR": "FR(%)", "sec_per_cf": "s/CF", "tflops_per_cf": "TFLOPs/CF",
-          "nfe_per_cf": "NFE/CF", "peak_mem_mb": "Mem (MB)", "mean_steps": "steps"}
+          "nfe_per_cf": "NFE/CF", "peak_mem_mb": "Mem (MB)", "mean_steps": "steps", "log_snr": "log-SNR"}
 METHOD_LABELS = {"fire": "FiRe", "dime": "DiME", "fastdime": "FastDiME", "fastdime2": "FastDiME-2",
                  "fastdime2plus": "FastDiME-2+", "maskdime": "MaskDiME"}
 
 
 def method_label(m: str) -> str:
-    if m.startswith("fire_"):
-        return "FiRe (" + m[len("fire_"):].replace("_", "-") + ")"
-    return METHOD_LABELS.get(m, m)
+    """``fire`` -> ``FiRe``; a variant ``<method>_<variant>`` -> ``<Method> (<variant>)``."""
+    from .tasks import split_method
+
+    try:
+        base, variant = split_method(m)
+    except ValueError:
+        return m
+    label = METHOD_LABELS.get(base, base)
+    return label if variant is None else f"{label} ({variant.replace('_', '-')})"
 
 
 def task_columns(kind: str, synthetic: bool) -> list[str]:
@@ -55,12 +64,14 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str,
             row.update(mj.get("metrics", {}))
             higher.update(mj.get("higher_is_better", {}))
             row["n"] = mj.get("n_inputs", mj.get("n", {}).get("FR") if isinstance(mj.get("n"), dict) else None)
+            proto = mj.get("protocol") or {}
+            row.update(log_snr=proto.get("log_snr"), tuned=None if not proto else int(bool(proto.get("tuned"))))
         ppath = results / task / m / "profile.json"
         if ppath.exists():
             pj = json.loads(ppath.read_text())
             row.update({c: pj.get(c) for c in COST_COLUMNS})
         rows.append(row)
-    cols = ["method", "n"] + task_columns(kind, synthetic) + COST_COLUMNS
+    cols = ["method", "n"] + task_columns(kind, synthetic) + COST_COLUMNS + PROTOCOL_COLUMNS
     df = pd.DataFrame(rows)
     for c in cols:
         if c not in df:

@@ -37,30 +37,100 @@ def get_task(cfg: dict, name: str) -> Task:
     return Task(name=name, dataset=t["dataset"], attribute=t["attribute"], params=t.get("params", {}) or {})
 
 
-def method_params(cfg: dict, task: Task, method: str) -> dict[str, Any]:
-    """Defaults of ``method_defaults.<base method>``, then the task's overrides, then the variant, then
-    the task's overrides of that variant.
+# The methods of the registry in methods/__init__.py (a test checks they agree). Any other method name is
+# ``<method>_<variant>``: a variant of one of these (config key `variants.<method>.<variant>`).
+BASE_METHODS = ("fire", "dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime", "input")
+# reference rows, not explainers: evaluated like every method, never tuned, ranked or put on a Pareto front
+BASELINE_METHODS = ("input",)
 
-    ``fire_<variant>`` methods are the task's FiRe with ``fire_variants.<variant>`` applied on top (an
-    ablation changes one thing of the configured method: ``fire_t06`` on a task whose FiRe uses t = 0.2
-    runs t = 0.6 with the task's masks).
+
+def split_method(name: str) -> tuple[str, str | None]:
+    """``<method>`` -> (method, None); ``<method>_<variant>`` -> (method, variant).
+
+    The base method is the LONGEST name of :data:`BASE_METHODS` that ``name`` equals or starts with
+    followed by ``_`` (``fastdime2plus_paper`` -> ``fastdime2plus``, ``fastdime2_paper`` ->
+    ``fastdime2``). The one place method names are parsed; whether the variant exists in the config
+    is checked by :func:`method_params`.
     """
+    for base in sorted(BASE_METHODS, key=len, reverse=True):
+        if name == base:
+            return base, None
+        if name.startswith(base + "_") and len(name) > len(base) + 1:
+            return base, name[len(base) + 1:]
+    raise ConfigError(f"unknown method {name!r}; known: {', '.join(BASE_METHODS)}, or <method>_<variant> "
+                      f"with a variant of config key `variants.<method>`")
+
+
+def method_variants(cfg: dict) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{method: {variant: overrides}}`` of config key ``variants`` (``fire_variants``, the older name of
+    ``variants.fire``, is still read; ``variants.fire`` wins on a clash)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    legacy = cfg.get("fire_variants") or {}
+    if legacy:
+        out["fire"] = dict(legacy)
+    for base, vs in (cfg.get("variants") or {}).items():
+        out[base] = {**out.get(base, {}), **(vs or {})}
+    return out
+
+
+def method_layers(cfg: dict, task: Task, method: str,
+                  candidate: dict[str, Any] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The hyperparameter layers of ``method`` on ``task``, in merge order, each named by its config key:
+    ``method_defaults.<m>``, ``tasks.<task>.params.<m>``, the tuned settings (``config/tuned/<task>.yaml``,
+    when ``protocol.use_tuned`` is on and the variant does not turn it off), ``variants.<m>.<v>``,
+    ``tasks.<task>.params.<m>_<v>``. ``candidate`` (a `vcebench tune` setting) takes the tuned layer's place."""
     defaults = cfg.get("method_defaults", {})
-    base = method.split("_", 1)[0] if method.startswith("fire_") else method
+    base, variant = split_method(method)
     if base not in defaults:
-        raise ConfigError(f"unknown method {method!r}; known: {', '.join(sorted(all_methods(cfg)))}")
-    params = deep_merge(dict(defaults[base]), task.params.get(base, {}))
-    if method.startswith("fire_"):
-        variants = cfg.get("fire_variants", {})
-        variant = method[len("fire_"):]
+        raise ConfigError(f"method {method!r}: no defaults for {base!r} (config key `method_defaults.{base}`)")
+    layers = [(f"method_defaults.{base}", dict(defaults[base])),
+              (f"tasks.{task.name}.params.{base}", task.params.get(base) or {})]
+    on_top: list[tuple[str, dict[str, Any]]] = []
+    if variant is not None:
+        variants = method_variants(cfg).get(base, {})
         if variant not in variants:
-            raise ConfigError(f"unknown FiRe variant {method!r} (config key `fire_variants`); "
-                              f"known: {', '.join('fire_' + v for v in sorted(variants))}")
-        params = deep_merge(params, variants[variant])
-    if method != base:
-        params = deep_merge(params, task.params.get(method, {}))
+            raise ConfigError(f"unknown variant {method!r} (config key `variants.{base}.{variant}`); "
+                              f"known: {', '.join(base + '_' + v for v in sorted(variants)) or 'none'}")
+        on_top = [(f"variants.{base}.{variant}", variants[variant] or {}),
+                  (f"tasks.{task.name}.params.{method}", task.params.get(method) or {})]
+    use_tuned = bool((cfg.get("protocol") or {}).get("use_tuned", False))
+    for _, over in layers + on_top:
+        use_tuned = bool((over.get("protocol") or {}).get("use_tuned", use_tuned))
+    tuned = ((cfg.get("tuned") or {}).get(task.name) or {})
+    if candidate is not None:
+        layers.append(("tune:candidate", dict(candidate)))
+    elif use_tuned and base in (tuned.get("settings") or {}):
+        layers.append((f"tuned:{tuned.get('file', '?')}", tuned["settings"][base]))
+    return [(name, over) for name, over in layers + on_top if over]
+
+
+def method_params(cfg: dict, task: Task, method: str, candidate: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The merged hyperparameters of ``method`` on ``task`` (:func:`method_layers`, later wins).
+
+    ``<method>_<variant>`` is the task's ``<method>`` with ``variants.<method>.<variant>`` applied on top (an
+    ablation changes one thing of the configured method: ``fire_K5`` keeps the task's t and masks). The
+    result still holds the protocol keys (noise rule, log-SNR offset, ...) that
+    ``vcebench.protocol.resolve_method`` turns into the method's own parameters.
+    """
+    params: dict[str, Any] = {}
+    for _, over in method_layers(cfg, task, method, candidate):
+        params = deep_merge(params, over)
     return params
 
 
 def all_methods(cfg: dict) -> list[str]:
-    return list(cfg.get("method_defaults", {})) + ["fire_" + v for v in cfg.get("fire_variants", {})]
+    """Every method name the config defines: the base methods, then each variant ``<method>_<variant>``."""
+    names = list(cfg.get("method_defaults", {}))
+    for base, vs in method_variants(cfg).items():
+        names += [f"{base}_{v}" for v in vs]
+    return names
+
+
+def check_method_names(cfg: dict) -> None:
+    """Every name in config keys ``methods`` and ``paper_methods`` is a base method or a defined variant."""
+    known = set(all_methods(cfg))
+    for key in ("methods", "paper_methods"):
+        bad = [m for m in cfg.get(key) or [] if m not in known]
+        if bad:
+            raise ConfigError(f"config key `{key}`: unknown method(s) {bad}; a variant <method>_<variant> needs "
+                              f"`variants.<method>.<variant>`")

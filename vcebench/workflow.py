@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ConfigError
-from .tasks import SYNTHETIC_DATASETS, get_task
+from .config import ConfigError, attach_tuned  # noqa: F401 (Snakefile)
+from .tasks import SYNTHETIC_DATASETS, check_method_names, get_task, split_method  # noqa: F401 (Snakefile)
 
 METHOD_ROLES = {
     "fire": ("classifier", "pmf", "perceptual"),
@@ -52,11 +52,24 @@ def reference_dir(cfg: dict, basedir: str | Path = ".") -> str:
     return str((Path(basedir) / cfg.get("reference_dir", "results/reference/quick")).resolve())
 
 
+def tuned_dir(cfg: dict, basedir: str | Path = ".") -> str:
+    """Where `snakemake tune` writes and the run reads the tuned settings (absolute; protocol.tuned_dir)."""
+    return str((Path(basedir) / (cfg.get("protocol") or {}).get("tuned_dir", "config/tuned")).resolve())
+
+
+def tune_roles(cfg: dict, task_name: str) -> list[str]:
+    """Networks `vcebench tune` loads: every tuned method's, and those of the metrics it scores."""
+    from metrics import ROLES
+
+    from .tune import tune_methods
+
+    roles = {"classifier"} | {r for m in tune_methods(cfg) for r in METHOD_ROLES[m]}
+    roles |= {r for k in (cfg.get("tune") or {}).get("metrics", ["FID", "FR", "FR_oracle"]) for r in ROLES.get(k, ())}
+    return sorted(roles)
+
+
 def method_roles(method: str) -> tuple[str, ...]:
-    base = "fire" if method.startswith("fire_") else method
-    if base not in METHOD_ROLES:
-        raise ConfigError(f"unknown method {method!r}; known: {', '.join(METHOD_ROLES)} and fire_<variant>")
-    return METHOD_ROLES[base]
+    return METHOD_ROLES[split_method(method)[0]]
 
 
 GATE_ROLES = {"oracle": ("classifier",), "ddpm": ("fid_features",), "pmf": ("classifier", "fid_features", "ddpm")}
@@ -114,11 +127,11 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
     role): the role's spec plus the dataset's; ``data`` (dataset))."""
     import json
 
-    from .tasks import get_task, method_params
+    from .protocol import resolve_method
 
     if kind == "method":
         task, method = names
-        obj = {"params": method_params(cfg, get_task(cfg, task), method), "seed": cfg.get("seed")}
+        obj = {"params": resolve_method(cfg, task, method)[0], "seed": cfg.get("seed")}
     elif kind == "model":
         ds, role = names
         obj = {"spec": ((cfg.get("models") or {}).get(ds) or {}).get(role),

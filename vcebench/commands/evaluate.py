@@ -97,14 +97,15 @@ def _image_batches(split, rows: np.ndarray, batch_size: int, device) -> Iterator
 
 
 def write_reference(cfg: dict, task, out: str, data_dir: str | None, model_dir: str, device,
-                    progress: bool = True) -> None:
-    """FID features of every evaluation-split original -> ``out`` (metrics.fid.FIDReference)."""
+                    progress: bool = True, split_name: str | None = None) -> None:
+    """FID features of every original of the evaluation split (or ``split_name``) -> ``out``
+    (metrics.fid.FIDReference)."""
     from metrics.fid import compute_reference
 
     from ..data import eval_split_name, load_split
     from ..models import load_task_models
 
-    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir)
+    split = load_split(cfg, task.dataset, split_name or eval_split_name(task.dataset), data_dir)
     models = load_task_models(cfg, task, roles=("fid_features",), device=device, model_dir=model_dir)
     bs = int(cfg.get("metrics", {}).get("batch_size", 100))
     batches = _image_batches(split, np.arange(len(split)), bs, device)
@@ -122,8 +123,9 @@ def write_reference(cfg: dict, task, out: str, data_dir: str | None, model_dir: 
 def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str | None = None,
                   data_dir: str | None = None, model_dir: str = "resources/models", device="cpu",
                   only: list[str] | None = None, progress: bool = False, strict: bool = False,
-                  models=None) -> dict:
-    """Everything `vcebench evaluate` writes to metrics.json (``models``: preloaded TaskModels, tests)."""
+                  models=None, split_name: str | None = None) -> dict:
+    """Everything `vcebench evaluate` writes to metrics.json (``models``: preloaded TaskModels, tests;
+    ``split_name``: the split the counterfactuals' inputs come from, default the evaluation split)."""
     import torch
 
     from metrics import build_metrics, metric_names, required_roles
@@ -138,7 +140,7 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
     names = list(only) if only else metric_names(task)
     z = load_counterfactuals(cfs_path)
     ids = z["sample_id"].astype(np.int64)
-    split_name = eval_split_name(task.dataset)
+    split_name = split_name or eval_split_name(task.dataset)
     split = load_split(cfg, task.dataset, split_name, data_dir)
     rows = split.index_of(torch.from_numpy(ids)).numpy()  # DatasetError names ids not in the split
     label = split.attribute(task.attribute)[rows].long().numpy()
@@ -198,6 +200,7 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
         "kid": ({"kernel": "(a.b / D + 1)^3", **{k: v for k, v in (cfg.get("metrics", {}).get("kid") or {}).items()}}
                 if "KID" in names else None),
         "guidance": guidance_summary(z),
+        "protocol": _protocol_record(cfg, task, method),
         "seconds": core["seconds"], "seconds_total": time.perf_counter() - t0,
     }
 
@@ -215,6 +218,18 @@ def guidance_summary(z: dict) -> dict | None:
             "samples_per_attempts": {int(a): int((attempts == a).sum()) for a in np.unique(attempts)},
             "first_scale": first, "all_flipped_at_first_scale": bool(len(scale) and (attempts == 1).all()
                                                                        and flipped.all())}
+
+
+def _protocol_record(cfg: dict, task, method: str) -> dict | None:
+    """How the method's settings were made (vcebench.protocol.resolve_method): noise rule, log-SNR, tuned
+    file, resolved parameters; None for a name that is no configured method."""
+    from ..config import ConfigError
+    from ..protocol import resolve_method
+
+    try:
+        return resolve_method(cfg, task, method)[1]
+    except ConfigError:
+        return None
 
 
 def _roles_of(name: str) -> tuple[str, ...]:

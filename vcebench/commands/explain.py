@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", help="task name (config key `tasks`)")
     p.add_argument("--method", help="method name: fire, dime, fastdime, fastdime2, fastdime2plus, maskdime, "
-                                    "fire_<variant>")
+                                    "<method>_<variant> (config key `variants`)")
     p.add_argument("--shard", type=int, default=0, help="shard index i (default 0)")
     p.add_argument("--n-shards", type=int, default=1, help="number of shards n (default 1)")
     p.add_argument("--data", default=None, help="rendered dataset folder (default: render / load from config)")
@@ -103,15 +103,19 @@ def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_sha
     import methods
     from vcebench.data import eval_split_name, load_split
     from vcebench.models import load_task_models
+    from vcebench.protocol import check_ddpm_schedule, resolve_method
     from vcebench.runtime import setup_torch
-    from vcebench.tasks import get_task, method_params
+    from vcebench.tasks import get_task
 
     device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
     task = get_task(cfg, task_name)
-    method = methods.get_method(method_name, method_params(cfg, task, method_name))
+    params, record = resolve_method(cfg, task, method_name)
+    method = methods.get_method(method_name, params)
     split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
     ids = shard_ids(split.sample_ids, int(cfg["n_eval"]), shard, n_shards)
     models = load_task_models(cfg, task, roles=method.roles, device=str(device), model_dir=model_dir)
+    if "ddpm" in method.roles:  # the start step was derived from this schedule
+        check_ddpm_schedule(cfg, task.dataset, models.ddpm.alphas_cumprod.cpu().numpy())
     rows = split.index_of(ids)
     return generate(method, lambda idx: split.float_images(rows[idx]), ids, models, cfg, out, device,
                     stream=method_name)

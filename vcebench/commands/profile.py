@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_arg(p)
     p.add_argument("--task", help="task name (config key `tasks`)")
     p.add_argument("--method", action="append", default=None,
-                   help="method name (config key `methods`, or fire_<variant>); repeat it to profile several "
+                   help="method name (config key `methods`, or <method>_<variant>); repeat it to profile several "
                         "methods in one process (the workflow does one job per task)")
     p.add_argument("--n", type=int, default=32, help="evaluation inputs to run (first n by sample id; default 32)")
     p.add_argument("--batch-size", type=int, default=None, help="default: config key `batch_size`")
@@ -182,10 +182,11 @@ def _load(cfg: dict, task_name: str, method_name: str, *, n: int, device: torch.
     from methods import get_method
     from vcebench.data import eval_split_name, load_split
     from vcebench.models import load_task_models
-    from vcebench.tasks import get_task, method_params
+    from vcebench.protocol import resolve_method
+    from vcebench.tasks import get_task
 
     task = get_task(cfg, task_name)
-    params = method_params(cfg, task, method_name)
+    params = resolve_method(cfg, task, method_name)[0]
     for key, value in overrides.items():
         if key not in params:
             raise ConfigError(f"--no-compaction / --compare-compaction need a method with a `{key}` "

@@ -95,9 +95,10 @@ def _check_images(img_dir: Path, files: list[str], dataset: str) -> None:
 
 
 def load_celeba(dc: dict, split: str, seed: int = 0) -> Split:
-    """CelebA split ``train``, ``val``, ``test`` or ``minival``."""
-    if split not in (*PARTITIONS, "minival"):
-        raise DatasetError(f"unknown CelebA split {split!r}; known: train, val, test, minival")
+    """CelebA split ``train``, ``val``, ``test``, ``minival`` (the evaluation split) or ``tune`` (the rest of
+    the validation partition: the inputs `vcebench tune` may use, disjoint from ``minival``)."""
+    if split not in (*PARTITIONS, "minival", "tune"):
+        raise DatasetError(f"unknown CelebA split {split!r}; known: train, val, test, minival, tune")
     root = require_root(dc, "celeba")
     attr_path = find_file(root, ["list_attr_celeba.txt", "list_attr_celeba.csv"], "celeba", "root",
                           "CelebA attribute file")
@@ -110,12 +111,13 @@ def load_celeba(dc: dict, split: str, seed: int = 0) -> Split:
         raise DatasetError(f"{len(missing)} image(s) of {attr_path} have no partition in list_eval_partition "
                            f"(config key `datasets.celeba.root`), e.g. {', '.join(missing[:3])}")
     p = np.array([part[f] for f in files])
-    keep = p == PARTITIONS["val" if split == "minival" else split]
+    keep = p == PARTITIONS["val" if split in ("minival", "tune") else split]
     rows = np.nonzero(keep)[0]
-    if split == "minival":
+    if split in ("minival", "tune"):
         n = int(dc.get("minival", 1000))
         rng = np.random.default_rng(sample_seed(seed, 0, "celeba/minival"))
-        rows = rng.choice(rows, size=min(n, len(rows)), replace=False)
+        mini = rng.choice(rows, size=min(n, len(rows)), replace=False)
+        rows = mini if split == "minival" else np.setdiff1d(rows, mini)
     rows = rows[np.argsort(ids[rows], kind="stable")]
     img_dir = _image_dir(root, ["img_align_celeba"], "celeba")
     sel_files = [files[r] for r in rows]

@@ -82,6 +82,13 @@ def eval_split_name(dataset: str) -> str:
     return "minival" if dataset == "celeba" else "test"
 
 
+def tune_split_name(dataset: str) -> str:
+    """The split `vcebench tune` picks settings on, never the evaluation split: ``val`` (synthetic,
+    CelebA-HQ, CheXpert) or ``tune`` (CelebA: the validation partition without ``minival``)."""
+    eval_split_name(dataset)  # checks the name
+    return "tune" if dataset == "celeba" else "val"
+
+
 def attribute_names(dataset: str, cfg: dict | None = None) -> list[str]:
     """The label columns of ``dataset`` (CelebA's 40 names for the real face datasets)."""
     if dataset == "synthfaces":

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -124,17 +125,32 @@ def _alphas_cumprod64(scheduler: Any) -> Tensor:
     return torch.cumprod(1.0 - betas, dim=0)
 
 
-def build_ddpm(cfg: dict, channels: int, resolution: int) -> DiffusersDDPM:
-    """A fresh (untrained) DDPM from a ``models.<dataset>.ddpm`` config block."""
+def _scheduler(cfg: dict) -> Any:
     from diffusers import DDPMScheduler
 
+    return DDPMScheduler(num_train_timesteps=int(require(cfg, "num_train_timesteps", "ddpm")),
+                         beta_start=float(cfg.get("beta_start", 2e-4)), beta_end=float(cfg.get("beta_end", 0.04)),
+                         beta_schedule=str(cfg.get("beta_schedule", "linear")), prediction_type="epsilon",
+                         clip_sample=True, variance_type="fixed_small")
+
+
+def schedule_alphas_cumprod(cfg: dict | None = None, scheduler_dir: str | Path | None = None) -> np.ndarray:
+    """float64 ``alphas_cumprod`` of a ``models.<dataset>.ddpm`` config block, or of a diffusers
+    ``scheduler/`` folder, without building the network (the same numbers as ``DiffusersDDPM.alphas_cumprod``)."""
+    if scheduler_dir is not None:
+        from diffusers import DDPMScheduler
+
+        sched = DDPMScheduler.from_pretrained(Path(scheduler_dir), local_files_only=True)
+    else:
+        sched = _scheduler(cfg or {})
+    return _alphas_cumprod64(sched).numpy()
+
+
+def build_ddpm(cfg: dict, channels: int, resolution: int) -> DiffusersDDPM:
+    """A fresh (untrained) DDPM from a ``models.<dataset>.ddpm`` config block."""
     check_role_keys(cfg, "ddpm", DDPM_KEYS | {"weights", "format", "seed"})
     unet = build_unet(unet_kwargs(require(cfg, "unet", "ddpm"), channels, resolution, False, "ddpm"))
-    scheduler = DDPMScheduler(num_train_timesteps=int(require(cfg, "num_train_timesteps", "ddpm")),
-                              beta_start=float(cfg.get("beta_start", 2e-4)), beta_end=float(cfg.get("beta_end", 0.04)),
-                              beta_schedule=str(cfg.get("beta_schedule", "linear")), prediction_type="epsilon",
-                              clip_sample=True, variance_type="fixed_small")
-    return DiffusersDDPM(unet, scheduler)
+    return DiffusersDDPM(unet, _scheduler(cfg))
 
 
 def matched_timestep(alphas_cumprod: Tensor, t_flow: float) -> int:

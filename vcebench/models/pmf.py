@@ -301,12 +301,20 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
     return m, grids
 
 
-def gate(m: dict, t_key: str = "t0.4", fire_t: dict[str, float] | None = None) -> dict[str, Any]:
-    """Issue 3's pmf quality gate at t = 0.4 (needs the ddpm comparison).
+LABEL_MARGIN = 0.02  # the PMF may keep up to 2 points fewer labels than the DDPM's Tweedie estimate
 
-    ``fire_t`` ({attribute: the task's FiRe t}) adds ``label_kept_at_fire_t``: per attribute, the
-    labels kept by G and by the DDPM's Tweedie (MMSE) estimate at the level FiRe runs at. Tweedie's
-    rate is what the noise itself leaves of the label (informational; ``passed`` is the issue's gate).
+
+def gate(m: dict, t_key: str = "t0.4", fire_t: dict[str, float] | None = None,
+         enforce_fid: bool = True) -> dict[str, Any]:
+    """The pmf quality gate (needs the ddpm comparison); ``checks`` lists what ``passed`` requires.
+
+    - ``mse_within_2x``: one-step MSE of G(z_t, t) at most twice the DDPM's Tweedie MSE at t = 0.4.
+    - ``label_kept_vs_tweedie`` (issue 12): at each task's operating noise (``fire_t``: {attribute: the
+      task's FiRe t}; else t = 0.4), G keeps the classifier's label at least as often as the DDPM's
+      Tweedie (MMSE) estimate from the same noise, less :data:`LABEL_MARGIN`. Tweedie's rate is what
+      the noise itself leaves of the label, so an absolute bar (the old ``label_kept_95``, still
+      reported) cannot be met at 32 px by any denoiser.
+    - ``fid_lower``: FID of G(z_0.4) below Tweedie's; with ``enforce_fid=False`` (32 px) only reported.
     """
     row = m["predict_clean"].get(t_key, {})
     if "ddpm_tweedie" not in row:
@@ -330,7 +338,17 @@ def gate(m: dict, t_key: str = "t0.4", fire_t: dict[str, float] | None = None) -
                 at[attr] = {"t": tf, "pmf": r["label_kept"][attr],
                             "tweedie": r.get("ddpm_tweedie", {}).get("label_kept", {}).get(attr)}
         out["label_kept_at_fire_t"] = at
-    checks = [k for k in ("mse_within_2x", "fid_lower", "label_kept_95") if k in out]
+    versus = out.get("label_kept_at_fire_t") or {
+        a: {"t": 0.4, "pmf": v, "tweedie": out.get("label_kept_tweedie", {}).get(a)}
+        for a, v in out.get("label_kept", {}).items()}
+    versus = {a: v for a, v in versus.items() if v.get("tweedie") is not None}
+    if versus:
+        out["label_margin"] = LABEL_MARGIN
+        out["label_kept_vs_tweedie"] = all(v["pmf"] >= v["tweedie"] - LABEL_MARGIN - 1e-12 for v in versus.values())
+    out["fid_enforced"] = bool(enforce_fid)
+    checks = [k for k in ("mse_within_2x", "label_kept_vs_tweedie") if k in out]
+    if enforce_fid and "fid_lower" in out:
+        checks.append("fid_lower")
     out["passed"] = all(out[k] for k in checks)
     out["checks"] = checks
     return out
@@ -388,7 +406,8 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     ev, grids = evaluate_pmf(pmf, val, seed + 1, int(cfg_role.get("n_samples", 64)), feature_fn, feature_name,
                              ddpm=reference_ddpm, t_flow=t_flow, classifiers=classifiers)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
-    metrics["quality_gate"] = gate(ev, fire_t=fire_t)
+    # at 32 px the PMF-vs-Tweedie FID is reported, not enforced (issue 12)
+    metrics["quality_gate"] = gate(ev, fire_t=fire_t, enforce_fid=res > 32)
     write_json(out_dir / "config.json", {"role": "pmf", "seed": seed, "config": cfg_role,
                                          "image_shape": list(x_check.shape[1:])})
     pmf.save(out_dir)

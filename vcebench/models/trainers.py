@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from ..tasks import Task, get_task, method_params
+from ..protocol import resolve_method
+from ..tasks import Task, get_task
 from .classifier import CLASSIFIER_DEFAULTS, train_classifier
 from .features import FID_DEFAULTS, train_fid_features
 from .identity import IDENTITY_DEFAULTS, train_identity
@@ -63,7 +64,7 @@ def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> 
             tasks = [get_task(cfg, n) for n, t in cfg.get("tasks", {}).items() if t["dataset"] == task.dataset]
             refs["classifiers"] = {t.attribute: load_role(cfg, t, r, model_dir)[0].eval() for t in tasks}
             if role == "pmf":  # each task's FiRe noise level: the label check is also reported there
-                refs["fire_t"] = {t.attribute: float(method_params(cfg, t, "fire")["t"]) for t in tasks}
+                refs["fire_t"] = {t.attribute: float(resolve_method(cfg, t, "fire")[0]["t"]) for t in tasks}
     return refs
 
 

@@ -1,0 +1,117 @@
+"""The noise protocol: every method's starting noise as a log-SNR, one rule for all (vcebench.protocol)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+
+from vcebench.config import ConfigError
+from vcebench.protocol import (
+    ddpm_log_snr,
+    flow_log_snr,
+    flow_t,
+    nearest_start_step,
+    resolve_method,
+)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def test_nearest_start_step_on_a_known_schedule():
+    """A schedule whose log-SNR falls linearly 10 -> -10 over 101 train steps: respaced to 11 steps, step i
+    has log-SNR 10 - 2 i, so a target of 3.1 is step 3 (4.0), 2.9 step 4 (2.0), and the ends clip to [1, 10]."""
+    abar = _sigmoid(np.linspace(10.0, -10.0, 101))
+    np.testing.assert_allclose(ddpm_log_snr(abar)[::10], 10.0 - 2.0 * np.arange(11), atol=1e-9)
+    assert nearest_start_step(abar, 11, 3.1) == 3
+    assert nearest_start_step(abar, 11, 2.9) == 4
+    assert nearest_start_step(abar, 11, 50.0) == 1  # never step 0 (no guided step)
+    assert nearest_start_step(abar, 11, -50.0) == 10
+    assert nearest_start_step(abar, 101, 3.15) == 34  # 10 - 0.2 i closest to 3.15: i = 34.25
+
+
+def test_flow_log_snr_round_trip_and_the_resolution_shift():
+    for t in (0.05, 0.15, 0.4, 0.8):
+        assert flow_t(flow_log_snr(t)) == pytest.approx(t)
+    # simple diffusion's shift 2 ln(128 / 32) moves t = 0.4 to sqrt(SNR) = 1.5 * 4 = 6, i.e. t = 1 / 7
+    assert flow_t(flow_log_snr(0.4) + 2 * math.log(4)) == pytest.approx(1 / 7)
+
+
+def test_fire_and_ddpm_follow_one_rule(cfg):
+    """snr_matched shifts every method by the same 2 ln(128 / 32); paper runs the papers' values."""
+    p, r = resolve_method(cfg, "synthfaces_age", "fire_paper")
+    assert r["noise_rule"] == "paper" and p["t"] == pytest.approx(0.4) and r["tuned"] is False
+    new = copy.deepcopy(cfg)
+    new["tuned"] = {}
+    fire = resolve_method(new, "synthfaces_age", "fire")[1]
+    dime = resolve_method(new, "synthfaces_age", "dime")[1]
+    dime_paper = resolve_method(new, "synthfaces_age", "dime_paper")[1]
+    assert fire["noise_rule"] == dime["noise_rule"] == "snr_matched"
+    assert fire["log_snr_shift"] == dime["log_snr_shift"] == pytest.approx(2 * math.log(4))
+    assert fire["t"] == pytest.approx(1 / 7)
+    assert dime["log_snr_target"] - dime["log_snr_reference"] == pytest.approx(2 * math.log(4))
+    # the DDPM's own schedule (linear 2e-4..0.04, T = 500): 60 of 200 is train step 150; shifted, 9 of 100
+    assert dime_paper["log_snr_reference"] == pytest.approx(float(ddpm_log_snr(_linear_abar())[150]))
+    assert (dime["start_step"], dime["respacing"]) == (9, 100)
+
+
+def _linear_abar():
+    return np.cumprod(1 - np.linspace(2e-4, 0.04, 500))
+
+
+def test_paper_rule_at_the_paper_respacing_is_the_paper_start(cfg):
+    new = copy.deepcopy(cfg)
+    new["protocol"]["noise"] = "paper"
+    new["tasks"]["synthfaces_smile"]["params"]["maskdime"]["respacing"] = 200
+    new["tuned"] = {}
+    p, r = resolve_method(new, "synthfaces_smile", "maskdime")
+    assert (p["start_step"], r["train_timestep"]) == (60, 150)
+
+
+@pytest.mark.parametrize("respacing", [25, 50, 200])
+def test_changing_only_respacing_keeps_the_starting_snr(cfg, respacing):
+    """A budget variant that changes `respacing` starts at the step of the new trajectory nearest the same
+    log-SNR: within half the log-SNR gap between neighbouring respaced steps of the target."""
+    new = copy.deepcopy(cfg)
+    new["tuned"] = {}
+    new["variants"]["dime"]["R"] = {"respacing": respacing}
+    base = resolve_method(new, "synthfaces_smile", "dime")[1]
+    v = resolve_method(new, "synthfaces_smile", "dime_R")[1]
+    assert v["log_snr_target"] == pytest.approx(base["log_snr_target"])
+    from vcebench.protocol import respaced_log_snr
+
+    _, lam = respaced_log_snr(_linear_abar(), respacing)
+    s = v["start_step"]
+    assert abs(lam[s] - v["log_snr_target"]) <= min(abs(lam[s - 1] - v["log_snr_target"]),
+                                                    abs(lam[min(s + 1, respacing - 1)] - v["log_snr_target"]))
+
+
+def test_offset_and_derived_keys(cfg):
+    new = copy.deepcopy(cfg)
+    new["tuned"] = {}
+    new["tasks"]["synthfaces_smile"]["params"]["fastdime"]["log_snr_offset"] = 1.0
+    p, r = resolve_method(new, "synthfaces_smile", "fastdime")
+    assert r["log_snr_target"] == pytest.approx(r["log_snr_reference"] + 2 * math.log(4) + 1.0)
+    assert p["warmup_steps"] == max(1, int(0.5 * p["start_step"] + 0.5))
+    assert not {"log_snr_offset", "ref_start_step", "ref_respacing", "warmup_fraction", "protocol"} & set(p)
+    new["tasks"]["synthfaces_smile"]["params"]["dime"]["start_step"] = 9
+    with pytest.raises(ConfigError, match="start_step.*derived"):
+        resolve_method(new, "synthfaces_smile", "dime")
+
+
+def test_every_configured_method_resolves_and_builds(cfg):
+    import methods
+    from vcebench.tasks import all_methods
+
+    for task in cfg["tasks"]:
+        for name in all_methods(cfg):
+            params, record = resolve_method(cfg, task, name)
+            m = methods.get_method(name, params)
+            if name == "input":  # the do-nothing row adds no noise
+                assert m.name == name and record["log_snr"] is None
+                continue
+            assert m.name == name and math.isfinite(record["log_snr"])

@@ -1,0 +1,245 @@
+"""`vcebench tune`: the same tuning effort for every method, on validation inputs that are never evaluated.
+
+For each method of the task, ``tune.n_settings`` settings run on the first ``tune.n`` inputs of the tuning
+split (``vcebench.data.tune_split_name``: synthetic ``val``; never the evaluation split). Setting 0 is the
+method's untuned configuration; the others are a seeded Latin hypercube over the method's ``tune.space``
+(config): ``{param: {range: [low, high], scale: linear | log, relative: bool}}`` (``relative``: a factor on
+the untuned value, element-wise for lists such as the DDPM guidance ``scales``). Every setting runs under the
+noise protocol (``log_snr_offset`` moves the starting log-SNR of FiRe and of a DDPM alike) and the same
+per-sample noise streams, and is scored on ``tune.metrics``.
+
+The pick follows ``tune.select``, fixed in the config before the sweep: the lowest ``minimize`` metric among
+the settings that meet every ``require`` bound (value >= bound). When none does, the fallback is stated in
+the output: the setting with the smallest total shortfall below the bounds (in the metrics' units), then the
+lowest ``minimize``. The result (``config/tuned/<task>.yaml``: the picked settings, the rule, the split, n,
+the date, the whole sweep table) is what the default run reads (``protocol.use_tuned``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import ConfigError
+from .tasks import Task, get_task, method_params, split_method
+
+FALLBACK = "no setting meets every bound: smallest total shortfall below the bounds, then lowest {minimize}"
+
+
+def _round(v: float) -> float:
+    return float(f"{v:.4g}")
+
+
+def _scaled(u: float, lo: float, hi: float, scale: str) -> float:
+    if scale == "log":
+        if lo <= 0 or hi <= 0:
+            raise ConfigError(f"tune.space: a log range must be positive, got [{lo}, {hi}]")
+        return math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+    return lo + u * (hi - lo)
+
+
+def candidate_settings(space: dict[str, dict], untuned: dict[str, Any], n: int, seed: int,
+                       method: str) -> list[dict[str, Any]]:
+    """``n`` settings: ``{}`` (the untuned configuration) and ``n - 1`` points of a Latin hypercube over
+    ``space`` (seeded by ``seed`` and the method name), as absolute parameter values."""
+    out: list[dict[str, Any]] = [{}]
+    m = n - 1
+    if m <= 0 or not space:
+        return out[:max(1, n)]
+    rng = np.random.default_rng([int(seed), zlib.crc32(method.encode())])
+    names = list(space)
+    u = np.stack([(rng.permutation(m) + rng.uniform(size=m)) / m for _ in names], axis=1)  # m x d strata
+    for row in u:
+        setting: dict[str, Any] = {}
+        for name, ui in zip(names, row):
+            spec = space[name]
+            lo, hi = (float(x) for x in spec["range"])
+            v = _scaled(float(ui), lo, hi, spec.get("scale", "linear"))
+            if spec.get("relative", False):
+                if name not in untuned:
+                    raise ConfigError(f"tune.space.{method}.{name}: relative, but {method} has no `{name}`")
+                base = untuned[name]
+                if isinstance(base, (list, tuple)):
+                    setting[name] = [_round(float(b) * v) for b in base]
+                elif isinstance(base, bool) or not isinstance(base, (int, float)):
+                    raise ConfigError(f"tune.space.{method}.{name}: relative needs a number, got {base!r}")
+                else:
+                    setting[name] = int(round(base * v)) if isinstance(base, int) else _round(base * v)
+            else:
+                setting[name] = _round(v)
+        out.append(setting)
+    return out
+
+
+def _value(metrics: dict, key: str) -> float | None:
+    v = metrics.get(key)
+    return float(v) if v is not None and math.isfinite(float(v)) else None
+
+
+def select(rows: list[dict[str, Any]], rule: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Index of the picked row (each row has ``metrics``) and how it was picked, by ``rule``
+    (``{minimize: M, require: {metric: lower bound}}``; ties: the earlier setting)."""
+    if not rows:
+        raise ValueError("no settings to select from")
+    key, req = rule["minimize"], dict(rule.get("require") or {})
+
+    def objective(i: int) -> float:
+        v = _value(rows[i]["metrics"], key)
+        return v if v is not None else math.inf
+
+    def shortfall(i: int) -> float:
+        total = 0.0
+        for k, bound in req.items():
+            v = _value(rows[i]["metrics"], k)
+            total += float(bound) if v is None else max(0.0, float(bound) - v)
+        return total
+
+    qualified = [i for i in range(len(rows)) if shortfall(i) == 0.0]
+    if qualified:
+        pick = min(qualified, key=lambda i: (objective(i), i))
+        return pick, {"qualified": True, "how": f"lowest {key} among the settings meeting every bound",
+                      "n_qualified": len(qualified)}
+    pick = min(range(len(rows)), key=lambda i: (shortfall(i), objective(i), i))
+    return pick, {"qualified": False, "how": FALLBACK.format(minimize=key), "n_qualified": 0,
+                  "shortfall": shortfall(pick)}
+
+
+def tune_methods(cfg: dict) -> list[str]:
+    """The base methods of config key ``methods`` (variants such as ``_paper`` rows and the do-nothing
+    ``input`` row, ``tasks.BASELINE_METHODS``, are not tuned)."""
+    from .tasks import BASELINE_METHODS
+
+    out: list[str] = []
+    for m in cfg["methods"]:
+        base = split_method(m)[0]
+        if base not in out and base not in BASELINE_METHODS:
+            out.append(base)
+    return out
+
+
+def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_dir: str = "resources/models",
+             work_dir: str | Path = "results/tune", method_names: list[str] | None = None,
+             progress: bool = True, log=print) -> dict[str, Any]:
+    """Sweep every method of ``task`` on the tuning split; returns the tuned-file content."""
+    import torch
+
+    import methods as registry
+    from metrics import ROLES as METRIC_ROLES
+
+    from .commands.evaluate import evaluate_task, write_reference
+    from .commands.explain import generate
+    from .data import eval_split_name, load_split, tune_split_name
+    from .models import load_task_models
+    from .protocol import check_ddpm_schedule, resolve_method
+    from .runtime import setup_torch
+
+    t_start = time.perf_counter()
+    task = get_task(cfg, task) if isinstance(task, str) else task
+    tc = dict(cfg.get("tune") or {})
+    n, n_settings, seed = int(tc.get("n", 48)), int(tc.get("n_settings", 8)), int(tc.get("seed", 0))
+    rule = dict(tc.get("select") or {"minimize": "FID"})
+    wanted = list(tc.get("metrics") or ["FID", "FR", "FR_oracle"])
+    for k in [rule["minimize"], *(rule.get("require") or {})]:
+        if k not in wanted:
+            wanted.append(k)
+    unknown = [k for k in wanted if k not in METRIC_ROLES]
+    if unknown:
+        raise ConfigError(f"tune.metrics / tune.select: unknown metric(s) {unknown}; known: {', '.join(METRIC_ROLES)}")
+    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
+    split_name = tune_split_name(task.dataset)
+    if split_name == eval_split_name(task.dataset):
+        raise ConfigError(f"{task.name}: the tuning split must not be the evaluation split ({split_name})")
+    split = load_split(cfg, task.dataset, split_name, data_dir=data_dir)
+    ids = torch.sort(split.sample_ids).values[:n]
+    rows_idx = split.index_of(ids)
+    names = method_names or tune_methods(cfg)
+    roles = {"classifier"} | {r for k in wanted for r in METRIC_ROLES[k]}
+    built = {}
+    for name in names:
+        if split_method(name)[1] is not None:
+            raise ConfigError(f"vcebench tune tunes base methods, not the variant {name!r}")
+        params, _ = resolve_method(cfg, task, name, candidate={})
+        built[name] = registry.get_method(name, params)
+        roles |= set(built[name].roles)
+    models = load_task_models(cfg, task, roles=tuple(sorted(roles)), device=str(device), model_dir=model_dir)
+    if "ddpm" in roles:
+        check_ddpm_schedule(cfg, task.dataset, models.ddpm.alphas_cumprod.cpu().numpy())
+    work = Path(work_dir) / task.name
+    work.mkdir(parents=True, exist_ok=True)
+    ref = work / "fid_ref.npz"
+    write_reference(cfg, task, str(ref), data_dir, model_dir, device, progress=False, split_name=split_name)
+    space_all = (tc.get("space") or {})
+    sweep, picked, settings = [], {}, {}
+    for name in names:
+        untuned = method_params(cfg, task, name, candidate={})
+        space = space_all.get(name) or {}
+        cands = candidate_settings(space, untuned, n_settings, seed, name)
+        rows = []
+        for i, cand in enumerate(cands):
+            params, rec = resolve_method(cfg, task, name, candidate=cand)
+            method = registry.get_method(name, params)
+            npz = work / name / f"setting-{i}.npz"
+            npz.parent.mkdir(parents=True, exist_ok=True)
+            timing = generate(method, lambda idx: split.float_images(rows_idx[idx]), ids, models, cfg, npz, device,
+                              stream=name)
+            res = evaluate_task(cfg, task, name, str(npz), fid_ref=str(ref), data_dir=data_dir, model_dir=model_dir,
+                                device=device, only=wanted, models=models, split_name=split_name)
+            z = np.load(npz)
+            row = {"method": name, "setting": i, "overrides": cand,
+                   "log_snr": _round(rec["log_snr"]), "t": _round(rec["t"]) if "t" in rec else None,
+                   "start_step": rec.get("start_step"), "respacing": rec.get("respacing"),
+                   "metrics": {k: (None if res["metrics"].get(k) is None else _round(res["metrics"][k]))
+                               for k in wanted},
+                   "mean_steps": _round(float(z["steps"].mean())), "sec_per_cf": _round(timing["sec_per_cf"])}
+            rows.append(row)
+            if log:
+                log(f"{task.name} {name} setting {i}: {cand or 'untuned'} -> "
+                    + ", ".join(f"{k}={v}" for k, v in row["metrics"].items()))
+        pick, how = select(rows, rule)
+        for r in rows:
+            r["picked"] = r["setting"] == pick
+        settings[name] = dict(rows[pick]["overrides"])
+        picked[name] = {"setting": pick, **how, "metrics": rows[pick]["metrics"], "log_snr": rows[pick]["log_snr"]}
+        sweep += rows
+    return {
+        "task": task.name, "date": _dt.date.today().isoformat(),
+        "rule": {**rule, "fallback": FALLBACK.format(minimize=rule["minimize"])},
+        "validation": {"split": split_name, "n": int(len(ids)), "first_sample_id": int(ids[0]),
+                       "last_sample_id": int(ids[-1]), "evaluation_split": eval_split_name(task.dataset)},
+        "n_settings": n_settings, "seed": seed, "space": {k: space_all.get(k) or {} for k in names},
+        "noise_rule": (cfg.get("protocol") or {}).get("noise", "paper"),
+        "models": {r: models.names.get(r, r) for r in sorted(roles)},
+        "wall_seconds": round(time.perf_counter() - t_start, 1),
+        "settings": settings, "picked": picked, "sweep": sweep,
+    }
+
+
+def sweep_markdown(result: dict[str, Any]) -> str:
+    """The sweep table of a tuned file as Markdown (picked rows in bold)."""
+    keys = list(next(iter(result["sweep"]), {}).get("metrics", {}))
+    head = ["method", "setting", "overrides", "log-SNR", "t / start", *keys, "steps", "s/CF", "picked"]
+    lines = [f"# `vcebench tune` on {result['task']} ({result['date']})", "",
+             f"{result['validation']['n']} inputs of the `{result['validation']['split']}` split (evaluation: "
+             f"`{result['validation']['evaluation_split']}`), {result['n_settings']} settings per method, noise "
+             f"rule `{result['noise_rule']}`, {result['wall_seconds']:.0f} s.", "",
+             f"Rule: lowest {result['rule']['minimize']} subject to "
+             + (", ".join(f"{k} >= {v}" for k, v in (result['rule'].get('require') or {}).items()) or "nothing")
+             + f"; else {result['rule']['fallback']}.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["sweep"]:
+        ov = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "untuned"
+        where = r["t"] if r["t"] is not None else f"{r['start_step']} of {r['respacing']}"
+        cells = [r["method"], str(r["setting"]), ov, str(r["log_snr"]), str(where),
+                 *("-" if r["metrics"][k] is None else str(r["metrics"][k]) for k in keys),
+                 str(r["mean_steps"]), str(r["sec_per_cf"]), "**yes**" if r["picked"] else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| method | picked | qualified | how |", "|---|---|---|---|"]
+    for m, p in result["picked"].items():
+        lines.append(f"| {m} | {p['setting']} | {p['qualified']} | {p['how']} |")
+    return "\n".join(lines) + "\n"
