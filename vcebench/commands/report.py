@@ -63,10 +63,29 @@ def _task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir
 
     task = get_task(cfg, task_name)
     df, higher = report.load_task_table(results, task_name, methods, task.kind, task.synthetic)
-    report.write_task_tables(df, higher, out_dir, task_name)
+    footer = report.task_footer(df, report.load_metrics_json(results, task_name, methods), _tuned_file(cfg, task_name),
+                                _feature_dim(results / task_name / "fid_ref.npz"))
+    report.write_task_tables(df, higher, out_dir, task_name, footer=footer)
     report.efficiency_figure(out_dir / f"{task_name}_efficiency.png", df, title=task_name)
     _qualitative(cfg, task, methods, results, out_dir / f"{task_name}_qualitative.png", data_dir, n_qual)
     print((out_dir / f"{task_name}.md").read_text())
+
+
+def _tuned_file(cfg, task_name: str) -> dict | None:
+    """The tuned file of ``task_name`` (rule, validation split) when the run read one."""
+    info = (cfg.get("tuned") or {}).get(task_name)
+    if not info:
+        return None
+    path = Path(__file__).resolve().parents[2] / info["file"]  # tuned_dir is relative to the repository
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def _feature_dim(path: Path) -> int | None:
+    """The FID features' dimension from ``fid_ref.npz`` (None without one)."""
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        return int(z["features"].shape[1]) if "features" in z.files else None
 
 
 def spread(ids: list[int], n: int) -> list[int]:
