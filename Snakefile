@@ -49,6 +49,7 @@ include: "workflows/counterfactuals.smk"
 include: "workflows/evaluate.smk"
 include: "workflows/report.smk"
 include: "workflows/tune.smk"
+include: "workflows/seeds.smk"
 
 
 rule all:

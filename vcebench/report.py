@@ -54,11 +54,12 @@ def task_columns(kind: str, synthetic: bool) -> list[str]:
     return cols
 
 
-def load_task_table(results: Path, task: str, methods: list[str], kind: str,
-                    synthetic: bool) -> tuple[pd.DataFrame, dict[str, bool]]:
+def load_task_table(results: Path, task: str, methods: list[str], kind: str, synthetic: bool,
+                    profiles: Path | None = None) -> tuple[pd.DataFrame, dict[str, bool]]:
     """One row per method from ``results/<task>/<method>/{metrics,profile}.json`` and counterfactuals.npz:
     the metrics with their bootstrap intervals (``<col>_lo``, ``<col>_hi``, last), the cost columns of all
-    n CFs (``vcebench.costs``), the protocol columns."""
+    n CFs (``vcebench.costs``), the protocol columns. ``profiles``: where ``<method>/profile.json`` lives when
+    not beside the metrics (a seed rerun uses the main run's per-call FLOPs and time)."""
     from .costs import cost_columns
 
     rows, higher = [], dict(DEFAULT_HIGHER)
@@ -77,7 +78,7 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str,
             row["n"] = mj.get("n_inputs", mj.get("n", {}).get("FR") if isinstance(mj.get("n"), dict) else None)
             proto = mj.get("protocol") or {}
             row.update(log_snr=proto.get("log_snr"), tuned=None if not proto else int(bool(proto.get("tuned"))))
-        ppath = results / task / m / "profile.json"
+        ppath = (results / task if profiles is None else profiles) / m / "profile.json"
         pj = json.loads(ppath.read_text()) if ppath.exists() else None
         if pj is not None or (results / task / m / "counterfactuals.npz").exists():
             costs = cost_columns(results / task / m / "counterfactuals.npz", pj, bootstrap)

@@ -6,6 +6,8 @@ Examples::
     vcebench report --paper --out-dir results/paper
     vcebench report --regression --reference results/reference/quick --tasks synthfaces_smile --out r.md
     vcebench report --update-reference --reference results/reference/quick --tasks synthfaces_smile
+    vcebench report --seeds --task synthfaces_smile          # results/synthfaces_smile_seeds.{csv,md}
+    vcebench report --tolerances --reference results/reference/quick   # tolerances.yaml from the seed spread
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--paper", action="store_true", help="the FiRe paper's Tables 1-6 and Figure 2")
     p.add_argument("--regression", action="store_true", help="compare results/<task>.csv with --reference")
     p.add_argument("--update-reference", action="store_true", help="copy current tables into --reference")
+    p.add_argument("--seeds", action="store_true",
+                   help="the spread over config `seeds.seeds` of --task's table (results/<task>_seeds.{csv,md})")
+    p.add_argument("--tolerances", action="store_true",
+                   help="derive <reference>/tolerances.yaml from results/<task>_seeds.csv of --tasks")
     p.add_argument("--reference", default="results/reference/quick")
     p.add_argument("--tasks", nargs="*")
     p.add_argument("--out", help="regression report (markdown)")
@@ -48,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
         return _regression(cfg, args)
     if args.update_reference:
         return _update_reference(cfg, args)
+    if args.seeds:
+        return _seeds(cfg, args)
+    if args.tolerances:
+        return _tolerances(cfg, args)
     if args.paper:
         return _paper(cfg, args)
     if not args.task:
@@ -197,6 +207,52 @@ def _regression(cfg, args) -> int:
     if failures:
         print(report.regression_markdown(failures), file=sys.stderr)
         return 1
+    return 0
+
+
+SEEDS_DEFAULTS = {"seeds": [0, 1, 2], "z": 3.0, "floors": {}}
+
+
+def _seeds(cfg, args) -> int:
+    """``results/<task>_seeds.{csv,md}``: each method's metrics over the generation seeds."""
+    from .. import report, seeds
+    from ..tasks import get_task
+
+    if not args.task:
+        raise SystemExit("vcebench report --seeds needs --task")
+    sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
+    task = get_task(cfg, args.task)
+    methods = args.methods or cfg["methods"]
+    tables = {}
+    main = Path(args.results) / args.task
+    for s, d in seeds.seed_dirs(Path(args.results), args.task, list(sc["seeds"]), int(cfg["seed"])).items():
+        tables[s], _ = report.load_task_table(d.parent, d.name, methods, task.kind, task.synthetic, profiles=main)
+    spread = seeds.seed_table(tables)
+    out = Path(args.out_dir)
+    with report.atomic_path(out / f"{args.task}_seeds.csv") as tmp:
+        spread.to_csv(tmp, index=False, float_format="%.6g")
+    report.write_text(out / f"{args.task}_seeds.md", seeds.seed_markdown(args.task, spread, list(sc["seeds"])))
+    print((out / f"{args.task}_seeds.md").read_text())
+    return 0
+
+
+def _tolerances(cfg, args) -> int:
+    """``<reference>/tolerances.yaml`` derived from the seed spreads of ``--tasks`` (vcebench/seeds.py)."""
+    import pandas as pd
+
+    from .. import report, seeds
+
+    sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
+    tasks = args.tasks or cfg["run_tasks"]
+    spreads = {t: pd.read_csv(Path(args.out_dir) / f"{t}_seeds.csv") for t in tasks}
+    tol = seeds.derive_tolerances(list(spreads.values()), dict(sc["floors"]), float(sc["z"]))
+    ref = Path(args.reference)
+    ref.mkdir(parents=True, exist_ok=True)
+    report.write_text(ref / "tolerances.yaml", seeds.tolerance_yaml(tol, list(sc["seeds"]), tasks, float(sc["z"]),
+                                                                   dict(sc["floors"]), spreads))
+    for t in tasks:
+        shutil.copyfile(Path(args.out_dir) / f"{t}_seeds.md", ref / f"{t}_seeds.md")
+    print((ref / "tolerances.yaml").read_text())
     return 0
 
 
