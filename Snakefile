@@ -50,6 +50,7 @@ include: "workflows/evaluate.smk"
 include: "workflows/report.smk"
 include: "workflows/tune.smk"
 include: "workflows/seeds.smk"
+include: "workflows/pareto.smk"
 
 
 rule all:

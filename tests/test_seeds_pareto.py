@@ -48,3 +48,38 @@ def test_tolerances_feed_the_regression_check():
     cur.loc[cur.method == "fire", "FR"] -= tol["FR"] * 1.01
     rows, fails = report.regression_check(cur, ref, tol, {"FR": True, "FID": False}, "t")
     assert [(f["method"], f["metric"]) for f in fails] == [("fire", "FR")]
+
+
+def test_pareto_front_keeps_only_non_dominated_points():
+    from vcebench.report import pareto_front
+
+    cost = np.array([1.0, 2.0, 3.0, 2.5, np.nan, 0.5])
+    fid = np.array([5.0, 3.0, 1.0, 4.0, 0.1, 9.0])  # lower is better
+    assert pareto_front(cost, fid, higher=False).tolist() == [True, True, True, False, False, True]
+    fr = np.array([50.0, 80.0, 90.0, 85.0, 99.0, 10.0])  # higher is better
+    assert pareto_front(cost, fr, higher=True).tolist() == [True, True, True, True, False, True]
+    # a tie in both costs nothing: neither dominates the other
+    assert pareto_front(np.array([1.0, 1.0]), np.array([2.0, 2.0]), False).tolist() == [True, True]
+
+
+def test_pareto_methods_and_figures(tmp_path):
+    from vcebench.commands.report import pareto_methods
+    from vcebench.config import load_config
+    from vcebench.report import pareto_figures
+
+    cfg = load_config()
+    rows = pareto_methods(cfg)
+    names = [m for m, _, _ in rows]
+    assert ("fire", "fire", "default") in rows and ("fire_K1", "fire", "budget") in rows
+    assert ("dime_r200", "dime", "budget") in rows and ("maskdime_snr_p2", "maskdime", "snr") in rows
+    assert len(names) == len(set(names))
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"method": names, "base": [b for _, b, _ in rows], "sweep": [s for _, _, s in rows],
+                       "tflops_per_cf": rng.uniform(1e-4, 1e-2, len(rows)),
+                       "sec_per_cf": rng.uniform(0.01, 1, len(rows)),
+                       "KID": rng.uniform(0, 1, len(rows)), "FVA": rng.uniform(50, 100, len(rows)),
+                       "FR_oracle": rng.uniform(50, 100, len(rows)), "GT_L1_region": rng.uniform(0, 0.3, len(rows)),
+                       "log_snr": rng.uniform(0, 5, len(rows))})
+    pareto_figures(tmp_path / "p.png", tmp_path / "s.png", df, {"KID": False, "FVA": True, "FR_oracle": True,
+                                                                "GT_L1_region": False}, title="t")
+    assert (tmp_path / "p.png").stat().st_size > 10_000 and (tmp_path / "s.png").stat().st_size > 5_000

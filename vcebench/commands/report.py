@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--update-reference", action="store_true", help="copy current tables into --reference")
     p.add_argument("--seeds", action="store_true",
                    help="the spread over config `seeds.seeds` of --task's table (results/<task>_seeds.{csv,md})")
+    p.add_argument("--pareto", action="store_true",
+                   help="results/<task>_pareto.png and _pareto_snr.png from the variants of config `pareto`")
     p.add_argument("--tolerances", action="store_true",
                    help="derive <reference>/tolerances.yaml from results/<task>_seeds.csv of --tasks")
     p.add_argument("--reference", default="results/reference/quick")
@@ -56,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         return _update_reference(cfg, args)
     if args.seeds:
         return _seeds(cfg, args)
+    if args.pareto:
+        return _pareto(cfg, args)
     if args.tolerances:
         return _tolerances(cfg, args)
     if args.paper:
@@ -233,6 +237,41 @@ def _seeds(cfg, args) -> int:
         spread.to_csv(tmp, index=False, float_format="%.6g")
     report.write_text(out / f"{args.task}_seeds.md", seeds.seed_markdown(args.task, spread, list(sc["seeds"])))
     print((out / f"{args.task}_seeds.md").read_text())
+    return 0
+
+
+def pareto_methods(cfg) -> list[tuple[str, str, str]]:
+    """(method name, base method, sweep) of the `pareto` target: each swept method's default row, then its
+    budget variants and its starting-SNR variants (config `pareto`)."""
+    pc = cfg.get("pareto") or {}
+    out: list[tuple[str, str, str]] = []
+    for sweep in ("budgets", "snr"):
+        for base, variants in (pc.get(sweep) or {}).items():
+            if (base, base, "default") not in out:
+                out.append((base, base, "default"))
+            out += [(f"{base}_{v}", base, "budget" if sweep == "budgets" else "snr") for v in variants]
+    return out
+
+
+def _pareto(cfg, args) -> int:
+    import pandas as pd
+
+    from .. import report
+    from ..tasks import get_task
+
+    if not args.task:
+        raise SystemExit("vcebench report --pareto needs --task")
+    task = get_task(cfg, args.task)
+    rows = pareto_methods(cfg)
+    df, higher = report.load_task_table(Path(args.results), args.task, [m for m, _, _ in rows], task.kind,
+                                        task.synthetic)
+    df = df.assign(base=[b for _, b, _ in rows], sweep=[s for _, _, s in rows])
+    out = Path(args.out_dir)
+    with report.atomic_path(out / f"{args.task}_pareto.csv") as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+    report.pareto_figures(out / f"{args.task}_pareto.png", out / f"{args.task}_pareto_snr.png", df, higher,
+                          title=args.task)
+    print(pd.DataFrame(df).to_string())
     return 0
 
 
