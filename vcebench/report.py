@@ -314,7 +314,7 @@ def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = N
         if not any(v is not None for v in counts.values()):
             continue
         subset = next((mj.get("subsets", {}).get(c) for mj in metas.values() if mj.get("subsets", {}).get(c)), None)
-        key = (subset, tuple(sorted(counts.items())))
+        key = (subset, tuple(counts.items()))
         groups.setdefault(key, []).append(c)
     if groups:
         parts = []
@@ -367,7 +367,7 @@ def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = N
         bits.append(", ".join(seed_bits))
     extractor = (any_mj.get("models") or {}).get("fid_features")
     if extractor:
-        dim = f", {feature_dim}-d" if feature_dim else ""
+        dim = f", {feature_dim}-d" if feature_dim and f"{feature_dim}-d" not in extractor else ""
         kid = any_mj.get("kid") or {}
         bits.append(f"FID/sFID/KID features: {extractor}{dim}" + (
             f"; KID kernel {kid.get('kernel')}" if kid.get("kernel") else ""))
