@@ -19,7 +19,8 @@ configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
 wf.check_method_names(config)
-wf.attach_tuned(config, workflow.basedir)  # config/tuned/<task>.yaml, written by `snakemake tune`
+# config/tuned/<task>.yaml, written by `snakemake tune`
+wf.attach_tuned(config, workflow.basedir)
 
 
 envvars:
@@ -32,7 +33,8 @@ os.environ["PATH"] = (
 )
 CFG = wf.config_args(workflow.configfiles, workflow.basedir)
 REFERENCE = wf.reference_dir(config, workflow.basedir)
-TUNED_DIR = wf.tuned_dir(config, workflow.basedir)  # `snakemake tune` writes here; the default run reads it
+# `snakemake tune` writes here; the default run reads it
+TUNED_DIR = wf.tuned_dir(config, workflow.basedir)
 
 
 workdir: os.path.join(workflow.basedir, config.get("workdir", "."))

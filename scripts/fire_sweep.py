@@ -2,10 +2,13 @@
 metrics per setting (docs/results.md). Each setting runs the whole evaluation set (n_eval) in one shard.
 
     python scripts/fire_sweep.py synthfaces_smile "" "t=0.2" "t=0.2,rho=0.02,dilation=0,feather=1"
-    python scripts/fire_sweep.py synthfaces_smile --method maskdime "start_step=6"
+    python scripts/fire_sweep.py synthfaces_smile --method maskdime --untuned "log_snr_offset=0.5"
 
-A setting is comma-separated key=value pairs (JSON values) merged over tasks.<task>.params.<method>;
+A setting is comma-separated key=value pairs (JSON values) merged over tasks.<task>.params.<method>
+(the tuned settings of config/tuned/<task>.yaml come after those: `--untuned` leaves them out);
 "" is the configured setting. Needs `make benchmark` (or its models and data) first.
+This runs on the EVALUATION split: a diagnostic, not a way to pick settings (that is `vcebench tune`,
+on the validation split, docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ def main() -> None:
     ap.add_argument("settings", nargs="+")
     ap.add_argument("--method", default="fire")
     ap.add_argument("--config", action="append", default=None)
+    ap.add_argument("--untuned", action="store_true", help="ignore config/tuned/<task>.yaml")
     args = ap.parse_args()
 
     import numpy as np
@@ -38,6 +42,8 @@ def main() -> None:
     from vcebench.tasks import get_task
 
     base = load_config(args.config)
+    if args.untuned:
+        base.setdefault("protocol", {})["use_tuned"] = False
     setup_torch(base["threads"], base["device"])
     task = get_task(base, args.task)
     data = f"resources/data/{task.dataset}"

@@ -115,3 +115,31 @@ def test_every_configured_method_resolves_and_builds(cfg):
                 assert m.name == name and record["log_snr"] is None
                 continue
             assert m.name == name and math.isfinite(record["log_snr"])
+
+
+def test_tuned_file_is_read_after_the_task_and_before_a_variant(cfg, tmp_path):
+    """config/tuned/<task>.yaml (written by `vcebench tune`) is merged after the task's settings and before
+    a variant's; `paper` rows and `protocol.use_tuned: false` leave it out; the record says which."""
+    import yaml
+
+    from vcebench.config import attach_tuned
+
+    new = copy.deepcopy(cfg)
+    new["protocol"]["tuned_dir"] = "tuned"
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "synthfaces_smile.yaml").write_text(yaml.safe_dump(
+        {"date": "2026-01-02", "settings": {"fire": {"rho": 0.5, "log_snr_offset": -1.0, "K": 3},
+                                            "maskdime": {"scales": [1.0, 2.0]}}}))
+    attach_tuned(new, tmp_path)
+    p, r = resolve_method(new, "synthfaces_smile", "fire")
+    assert p["rho"] == 0.5 and r["tuned"] and r["tuned_file"] == "tuned/synthfaces_smile.yaml"
+    assert r["tuned_date"] == "2026-01-02" and r["log_snr_offset"] == -1.0
+    assert r["log_snr"] == pytest.approx(flow_log_snr(0.4) + 2 * math.log(4) - 1.0)
+    assert resolve_method(new, "synthfaces_smile", "fire_K5")[0]["K"] == 5  # the variant wins over the tuned K
+    assert resolve_method(new, "synthfaces_smile", "fire_K5")[0]["rho"] == 0.5
+    pp, rp = resolve_method(new, "synthfaces_smile", "fire_paper")
+    assert pp["rho"] == 0.02 and not rp["tuned"] and pp["t"] == pytest.approx(0.4)
+    assert resolve_method(new, "synthfaces_smile", "maskdime")[0]["scales"] == [1.0, 2.0]
+    assert not resolve_method(new, "synthfaces_age", "maskdime")[1]["tuned"]  # no file for that task
+    new["protocol"]["use_tuned"] = False
+    assert not resolve_method(new, "synthfaces_smile", "fire")[1]["tuned"]

@@ -69,7 +69,7 @@ def test_every_method_gets_the_same_number_of_settings(cfg):
             if spec.get("relative"):
                 base = untuned[name]
                 vals = [v[0] / base[0] if isinstance(v, list) else v / base for v in vals]
-            assert all(lo * 0.999 <= v <= hi * 1.001 for v in vals), (m, name, vals)
+            assert all(lo - 1e-3 * abs(lo) <= v <= hi + 1e-3 * abs(hi) for v in vals), (m, name, vals)
             # Latin hypercube: one draw in each of the n - 1 strata of the range
             u = [(math.log(v / lo) / math.log(hi / lo)) if spec.get("scale") == "log" else (v - lo) / (hi - lo)
                  for v in vals]
@@ -83,3 +83,19 @@ def test_relative_knob_needs_the_parameter():
 
 def test_tune_methods_are_the_base_methods(cfg):
     assert tune_methods(cfg) == ["fire", "dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime"]
+
+
+def test_merge_keeps_the_other_methods_and_refuses_a_different_rule():
+    from vcebench.tune import merge_tuned
+
+    base = {"task": "t", "rule": RULE, "validation": {"n": 4}, "n_settings": 2, "seed": 0, "noise_rule": "x",
+            "wall_seconds": 10}
+    old = {**base, "settings": {"fire": {"rho": 1}, "dime": {}}, "picked": {"fire": {"setting": 1}, "dime": {}},
+           "sweep": [{"method": "fire"}, {"method": "dime", "old": True}]}
+    new = {**base, "wall_seconds": 5, "settings": {"dime": {"scales": [1]}}, "picked": {"dime": {"setting": 1}},
+           "sweep": [{"method": "dime", "old": False}]}
+    m = merge_tuned(old, new)
+    assert m["settings"] == {"fire": {"rho": 1}, "dime": {"scales": [1]}} and m["wall_seconds"] == 15
+    assert [r.get("old") for r in m["sweep"] if r["method"] == "dime"] == [False]
+    with pytest.raises(ConfigError, match="rule"):
+        merge_tuned(old, {**new, "rule": {"minimize": "FR"}})

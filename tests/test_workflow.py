@@ -147,3 +147,12 @@ def test_fire_variant_applies_on_top_of_the_task_setting(cfg):
     assert all(t06[k] == base[k] for k in ("rho", "dilation", "feather"))
     k5 = method_params(cfg, task, "fire_K5")
     assert k5["K"] == 5 and k5["t"] == base["t"]
+
+
+def test_dry_run_builds_tune_target():
+    """`snakemake tune` writes config/tuned/<task>.yaml for every run task; it is not part of `all`."""
+    r = _smk("tune", "-n", "--forceall", "--quiet", "rules")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "tune_task" in r.stdout
+    r = _smk("-n", "--forceall", "--quiet", "rules")
+    assert r.returncode == 0 and "tune_task" not in r.stdout

@@ -18,6 +18,7 @@ the date, the whole sweep table) is what the default run reads (``protocol.use_t
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import time
 import zlib
@@ -186,17 +187,27 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
             method = registry.get_method(name, params)
             npz = work / name / f"setting-{i}.npz"
             npz.parent.mkdir(parents=True, exist_ok=True)
-            timing = generate(method, lambda idx: split.float_images(rows_idx[idx]), ids, models, cfg, npz, device,
-                              stream=name)
-            res = evaluate_task(cfg, task, name, str(npz), fid_ref=str(ref), data_dir=data_dir, model_dir=model_dir,
-                                device=device, only=wanted, models=models, split_name=split_name)
-            z = np.load(npz)
-            row = {"method": name, "setting": i, "overrides": cand,
-                   "log_snr": _round(rec["log_snr"]), "t": _round(rec["t"]) if "t" in rec else None,
-                   "start_step": rec.get("start_step"), "respacing": rec.get("respacing"),
-                   "metrics": {k: (None if res["metrics"].get(k) is None else _round(res["metrics"][k]))
-                               for k in wanted},
-                   "mean_steps": _round(float(z["steps"].mean())), "sec_per_cf": _round(timing["sec_per_cf"])}
+            # a finished setting of an interrupted sweep is reused when everything it depends on is the same
+            key = json.dumps({"params": params, "ids": ids.tolist(), "metrics": wanted, "seed": cfg.get("seed"),
+                              "models": {r: models.names.get(r, r) for r in sorted(roles)},
+                              "batch_size": cfg.get("batch_size")}, sort_keys=True, default=str)
+            cached = npz.with_suffix(".row.json")
+            if cached.exists() and json.loads(cached.read_text()).get("key") == key:
+                row = json.loads(cached.read_text())["row"]
+            else:
+                timing = generate(method, lambda idx: split.float_images(rows_idx[idx]), ids, models, cfg, npz,
+                                  device, stream=name)
+                res = evaluate_task(cfg, task, name, str(npz), fid_ref=str(ref), data_dir=data_dir,
+                                    model_dir=model_dir, device=device, only=wanted, models=models,
+                                    split_name=split_name)
+                z = np.load(npz)
+                row = {"method": name, "setting": i, "overrides": cand,
+                       "log_snr": _round(rec["log_snr"]), "t": _round(rec["t"]) if "t" in rec else None,
+                       "start_step": rec.get("start_step"), "respacing": rec.get("respacing"),
+                       "metrics": {k: (None if res["metrics"].get(k) is None else _round(res["metrics"][k]))
+                                   for k in wanted},
+                       "mean_steps": _round(float(z["steps"].mean())), "sec_per_cf": _round(timing["sec_per_cf"])}
+                cached.write_text(json.dumps({"key": key, "row": row}))
             rows.append(row)
             if log:
                 log(f"{task.name} {name} setting {i}: {cand or 'untuned'} -> "
@@ -218,6 +229,23 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
         "wall_seconds": round(time.perf_counter() - t_start, 1),
         "settings": settings, "picked": picked, "sweep": sweep,
     }
+
+
+def merge_tuned(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` (some methods tuned again) with the other methods' settings, picks and sweep rows of ``old``;
+    refuses to mix sweeps made under a different rule, split, n or number of settings."""
+    for key in ("task", "rule", "validation", "n_settings", "seed", "noise_rule"):
+        if old.get(key) != new.get(key):
+            raise ConfigError(f"cannot merge tune results: `{key}` differs ({old.get(key)!r} vs {new.get(key)!r}); "
+                              f"tune every method again")
+    methods_new = set(new["settings"])
+    out = dict(new)
+    out["settings"] = {**{m: v for m, v in old["settings"].items() if m not in methods_new}, **new["settings"]}
+    out["picked"] = {**{m: v for m, v in old["picked"].items() if m not in methods_new}, **new["picked"]}
+    out["space"] = {**old.get("space", {}), **new.get("space", {})}
+    out["sweep"] = [r for r in old["sweep"] if r["method"] not in methods_new] + new["sweep"]
+    out["wall_seconds"] = round(float(old.get("wall_seconds", 0)) + float(new["wall_seconds"]), 1)
+    return out
 
 
 def sweep_markdown(result: dict[str, Any]) -> str:

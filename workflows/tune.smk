@@ -1,6 +1,7 @@
 rule tune_task:
     """Every method's settings picked on the validation split (vcebench/tune.py); the default run reads the
-    file it writes (protocol.tuned_dir, committed). Not part of `all`: run `snakemake tune`."""
+    file it writes (protocol.tuned_dir, committed). Not part of `all`: run `snakemake tune`.
+    """
     input:
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
         val=lambda wc: [

@@ -36,11 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
+
     import yaml
 
     from ..config import DEFAULT_CONFIG, load_config, repo_root
     from ..io import atomic_path
-    from ..tune import run_tune, sweep_markdown
+    from ..tune import merge_tuned, run_tune, sweep_markdown
 
     cfg = load_config(args.config)
     tuned_dir = (cfg.get("protocol") or {}).get("tuned_dir", "config/tuned")
@@ -48,10 +50,13 @@ def run(args: argparse.Namespace) -> int:
     md = Path(args.md or f"results/tune/{args.task}.md")
     result = run_tune(cfg, args.task, data_dir=args.data, model_dir=args.models, work_dir=args.work_dir,
                       method_names=args.method)
+    if args.method and out.exists():  # tune some methods again: keep the others' rows of the existing file
+        result = merge_tuned(yaml.safe_load(out.read_text()), result)
     header = (f"# Written by `vcebench tune --task {args.task}` ({result['date']}): the settings the default run "
               f"reads (protocol.use_tuned).\n# Picked on {result['validation']['n']} inputs of the "
               f"`{result['validation']['split']}` split, never evaluated; rule and sweep below.\n")
-    for path, text in ((out, header + yaml.safe_dump(result, sort_keys=False, width=110)),
+    plain = json.loads(json.dumps(result))  # no YAML anchors for the shared config mappings
+    for path, text in ((out, header + yaml.safe_dump(plain, sort_keys=False, width=110)),
                        (md, sweep_markdown(result))):
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
