@@ -60,6 +60,8 @@ include: "workflows/external.smk"
 include: "workflows/evaluate.smk"
 include: "workflows/report.smk"
 include: "workflows/tune.smk"
+include: "workflows/seeds.smk"
+include: "workflows/pareto.smk"
 
 
 rule all:

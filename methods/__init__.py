@@ -18,6 +18,7 @@ from .base import Counterfactuals, Method, parse_params
 from .dime import DiME, DimeParams
 from .fastdime import FastDiME, FastDimeParams
 from .fire import FiRe, FireParams
+from .identity import Identity, IdentityParams
 from .maskdime import MaskDiME, MaskDimeParams
 
 _REGISTRY: dict[str, tuple[type, Callable[[str, Any], Method]]] = {
@@ -27,6 +28,7 @@ _REGISTRY: dict[str, tuple[type, Callable[[str, Any], Method]]] = {
     "fastdime2": (FastDimeParams, lambda n, p: FastDiME(n, p, passes=2, first_pass_mask=False)),
     "fastdime2plus": (FastDimeParams, lambda n, p: FastDiME(n, p, passes=2, first_pass_mask=True)),
     "maskdime": (MaskDimeParams, MaskDiME),
+    "input": (IdentityParams, Identity),  # the do-nothing baseline: the input as its own "counterfactual"
 }
 
 METHODS = tuple(_REGISTRY)

@@ -1,6 +1,6 @@
 """Metric families of the ACE / DiME / FastDiME protocol (docs/protocol.md, Metrics), by task kind.
 
-Faces: FID sFID FVA FS MNAC CD COUT FR L1; x-ray: FID L1 MAD S3 FR; synthetic tasks add
+Faces: FID sFID KID FVA FS MNAC CD COUT FR L1; x-ray: FID KID L1 MAD S3 FR; synthetic tasks add
 GT_L1 (+ region / input floor), GT_precision, GT_recall and FR_oracle. Each metric takes
 its evaluation subset as an explicit constructor argument (``SUBSETS`` in ``base.py``):
 
@@ -8,7 +8,7 @@ its evaluation subset as an explicit constructor argument (``SUBSETS`` in ``base
 metric                     subset                  network role
 =========================  ======================  ===========================
 FR                         all                     classifier
-FID, sFID                  successful (vs all x)   fid_features
+FID, sFID, KID             successful (vs all x)   fid_features
 FVA, FS                    successful              identity
 MNAC, CD                   successful              oracle
 COUT, S3                   correct                 classifier, simsiam
@@ -16,6 +16,9 @@ L1, MAD                    all                     -, classifier
 GT_*                       correct_successful      (synthetic renderer)
 FR_oracle                  all                     oracle
 =========================  ======================  ===========================
+
+Every output also gets a 95 % percentile bootstrap interval over the explained inputs
+(``bootstrap.py``; ``run_metrics(..., bootstrap=...)``).
 """
 
 from __future__ import annotations
@@ -30,22 +33,23 @@ from .cout import COUT
 from .diversity import SigmaL
 from .fid import FID, SFID, FeatureStats, FIDReference, frechet_distance
 from .ground_truth import GroundTruth
+from .kid import KID
 from .oracle import MNAC, CorrelationDifference, OracleFlipRate
 from .similarity import FaceVerification, L1Distance, SimSiamSimilarity
 
 __all__ = [
     "COUT", "FID", "MAD", "MNAC", "SFID", "SUBSETS", "CorrelationDifference", "EvalBatch", "FIDReference",
-    "FaceVerification", "FeatureStats", "FlipRate", "GroundTruth", "InsufficientSamples", "L1Distance",
+    "FaceVerification", "FeatureStats", "FlipRate", "GroundTruth", "InsufficientSamples", "KID", "L1Distance",
     "Metric", "MetricError", "OracleFlipRate", "SigmaL", "SimSiamSimilarity", "build_metrics",
     "frechet_distance", "metric_names", "required_roles",
 ]
 
-FACE_METRICS = ("FID", "sFID", "FVA", "MNAC", "CD", "COUT", "FR", "L1")  # FVA also reports FS
-XRAY_METRICS = ("FID", "L1", "MAD", "S3", "FR")
+FACE_METRICS = ("FID", "sFID", "KID", "FVA", "MNAC", "CD", "COUT", "FR", "L1")  # FVA also reports FS
+XRAY_METRICS = ("FID", "KID", "L1", "MAD", "S3", "FR")
 SYNTHETIC_METRICS = ("GT", "FR_oracle")
-ROLES = {"FID": ("fid_features",), "sFID": ("fid_features",), "FVA": ("identity",), "MNAC": ("oracle",),
-         "CD": ("oracle",), "COUT": ("classifier",), "FR": ("classifier",), "L1": (), "MAD": ("classifier",),
-         "S3": ("simsiam",), "GT": (), "FR_oracle": ("oracle",)}
+ROLES = {"FID": ("fid_features",), "sFID": ("fid_features",), "KID": ("fid_features",), "FVA": ("identity",),
+         "MNAC": ("oracle",), "CD": ("oracle",), "COUT": ("classifier",), "FR": ("classifier",), "L1": (),
+         "MAD": ("classifier",), "S3": ("simsiam",), "GT": (), "FR_oracle": ("oracle",)}
 
 
 def metric_names(task) -> list[str]:
@@ -90,6 +94,11 @@ def build_metrics(task, models, cfg: dict, *, fid_reference: FIDReference | None
         elif n == "sFID":
             out.append(SFID(models.fid_features, mcfg.get("sfid_seeds", [0]), "successful", fid_reference,
                             extractor, frechet))
+        elif n == "KID":
+            kcfg = mcfg.get("kid", {}) or {}
+            out.append(KID(models.fid_features, "successful", fid_reference, extractor,
+                           subsets=kcfg.get("subsets", 100), subset_size=kcfg.get("subset_size", 1000),
+                           seed=kcfg.get("seed", 0)))
         elif n == "FVA":
             out.append(FaceVerification(models.identity, "successful"))
         elif n == "MNAC":

@@ -12,8 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
+
+from .bootstrap import Resamples, Samples, weighted_means
 
 Subset = Literal["all", "successful", "correct", "correct_successful"]
 SUBSETS: dict[str, str] = {
@@ -159,6 +162,7 @@ class SubsetMean:
         self.subset = subset
         self.sum = 0.0
         self.count = 0
+        self.samples = Samples()
         self.n: dict[str, int] = {}
 
     def values(self, batch: EvalBatch, keep: Tensor) -> Tensor:
@@ -168,13 +172,18 @@ class SubsetMean:
         keep = batch.subset(self.subset)
         if not keep.any():
             return
-        self.sum += float(self.values(batch, keep).double().sum())
+        v = self.values(batch, keep)
+        self.samples.add(batch.sample_id[keep], v)
+        self.sum += float(v.double().sum())
         self.count += int(keep.sum())
 
     def compute(self) -> dict[str, float]:
         require(self.count, 1, self.name, self.subset)
         self.n = {self.name: self.count}
         return {self.name: self.sum / self.count}
+
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        return {self.name: weighted_means(self.samples, resamples)}
 
 
 def cosine(a: Tensor, b: Tensor, eps: float = 1e-8) -> Tensor:

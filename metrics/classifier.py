@@ -9,10 +9,12 @@ the positive class (for two classes the same for either class); higher = larger 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from .base import EvalBatch, Subset, SubsetMean, classifier_logits, require
+from .bootstrap import Resamples, Samples, weighted_means
 
 
 class FlipRate:
@@ -26,17 +28,22 @@ class FlipRate:
         self.subset = subset
         self.hits = 0
         self.total = 0
+        self.samples = Samples()
         self.n: dict[str, int] = {}
 
     def update(self, batch: EvalBatch) -> None:
         keep = batch.subset(self.subset)
         self.hits += int(batch.flipped[keep].sum())
         self.total += int(keep.sum())
+        self.samples.add(batch.sample_id[keep], batch.flipped[keep])
 
     def compute(self) -> dict[str, float]:
         require(self.total, 1, "FR", self.subset)
         self.n = {"FR": self.total}
         return {"FR": 100.0 * self.hits / self.total}
+
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        return {"FR": weighted_means(self.samples, resamples, scale=100.0)}
 
 
 class MAD(SubsetMean):

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import SUBSETS, EvalBatch, InsufficientSamples, Metric, MetricError
+from .bootstrap import BOOTSTRAP_DEFAULTS, BOOTSTRAP_METHOD, Resamples, percentile_interval
 
 CF_KEYS = ("sample_id", "cf", "target")
 
@@ -105,7 +106,7 @@ def _finite(v: float) -> float | None:
 
 
 def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progress: bool = False,
-                strict: bool = False) -> dict:
+                strict: bool = False, bootstrap: dict | None = None) -> dict:
     """Update every metric with every batch, then compute.
 
     A metric with fewer samples than it needs raises :class:`InsufficientSamples`; with ``strict`` that
@@ -116,6 +117,11 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
     ``skipped`` (metric -> reason, e.g. fewer successful counterfactuals than FID needs) and
     ``seconds`` per metric family (timing of update + compute, network passes shared through the
     batch cache are charged to the first metric that needs them).
+
+    ``bootstrap`` (``{resamples, feature_resamples, seed, level}``, defaults
+    ``bootstrap.BOOTSTRAP_DEFAULTS``; ``None``: the defaults, ``{"resamples": 0}``: none) adds
+    ``intervals`` (output -> ``[lo, hi]``, or ``None`` when most resamples left the subset empty)
+    and ``bootstrap`` (the settings used) for every metric that has a ``bootstrap`` method.
     """
     sizes = dict.fromkeys(SUBSETS, 0)
     seconds = {m.name: 0.0 for m in metrics}
@@ -162,4 +168,25 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
             out["subsets"][k] = m.subset
             out["n"][k] = int(m.n.get(k, 0))
         out["n"].update({k: int(v) for k, v in m.n.items() if k not in values})  # e.g. FID_originals
+    if ids_seen:
+        _intervals(out, metrics, sorted(ids_seen), {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})})
     return out
+
+
+def _intervals(out: dict, metrics: Sequence[Metric], ids: list[int], cfg: dict) -> None:
+    """``out['intervals']``, ``out['bootstrap']``: percentile bootstrap intervals (``bootstrap.py``)."""
+    b, bf = int(cfg["resamples"]), int(cfg["feature_resamples"])
+    if b < 1:
+        return
+    t0 = time.perf_counter()
+    draws = Resamples.draw(ids, max(b, bf), int(cfg["seed"]))
+    intervals: dict[str, list[float] | None] = {}
+    for m in metrics:
+        if m.name in out["skipped"] or not hasattr(m, "bootstrap"):
+            continue
+        for k, values in m.bootstrap(draws.head(bf if getattr(m, "feature_bootstrap", False) else b)).items():
+            intervals[k] = percentile_interval(values, float(cfg["level"]))
+    out["intervals"] = intervals
+    out["bootstrap"] = {"resamples": b, "feature_resamples": bf, "seed": int(cfg["seed"]),
+                        "level": float(cfg["level"]), "n_inputs": len(ids), "method": BOOTSTRAP_METHOD,
+                        "seconds": time.perf_counter() - t0}

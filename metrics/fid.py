@@ -36,6 +36,7 @@ from vcebench.frechet import FrechetError
 from vcebench.frechet import frechet_distance as _frechet_distance
 
 from .base import EvalBatch, MetricError, Subset, embed, require
+from .bootstrap import Resamples
 
 
 class FeatureStats:
@@ -104,6 +105,41 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
         return _frechet_distance(mu1, sigma1, mu2, sigma2, eps=eps, method=method)
     except FrechetError as e:
         raise MetricError(str(e)) from None
+
+
+def weighted_frechet(f1: np.ndarray, w1: np.ndarray, f2: np.ndarray, w2: np.ndarray,
+                     max_bytes: float = 2e8) -> np.ndarray:
+    """FID between count-weighted feature sets, one value per row of ``w1`` (B, m1) / ``w2`` (B, m2).
+
+    A row of counts stands for the multiset that repeats feature row i ``w[i]`` times; its mean and
+    unbiased covariance are those of that multiset, so all-ones rows give :func:`frechet_distance`
+    of ``f1`` and ``f2``. With ``Y = diag(sqrt w) (F - mu)``, ``Tr sqrt(S1 S2)`` is the nuclear norm
+    of ``Y2 Y1^T`` (an m2 x m1 matrix: its squared singular values are the nonzero eigenvalues of
+    ``Y1^T Y1 Y2^T Y2``) over ``sqrt((n1 - 1)(n2 - 1))``, which needs no D x D square root and is
+    cheap when the sets are smaller than the feature dimension. NaN where a set has < 2 rows.
+    """
+    f1t, f2t = torch.as_tensor(f1, dtype=torch.float64), torch.as_tensor(f2, dtype=torch.float64)
+    w1t, w2t = torch.as_tensor(w1, dtype=torch.float64), torch.as_tensor(w2, dtype=torch.float64)
+    if f1t.ndim != 2 or f2t.ndim != 2 or f1t.shape[1] != f2t.shape[1]:
+        raise MetricError(f"weighted_frechet: feature sets of shapes {tuple(f1t.shape)}, {tuple(f2t.shape)}")
+    if w1t.shape[1] != len(f1t) or w2t.shape[1] != len(f2t) or len(w1t) != len(w2t):
+        raise MetricError("weighted_frechet: count matrices do not match the feature rows")
+    d = f1t.shape[1]
+    chunk = max(1, int(max_bytes // (8 * (len(f1t) + len(f2t)) * d)))
+    out = []
+    for s in range(0, len(w1t), chunk):
+        a, b = w1t[s:s + chunk], w2t[s:s + chunk]
+        n1, n2 = a.sum(1), b.sum(1)
+        mu1 = a @ f1t / n1.clamp_min(1)[:, None]
+        mu2 = b @ f2t / n2.clamp_min(1)[:, None]
+        y1 = a.sqrt()[:, :, None] * (f1t[None] - mu1[:, None])
+        y2 = b.sqrt()[:, :, None] * (f2t[None] - mu2[:, None])
+        d1, d2 = (n1 - 1).clamp_min(1), (n2 - 1).clamp_min(1)
+        nuclear = torch.linalg.svdvals(y2 @ y1.transpose(1, 2)).sum(-1)
+        fid = ((mu1 - mu2) ** 2).sum(1) + (y1 ** 2).sum((1, 2)) / d1 + (y2 ** 2).sum((1, 2)) / d2 \
+            - 2 * nuclear / (d1 * d2).sqrt()
+        out.append(torch.where((n1 >= 2) & (n2 >= 2), fid, torch.full_like(fid, float("nan"))))
+    return torch.cat(out).numpy()
 
 
 def fid_from_stats(a: FeatureStats, b: FeatureStats, what_a: str = "originals",
@@ -204,19 +240,24 @@ class FID:
     name = "FID"
     higher_is_better = {"FID": False}
     roles = ("fid_features",)
+    feature_bootstrap = True  # fewer resamples (config `metrics.bootstrap.feature_resamples`)
 
     def __init__(self, fid_features: nn.Module | None, subset: Subset = "successful",
                  reference: FIDReference | None = None, extractor: str = "", method: str = "sqrtm"):
         self.net, self.subset, self.method = fid_features, subset, method
         self.originals_of = _OriginalFeatures(fid_features, reference, extractor)
         self.orig, self.cf = FeatureStats(), FeatureStats()
+        self.rows = FeatureRows()
         self.n: dict[str, int] = {}
 
     def update(self, batch: EvalBatch) -> None:
-        self.orig.update(self.originals_of(batch))
+        orig = self.originals_of(batch)
+        self.orig.update(orig)
         keep = batch.subset(self.subset)
-        if keep.any():
-            self.cf.update(embed(batch, self.net, "fid_features", "cf")[keep])
+        cf = embed(batch, self.net, "fid_features", "cf")[keep] if keep.any() else None
+        if cf is not None:
+            self.cf.update(cf)
+        self.rows.add(batch.sample_id, orig, keep, cf)
 
     def merge(self, other: FID) -> None:
         self.orig.merge(other.orig)
@@ -226,6 +267,40 @@ class FID:
         require(self.cf.n, 2, "FID", self.subset)
         self.n = {"FID": self.cf.n, "FID_originals": self.orig.n}
         return {"FID": fid_from_stats(self.orig, self.cf, method=self.method)}
+
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        """FID of each resample: the drawn inputs' original rows against their kept CF rows."""
+        o_ids, o, c_ids, c = self.rows.arrays()
+        if len(c) < 2:
+            return {"FID": np.full(len(resamples), np.nan)}
+        return {"FID": weighted_frechet(o, resamples.weights(o_ids), c, resamples.weights(c_ids))}
+
+
+class FeatureRows:
+    """Per-sample feature rows of the originals (every input) and of the kept CFs, with sample ids:
+    what the bootstrap of FID / KID resamples (``metrics.bootstrap``)."""
+
+    def __init__(self) -> None:
+        self.o_ids: list[np.ndarray] = []
+        self.o: list[np.ndarray] = []
+        self.c_ids: list[np.ndarray] = []
+        self.c: list[np.ndarray] = []
+
+    def add(self, sample_id: Tensor, orig: Tensor, keep: Tensor, cf: Tensor | None) -> None:
+        ids = sample_id.cpu().numpy().astype(np.int64)
+        self.o_ids.append(ids)
+        self.o.append(np.asarray(orig.detach().cpu().double() if torch.is_tensor(orig) else orig, np.float64))
+        if cf is not None:
+            self.c_ids.append(ids[keep.cpu().numpy()])
+            self.c.append(cf.detach().cpu().double().numpy())
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(original ids, original rows, CF ids, CF rows)."""
+        def cat(parts, shape):
+            return np.concatenate(parts) if parts else np.zeros(shape)
+        d = self.o[0].shape[1] if self.o else 0
+        return (cat(self.o_ids, (0,)).astype(np.int64), cat(self.o, (0, d)),
+                cat(self.c_ids, (0,)).astype(np.int64), cat(self.c, (0, d)))
 
 
 def sfid_halves(sample_ids: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -244,6 +319,7 @@ class SFID:
     name = "sFID"
     higher_is_better = {"sFID": False, "sFID_std": False}
     roles = ("fid_features",)
+    feature_bootstrap = True
 
     def __init__(self, fid_features: nn.Module | None, seeds: list[int], subset: Subset = "successful",
                  reference: FIDReference | None = None, extractor: str = "", method: str = "sqrtm"):
@@ -286,3 +362,25 @@ class SFID:
         self.n = {"sFID": len(self.cf), "sFID_std": len(self.seeds)}
         return {"sFID": float(np.mean(values)),
                 "sFID_std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0}
+
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        """sFID of each resample: every seed's halves keep their drawn inputs (with their counts)."""
+        ids = np.concatenate(self.ids) if self.ids else np.zeros(0, np.int64)
+        if not len(ids):
+            return {"sFID": np.full(len(resamples), np.nan)}
+        row = {int(i): r for r, i in enumerate(ids)}
+        orig = np.concatenate(self.orig)
+        per_seed = []
+        for seed in self.seeds:
+            h1, h2 = sfid_halves(ids, seed)
+            fids = []
+            for ho, hc in ((h1, h2), (h2, h1)):
+                c_ids = np.array([i for i in hc if int(i) in self.cf], np.int64)
+                if len(c_ids) < 2 or len(ho) < 2:
+                    fids.append(np.full(len(resamples), np.nan))
+                    continue
+                o = orig[[row[int(i)] for i in ho]]
+                c = np.stack([self.cf[int(i)] for i in c_ids])
+                fids.append(weighted_frechet(o, resamples.weights(ho), c, resamples.weights(c_ids)))
+            per_seed.append(np.mean(fids, 0))
+        return {"sFID": np.mean(per_seed, 0)}

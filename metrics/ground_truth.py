@@ -21,9 +21,11 @@ label, which is the counterfactual's target only when f(x) is right.
 
 from __future__ import annotations
 
+import numpy as np
 from torch import Tensor
 
 from .base import EvalBatch, MetricError, Subset, require
+from .bootstrap import Resamples, Samples, weighted_means
 
 
 def changed_pixels(a: Tensor, b: Tensor, threshold: float) -> Tensor:
@@ -46,11 +48,13 @@ class GroundTruth:
         self.threshold, self.subset = threshold, subset
         self.sums = {k: 0.0 for k in self.higher_is_better}
         self.counts = {k: 0 for k in self.higher_is_better}
+        self.samples = {k: Samples() for k in self.higher_is_better}
         self.n: dict[str, int] = {}
 
-    def _add(self, key: str, values: Tensor) -> None:
+    def _add(self, key: str, ids: Tensor, values: Tensor) -> None:
         self.sums[key] += float(values.double().sum())
         self.counts[key] += int(values.numel())
+        self.samples[key].add(ids, values)
 
     def update(self, batch: EvalBatch) -> None:
         if batch.gt_cf is None:
@@ -59,22 +63,26 @@ class GroundTruth:
         keep = batch.subset(self.subset)
         if not keep.any():
             return
+        ids = batch.sample_id[keep]
         x, cf, gt = batch.x[keep].double(), batch.cf[keep].double(), batch.gt_cf[keep].double()
         region = changed_pixels(gt, x, self.threshold)  # (N, H, W)
         edited = changed_pixels(cf, x, self.threshold)
         for suffix, img in (("", cf), ("_input", x)):
             err = (img - gt).abs() / 2  # (N, C, H, W), [0, 1] units
-            self._add("GT_L1" + suffix, err.flatten(1).mean(1))
+            self._add("GT_L1" + suffix, ids, err.flatten(1).mean(1))
             r = region.unsqueeze(1).expand_as(err)
             has = region.flatten(1).any(1)
             per = (err * r).flatten(1).sum(1) / r.flatten(1).sum(1).clamp_min(1)
-            self._add("GT_L1_region" + suffix, per[has])
+            self._add("GT_L1_region" + suffix, ids[has], per[has])
         hit = (edited & region).flatten(1).sum(1).double()
         n_edit, n_region = edited.flatten(1).sum(1), region.flatten(1).sum(1)
-        self._add("GT_precision", (hit / n_edit.clamp_min(1))[n_edit > 0])
-        self._add("GT_recall", (hit / n_region.clamp_min(1))[n_region > 0])
+        self._add("GT_precision", ids[n_edit > 0], (hit / n_edit.clamp_min(1))[n_edit > 0])
+        self._add("GT_recall", ids[n_region > 0], (hit / n_region.clamp_min(1))[n_region > 0])
 
     def compute(self) -> dict[str, float]:
         require(self.counts["GT_L1"], 1, "GT_L1", self.subset)
         self.n = dict(self.counts)
         return {k: (self.sums[k] / self.counts[k] if self.counts[k] else float("nan")) for k in self.sums}
+
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        return {k: weighted_means(s, resamples) for k, s in self.samples.items()}

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import EvalBatch, MetricError, Subset, SubsetMean, embed, require
+from .bootstrap import Resamples, Samples, weighted_means
 
 
 def _oracle_bits(batch: EvalBatch, oracle: nn.Module, which: str) -> Tensor:
@@ -59,6 +60,20 @@ class MNAC(SubsetMean):
     def values(self, batch: EvalBatch, keep: Tensor) -> Tensor:
         changed = _oracle_bits(batch, self.oracle, "x") != _oracle_bits(batch, self.oracle, "cf")
         return changed[keep].sum(1)
+
+
+def weighted_pearson(a: np.ndarray, b: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """(B, A) Pearson correlation of each column of ``a`` (m, A) with ``b`` (m,) under each row of
+    counts ``w`` (B, m) (the correlation of the resampled rows), 0 where undefined as :func:`pearson`."""
+    s = w.sum(1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ma, mb = (w @ a) / s, (w @ b)[:, None] / s
+        cov = (w @ (a * b[:, None])) / s - ma * mb
+        va = (w @ (a * a)) / s - ma ** 2
+        vb = (w @ (b * b))[:, None] / s - mb ** 2
+        c = cov / np.sqrt(va * vb)
+    tiny = 1e-12
+    return np.where((va > tiny) & (vb > tiny) & np.isfinite(c), c, 0.0)
 
 
 def data_correlations(train_labels: np.ndarray, train_names: Sequence[str], attribute_names: Sequence[str],
@@ -100,12 +115,14 @@ class CorrelationDifference:
         labels = train_labels.cpu().numpy() if torch.is_tensor(train_labels) else train_labels
         self.corr_data = data_correlations(labels, list(train_attribute_names), self.names, query)
         self.deltas: list[np.ndarray] = []
+        self.ids: list[np.ndarray] = []
         self.n: dict[str, int] = {}
 
     def update(self, batch: EvalBatch) -> None:
         keep = batch.subset(self.subset)
         if not keep.any():
             return
+        self.ids.append(batch.sample_id[keep].cpu().numpy().astype(np.int64))
         bx = _oracle_bits(batch, self.oracle, "x").double()
         bcf = _oracle_bits(batch, self.oracle, "cf").double()
         if bx.shape[1] != len(self.names):
@@ -121,6 +138,16 @@ class CorrelationDifference:
         self.n = {"CD": len(deltas)}
         return {"CD": float(np.abs(corr_cf - self.corr_data).sum())}
 
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        """CD of each resample: count-weighted Pearson correlations of the drawn rows' deltas."""
+        if not self.deltas:
+            return {"CD": np.full(len(resamples), np.nan)}
+        d = np.concatenate(self.deltas)
+        w = resamples.weights(np.concatenate(self.ids))  # (B, m)
+        corr = weighted_pearson(d, d[:, self.q], w)  # (B, A)
+        cd = np.abs(corr - self.corr_data[None]).sum(1)
+        return {"CD": np.where(w.sum(1) >= 2, cd, np.nan)}
+
 
 class OracleFlipRate:
     """FR_oracle: % of inputs whose CF the oracle assigns to the target value of the query."""
@@ -134,6 +161,7 @@ class OracleFlipRate:
         self.q = _query_index(list(getattr(oracle, "attribute_names", [])), query, "FR_oracle")
         self.hits = 0
         self.total = 0
+        self.samples = Samples()
         self.n: dict[str, int] = {}
 
     def update(self, batch: EvalBatch) -> None:
@@ -141,10 +169,15 @@ class OracleFlipRate:
         if not keep.any():
             return
         says = _oracle_bits(batch, self.oracle, "cf")[:, self.q].long()
-        self.hits += int((says == batch.target.long())[keep].sum())
+        hit = (says == batch.target.long())[keep]
+        self.samples.add(batch.sample_id[keep], hit)
+        self.hits += int(hit.sum())
         self.total += int(keep.sum())
 
     def compute(self) -> dict[str, float]:
         require(self.total, 1, "FR_oracle", self.subset)
         self.n = {"FR_oracle": self.total}
         return {"FR_oracle": 100.0 * self.hits / self.total}
+
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        return {"FR_oracle": weighted_means(self.samples, resamples, scale=100.0)}

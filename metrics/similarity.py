@@ -12,25 +12,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 from torch import nn
 
 from .base import EvalBatch, Subset, cosine, embed, require
-
-
-class _Mean:
-    """Running mean of per-sample values over a subset."""
-
-    def __init__(self) -> None:
-        self.sum = 0.0
-        self.count = 0
-
-    def add(self, values) -> None:
-        self.sum += float(values.double().sum())
-        self.count += int(values.numel())
-
-    @property
-    def mean(self) -> float:
-        return self.sum / self.count
+from .bootstrap import Resamples, Samples, weighted_means
 
 
 class FaceVerification:
@@ -43,7 +29,7 @@ class FaceVerification:
 
     def __init__(self, identity: nn.Module, subset: Subset = "successful"):
         self.net, self.subset = identity, subset
-        self.cos, self.match = _Mean(), _Mean()
+        self.cos, self.match = Samples(), Samples()
         self.n: dict[str, int] = {}
 
     def update(self, batch: EvalBatch) -> None:
@@ -51,13 +37,17 @@ class FaceVerification:
         if not keep.any():
             return
         c = cosine(embed(batch, self.net, "identity", "x"), embed(batch, self.net, "identity", "cf"))[keep]
-        self.cos.add(c)
-        self.match.add((c > self.threshold).double())
+        ids = batch.sample_id[keep]
+        self.cos.add(ids, c)
+        self.match.add(ids, (c > self.threshold).double())
 
     def compute(self) -> dict[str, float]:
         require(self.cos.count, 1, "FVA/FS", self.subset)
         self.n = {"FVA": self.cos.count, "FS": self.cos.count}
-        return {"FVA": 100.0 * self.match.mean, "FS": self.cos.mean}
+        return {"FVA": 100.0 * self.match.mean(), "FS": self.cos.mean()}
+
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        return {"FVA": weighted_means(self.match, resamples, scale=100.0), "FS": weighted_means(self.cos, resamples)}
 
 
 class SimSiamSimilarity:
@@ -69,18 +59,22 @@ class SimSiamSimilarity:
 
     def __init__(self, simsiam: nn.Module, subset: Subset = "correct"):
         self.net, self.subset = simsiam, subset
-        self.cos = _Mean()
+        self.cos = Samples()
         self.n: dict[str, int] = {}
 
     def update(self, batch: EvalBatch) -> None:
         keep = batch.subset(self.subset)
         if keep.any():
-            self.cos.add(cosine(embed(batch, self.net, "simsiam", "x"), embed(batch, self.net, "simsiam", "cf"))[keep])
+            c = cosine(embed(batch, self.net, "simsiam", "x"), embed(batch, self.net, "simsiam", "cf"))[keep]
+            self.cos.add(batch.sample_id[keep], c)
 
     def compute(self) -> dict[str, float]:
         require(self.cos.count, 1, "S3", self.subset)
         self.n = {"S3": self.cos.count}
-        return {"S3": self.cos.mean}
+        return {"S3": self.cos.mean()}
+
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        return {"S3": weighted_means(self.cos, resamples)}
 
 
 class L1Distance:
@@ -92,15 +86,18 @@ class L1Distance:
 
     def __init__(self, subset: Subset = "all"):
         self.subset = subset
-        self.l1 = _Mean()
+        self.l1 = Samples()
         self.n: dict[str, int] = {}
 
     def update(self, batch: EvalBatch) -> None:
         keep = batch.subset(self.subset)
         if keep.any():
-            self.l1.add(((batch.x - batch.cf).abs().flatten(1).double().mean(1) / 2)[keep])
+            self.l1.add(batch.sample_id[keep], ((batch.x - batch.cf).abs().flatten(1).double().mean(1) / 2)[keep])
 
     def compute(self) -> dict[str, float]:
         require(self.l1.count, 1, "L1", self.subset)
         self.n = {"L1": self.l1.count}
-        return {"L1": self.l1.mean}
+        return {"L1": self.l1.mean()}
+
+    def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
+        return {"L1": weighted_means(self.l1, resamples)}

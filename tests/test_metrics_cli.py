@@ -113,3 +113,37 @@ def test_counterfactual_file_checks(tmp_path):
     save_npz(tmp_path / "b.npz", sample_id=np.array([1, 2]), cf=torch.zeros(2, 3, 4, 4), target=np.array([0, 1]))
     with pytest.raises(MetricError, match="must be uint8"):
         load_counterfactuals(tmp_path / "b.npz")
+
+
+def test_do_nothing_row_metrics(patched, small):
+    """The `input` method (the input as its CF) through explain's batch loop and evaluate: FR = 0, L1 = 0,
+    FR_oracle = the share of inputs whose oracle query bit disagrees with the classifier's prediction."""
+    from pathlib import Path
+
+    import methods
+    from vcebench.commands.explain import generate
+    from vcebench.config import load_config
+    from vcebench.data import load_split
+
+    d, config, _ = patched
+    _, _, models = small
+    cfg = load_config(config[1::2])
+    split = load_split(cfg, "synthfaces", "test")
+    ids = split.sample_ids[:40]
+    generate(methods.get_method("input", {}), lambda idx: split.float_images(idx), ids, models,
+             {**cfg, "batch_size": 16}, Path(d / "input.npz"))
+    z = load_npz(d / "input.npz")
+    assert not z["flipped"].any() and (z["info_nfe_classifier_fwd"] == 1).all()
+    out = d / "input_metrics.json"
+    assert main(["evaluate", "--task", TASK, "--method", "input", "--cfs", str(d / "input.npz"), "--out", str(out),
+                 "--no-progress", *config]) == 0
+    res = json.loads(out.read_text())
+    m = res["metrics"]
+    assert m["FR"] == 0.0 and m["L1"] == 0.0 and m["FID"] is None and "FID" in res["skipped"]
+    x = split.float_images(slice(0, 40))
+    with torch.no_grad():
+        pred = models.classifier(x).argmax(1)
+        q = list(models.oracle.attribute_names).index("Smiling")
+        oracle_bit = (models.oracle(x)[:, q] > 0).long()
+    assert m["FR_oracle"] == pytest.approx(100 * float((oracle_bit != pred).float().mean()))
+    assert res["intervals"]["L1"] == [0.0, 0.0] and res["guidance"] is None

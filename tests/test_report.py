@@ -104,3 +104,111 @@ def test_qualitative_ids_are_spread_over_the_evaluation_set():
     assert spread(ids, 6) == [100, 120, 140, 159, 179, 199]
     assert spread(ids, 1) == [100] and spread(ids[:3], 6) == ids[:3]
     assert len(set(spread(ids, 50))) == 50
+
+
+# --- intervals, cost columns of all n, the do-nothing row, the footer (issue 12) ---------------------
+
+def _npz(path, n, steps, unet_fwd, cls_fwd, cls_bwd, scale=None, attempts=None, flipped=None):
+    from vcebench.io import save_npz
+
+    arrays = {"sample_id": np.arange(n), "cf": np.zeros((n, 1, 2, 2), np.uint8), "target": np.ones(n, np.int64),
+              "steps": np.asarray(steps, np.int64), "info_nfe_unet_fwd": np.asarray(unet_fwd, float),
+              "info_nfe_unet_bwd": np.zeros(n), "info_nfe_classifier_fwd": np.asarray(cls_fwd, float),
+              "info_nfe_classifier_bwd": np.asarray(cls_bwd, float),
+              "flipped": np.ones(n, bool) if flipped is None else np.asarray(flipped)}
+    if scale is not None:
+        arrays.update(info_scale=np.asarray(scale, float), info_attempts=np.asarray(attempts, np.int64))
+    save_npz(path, **arrays)
+
+
+def _full_results(root):
+    task = "synthxray_pacemaker"
+    higher = {"FID": False, "KID": False, "FR": True, "L1": False, "FR_oracle": True}
+    proto = {"noise_rule": "snr_matched", "log_snr_shift": 2.77, "reference_resolution": 128, "resolution": 32,
+             "tuned": False, "tuned_file": None, "log_snr": 3.4, "params": {"scales": [8.0, 10.0, 15.0]}}
+    rows = {
+        "dime": {"metrics": {"FID": 3.0, "KID": 0.5, "FR": 100.0, "L1": 0.2, "FR_oracle": 80.0},
+                 "intervals": {"FID": [2.0, 6.0], "KID": [0.3, 0.7], "FR": [100.0, 100.0], "L1": [0.1, 0.3],
+                               "FR_oracle": [60.0, 95.0]},
+                 "n": {"FID": 4, "KID": 4, "FR": 4, "L1": 4, "FR_oracle": 4},
+                 "subsets": {"FID": "successful", "KID": "successful", "FR": "all", "L1": "all", "FR_oracle": "all"},
+                 "guidance": {"first_scale": 8.0, "all_flipped_at_first_scale": True}, "protocol": proto},
+        "input": {"metrics": {"FID": None, "KID": None, "FR": 0.0, "L1": 0.0, "FR_oracle": 25.0},
+                  "intervals": {"FR": [0.0, 0.0], "L1": [0.0, 0.0], "FR_oracle": [0.0, 75.0]},
+                  "n": {"FID": 0, "KID": 0, "FR": 4, "L1": 4, "FR_oracle": 4},
+                  "subsets": {"FID": "successful", "KID": "successful", "FR": "all", "L1": "all",
+                              "FR_oracle": "all"},
+                  "guidance": None, "protocol": {**proto, "log_snr": None, "params": {}}},
+    }
+    for m, mj in rows.items():
+        d = root / task / m
+        d.mkdir(parents=True)
+        common = {"higher_is_better": higher, "n_inputs": 4, "seed": 0, "seeds": [0, 1],
+                  "models": {"fid_features": "synthetic-fid-net"}, "inputs": {"eval_split": "test"},
+                  "bootstrap": {"resamples": 1000, "feature_resamples": 200, "seed": 0, "level": 0.95}}
+        (d / "metrics.json").write_text(json.dumps({**common, **mj}))
+    # profile: per-call FLOPs (the profile ran 2 of the 4 inputs: its own NFE differs from the npz's)
+    (root / task / "dime" / "profile.json").write_text(json.dumps({
+        "sec_per_cf": 0.5, "peak_mem_mb": 7.0, "tflops_per_cf": 123.0, "nfe_per_cf": 99.0, "mean_steps": 99.0,
+        "flops_per_call": {"unet": {"fwd_flops": 1e12, "bwd_flops": 0.0},
+                           "classifier": {"fwd_flops": 1e11, "bwd_flops": 1e11}}}))
+    _npz(root / task / "dime" / "counterfactuals.npz", 4, [3, 3, 3, 6], [3, 3, 3, 6], [4, 4, 4, 7], [3, 3, 3, 6],
+         scale=[8, 8, 8, 8], attempts=[1, 1, 1, 1])
+    _npz(root / task / "input" / "counterfactuals.npz", 4, [0] * 4, [0] * 4, [1] * 4, [0] * 4)
+    return task, list(rows)
+
+
+def test_cost_columns_come_from_all_n_counterfactuals(tmp_path):
+    task, methods = _full_results(tmp_path)
+    df, _ = report.load_task_table(tmp_path, task, methods, "xray", synthetic=True)
+    d = df.set_index("method").loc["dime"]
+    assert d["nfe_per_cf"] == pytest.approx((3 + 3 + 3 + 6 + 4 + 4 + 4 + 7) / 4)  # unet + classifier fwd, all n
+    assert d["mean_steps"] == pytest.approx(15 / 4)
+    # per-call FLOPs x calls: unet 1 TFLOP fwd, classifier 0.1 fwd + 0.1 bwd
+    assert d["tflops_per_cf"] == pytest.approx((15 * 1.0 + 19 * 0.1 + 15 * 0.1) / 4)
+    assert d["sec_per_cf"] == 0.5 and d["peak_mem_mb"] == 7.0
+    assert d["mean_steps_lo"] <= d["mean_steps"] <= d["mean_steps_hi"] and d["mean_steps_lo"] < d["mean_steps_hi"]
+
+
+def test_intervals_in_csv_and_plus_minus_in_md_and_tex(tmp_path):
+    task, methods = _full_results(tmp_path)
+    df, higher = report.load_task_table(tmp_path, task, methods, "xray", synthetic=True)
+    report.write_task_tables(df, higher, tmp_path, task, footer=["a note ± 1"])
+    csv = pd.read_csv(tmp_path / f"{task}.csv").set_index("method")
+    assert csv.loc["dime", "FID_lo"] == 2.0 and csv.loc["dime", "FID_hi"] == 6.0 and "KID_hi" in csv
+    md = (tmp_path / f"{task}.md").read_text()
+    assert "**3.00** ± 2 |" in md and "FID_lo" not in md  # half-width (6 - 2) / 2
+    tex = (tmp_path / f"{task}.tex").read_text()
+    assert r"\pm{}$2" in tex and r"a note $\pm$ 1" in tex
+
+
+def test_do_nothing_row_is_shown_but_never_ranked(tmp_path):
+    task, methods = _full_results(tmp_path)
+    df, higher = report.load_task_table(tmp_path, task, methods, "xray", synthetic=True)
+    md = report.to_markdown(df, higher)
+    row = next(line for line in md.splitlines() if "Input (no edit)" in line)
+    assert row.startswith("| *Input (no edit)* |") and "**" not in row and "<u>" not in row  # L1 = 0 not bold
+    dime = next(line for line in md.splitlines() if line.startswith("| DiME"))
+    assert "**0.200** ± 0.1" in dime  # DiME's L1 is the best explainer's
+
+
+def test_footer_states_intervals_n_protocol_costs_and_warnings(tmp_path):
+    task, methods = _full_results(tmp_path)
+    df, _ = report.load_task_table(tmp_path, task, methods, "xray", synthetic=True)
+    foot = "\n".join(report.task_footer(df, report.load_metrics_json(tmp_path, task, methods), None, 128))
+    assert "95 % percentile bootstrap" in foot and "1000 resamples" in foot and "FID/sFID/KID 200" in foot
+    assert "FID, KID (successful CFs vs all n originals): DiME 4, Input (no edit) 0" in foot
+    assert "L1, FR, FR_oracle (all inputs): 4 for every row" in foot
+    assert "noise rule snr_matched (log-SNR +2.77: 128 px → 32 px): DiME" in foot
+    assert "selection: paper defaults + config" in foot and "no tuned settings" in foot
+    assert "n inputs: 4 for every row (the first n of the `test` split)" in foot
+    assert "generation seed 0" in foot and "sFID split seeds [0, 1]" in foot and "bootstrap seed 0" in foot
+    assert "synthetic-fid-net, 128-d" in foot
+    assert "Warning** DiME: every sample flipped at its first guidance scale (8.00)" in foot
+    assert "[8.0, 10.0, 15.0] was never exercised" in foot
+    assert "Input (no edit): the input as its own CF, not ranked: FR = 0" in foot
+    tuned = {"rule": {"minimize": "FID", "require": {"FR": 95}}, "validation": {"n": 48, "split": "val"}}
+    mj = report.load_metrics_json(tmp_path, task, methods)
+    mj["dime"]["protocol"].update(tuned=True, tuned_file="config/tuned/x.yaml")
+    foot = "\n".join(report.task_footer(df, mj, tuned))
+    assert "selection: tuned settings (config/tuned/x.yaml; lowest FID subject to FR ≥ 95, on 48 `val` inputs" in foot

@@ -253,7 +253,8 @@ def _role_call(name: str, net: nn.Module, x: Tensor) -> Tensor:
     return net(x)
 
 
-def per_call_flops(nets: dict[str, nn.Module], resolution: int, batch: int = 1) -> dict[str, dict[str, Any]]:
+def per_call_flops(nets: dict[str, nn.Module], resolution: int, batch: int = 1,
+                   channels: int = 3) -> dict[str, dict[str, Any]]:
     """FLOPs of one call of each role at ``batch``: forward, and the backward to the input alone.
 
     The backward is measured as (forward + backward) - forward with frozen weights, i.e. the input
@@ -262,12 +263,12 @@ def per_call_flops(nets: dict[str, nn.Module], resolution: int, batch: int = 1) 
     out: dict[str, dict[str, Any]] = {}
     for name, net in nets.items():
         dev = next(net.parameters()).device
-        x = torch.zeros(batch, 3, resolution, resolution, device=dev)
+        x = torch.zeros(batch, channels, resolution, resolution, device=dev)
         with torch.no_grad():
             _, fwd = count_flops(_role_call, name, net, x)
 
         def fwd_bwd(name: str = name, net: nn.Module = net, dev: torch.device = dev) -> None:
-            xg = torch.zeros(batch, 3, resolution, resolution, device=dev, requires_grad=True)
+            xg = torch.zeros(batch, channels, resolution, resolution, device=dev, requires_grad=True)
             torch.autograd.grad(_role_call(name, net, xg).sum(), xg)
 
         _, both = count_flops(fwd_bwd)

@@ -163,7 +163,10 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
         record.update(log_snr_reference=lam_ref, log_snr_target=target, log_snr=float(lam_all[start]),
                       reference_start=f"{ref_s} of {ref_r}", start_step=start, respacing=respacing,
                       train_timestep=int(ts[start]), schedule=source)
-    record["snr"] = math.exp(record["log_snr"])
+    if "log_snr" not in record:  # a method that adds no noise (the do-nothing `input` row)
+        record.update(log_snr=None, snr=None)
+    else:
+        record["snr"] = math.exp(record["log_snr"])
     record["params"] = out
     return out, record
 

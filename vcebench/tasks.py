@@ -39,7 +39,9 @@ def get_task(cfg: dict, name: str) -> Task:
 
 # The methods of the registry in methods/__init__.py (a test checks they agree). Any other method name is
 # ``<method>_<variant>``: a variant of one of these (config key `variants.<method>.<variant>`).
-BASE_METHODS = ("fire", "dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime")
+BASE_METHODS = ("fire", "dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime", "input")
+# reference rows, not explainers: evaluated like every method, never tuned, ranked or put on a Pareto front
+BASELINE_METHODS = ("input",)
 
 
 def split_method(name: str) -> tuple[str, str | None]:

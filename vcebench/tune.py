@@ -112,11 +112,14 @@ def select(rows: list[dict[str, Any]], rule: dict[str, Any]) -> tuple[int, dict[
 
 
 def tune_methods(cfg: dict) -> list[str]:
-    """The base methods of config key ``methods`` (variants such as ``_paper`` rows are not tuned)."""
+    """The base methods of config key ``methods`` (variants such as ``_paper`` rows and the do-nothing
+    ``input`` row, ``tasks.BASELINE_METHODS``, are not tuned)."""
+    from .tasks import BASELINE_METHODS
+
     out: list[str] = []
     for m in cfg["methods"]:
         base = split_method(m)[0]
-        if base not in out:
+        if base not in out and base not in BASELINE_METHODS:
             out.append(base)
     return out
 

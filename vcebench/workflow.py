@@ -18,6 +18,7 @@ METHOD_ROLES = {
     "fastdime2": ("classifier", "ddpm", "perceptual"),
     "fastdime2plus": ("classifier", "ddpm", "perceptual"),
     "maskdime": ("classifier", "ddpm", "perceptual"),
+    "input": ("classifier",),
 }
 EVAL_ROLES = {
     "faces": ("classifier", "fid_features", "identity", "oracle"),

@@ -199,12 +199,14 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
             checks["target_not_1_minus_pred"] += int((b.target != 1 - b.pred).sum())
             yield b
 
-    core = run_metrics(metrics, batches(), progress=progress, strict=strict)
+    core = run_metrics(metrics, batches(), progress=progress, strict=strict,
+                       bootstrap=cfg.get("metrics", {}).get("bootstrap"))
     used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
     return {
         "task": task.name, "method": method, "n_inputs": int(len(ids)),
         "metrics": core["metrics"], "higher_is_better": core["higher_is_better"], "n": core["n"],
         "models": {r: models.names.get(r, r) for r in used},
+        "intervals": core.get("intervals", {}), "bootstrap": core.get("bootstrap"),
         "subsets": core["subsets"], "subset_definitions": SUBSETS,
         "seeds": list(cfg.get("metrics", {}).get("sfid_seeds", [])), "seed": cfg.get("seed"),
         "frechet_method": cfg.get("metrics", {}).get("frechet_method", "sqrtm"),
@@ -212,6 +214,9 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
         "inputs": {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": split_name,
                    "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage},
         "gt_change_threshold": cfg.get("metrics", {}).get("gt_change_threshold", 0.05) if "GT" in names else None,
+        "kid": ({"kernel": "(a.b / D + 1)^3", **{k: v for k, v in (cfg.get("metrics", {}).get("kid") or {}).items()}}
+                if "KID" in names else None),
+        "guidance": guidance_summary(z),
         "protocol": _protocol_record(cfg, task, method),
         "seconds": core["seconds"], "seconds_total": time.perf_counter() - t0,
     }
@@ -236,6 +241,21 @@ def check_coverage(cfs_path, ids: np.ndarray, split, n_eval: int, strict: bool) 
         print(f"vcebench evaluate: warning: {msg}", file=sys.stderr)
     return {"n_eval": int(n_eval), "n_expected": int(len(expected)), "n_missing": int(len(missing)),
             "n_extra": int(len(extra))}
+
+
+def guidance_summary(z: dict) -> dict | None:
+    """Which guidance scale produced each sample's CF (DDPM family: ``info_scale``, the last scale tried, and
+    ``info_attempts``): counts per scale and per number of attempts, and whether every sample flipped at its
+    first scale (the retry schedule then never ran). ``None`` for methods without a scale schedule."""
+    if "info_scale" not in z or "info_attempts" not in z:
+        return None
+    scale, attempts = np.asarray(z["info_scale"], np.float64), np.asarray(z["info_attempts"], np.int64)
+    flipped = np.asarray(z.get("flipped", np.zeros(len(scale), bool)), bool)
+    first = float(scale[attempts == 1].min()) if (attempts == 1).any() else None
+    return {"samples_per_scale": {f"{s:g}": int((scale == s).sum()) for s in np.unique(scale)},
+            "samples_per_attempts": {int(a): int((attempts == a).sum()) for a in np.unique(attempts)},
+            "first_scale": first, "all_flipped_at_first_scale": bool(len(scale) and (attempts == 1).all()
+                                                                       and flipped.all())}
 
 
 def _protocol_record(cfg: dict, task, method: str) -> dict | None:

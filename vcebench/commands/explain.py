@@ -52,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="output npz (default results/<task>/<method>/shards/"
                                                "shard-<i>-of-<n>.npz; with --merge: the merged file)")
     p.add_argument("--merge", nargs="+", default=None, metavar="NPZ", help="merge these shard files into --out")
+    p.add_argument("--seed", type=int, default=None,
+                   help="generation seed in place of config `seed` (the `seeds` target; networks unchanged)")
     add_config_arg(p)
     p.set_defaults(func=run)
 
@@ -77,6 +79,8 @@ def _run(args: argparse.Namespace) -> int:
     from vcebench.settings import load_settings
 
     cfg = load_settings(args.config)
+    if args.seed is not None:
+        cfg["seed"] = int(args.seed)
     out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
     explain_shard(cfg, args.task, args.method, args.shard, args.n_shards, out, data_dir=args.data,
                   model_dir=args.models)

@@ -240,9 +240,28 @@ def profile_task(cfg: dict, task_name: str, method_name: str, *, n: int, batch_s
                                                               overrides=overrides or {})
     report = profile_run(call, x, target, ids, batch_size=batch_size, device=device, flop_n=flop_n, warmup=warmup,
                          memory=memory)
+    report.update(network_call_flops(models, x, report["nfe_by_network"]))
     return {"task": task.name, "method": method_name, **report, "sec_per_cf_source": "profile run",
             "compaction": params.get("compaction"), "seed": int(cfg["seed"]), "models": dict(models.names),
             "params": params}
+
+
+# NFE counter name (methods/base.py NFE) -> model role
+NFE_ROLES = {"classifier": "classifier", "unet": "ddpm", "pmf": "pmf", "perceptual": "perceptual"}
+
+
+def network_call_flops(models, x: torch.Tensor, nfe_by_network: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """``flops_per_call``: FLOPs of one call (batch 1) of every network the method called, forward and input
+    backward (``paper_scale.per_call_flops``), from which the report derives FLOPs per CF for all n CFs of
+    counterfactuals.npz (``vcebench.costs``); ``tflops_per_cf_from_calls``: the same product on this run's
+    inputs, to compare with the counted ``tflops_per_cf``."""
+    from vcebench.paper_scale import flops_from_nfe, per_call_flops
+
+    nets = {net: getattr(models, NFE_ROLES[net]) for net, d in nfe_by_network.items()
+            if (d["fwd"] or d["bwd"]) and net in NFE_ROLES and getattr(models, NFE_ROLES[net], None) is not None}
+    calls = per_call_flops(nets, int(x.shape[-1]), channels=int(x.shape[1]))
+    used = {k: v for k, v in nfe_by_network.items() if k in calls}
+    return {"flops_per_call": calls, "tflops_per_cf_from_calls": flops_from_nfe(used, calls) / 1e12}
 
 
 def peak_memory_of(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,

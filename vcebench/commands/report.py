@@ -7,6 +7,8 @@ Examples::
     vcebench report --paper --out-dir results/paper
     vcebench report --regression --reference results/reference/quick --tasks synthfaces_smile --out r.md
     vcebench report --update-reference --reference results/reference/quick --tasks synthfaces_smile
+    vcebench report --seeds --task synthfaces_smile          # results/synthfaces_smile_seeds.{csv,md}
+    vcebench report --tolerances --reference results/reference/quick   # tolerances.yaml from the seed spread
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--paper", action="store_true", help="the FiRe paper's Tables 1-6 and Figure 2")
     p.add_argument("--regression", action="store_true", help="compare results/<task>.csv with --reference")
     p.add_argument("--update-reference", action="store_true", help="copy current tables into --reference")
+    p.add_argument("--seeds", action="store_true",
+                   help="the spread over config `seeds.seeds` of --task's table (results/<task>_seeds.{csv,md})")
+    p.add_argument("--pareto", action="store_true",
+                   help="results/<task>_pareto.png and _pareto_snr.png from the variants of config `pareto`")
+    p.add_argument("--tolerances", action="store_true",
+                   help="derive <reference>/tolerances.yaml from results/<task>_seeds.csv of --tasks")
     p.add_argument("--reference", default="results/reference/quick")
     p.add_argument("--tasks", nargs="*")
     p.add_argument("--out", help="regression report (markdown)")
@@ -53,6 +61,12 @@ def run(args: argparse.Namespace) -> int:
         return _regression(cfg, args)
     if args.update_reference:
         return _update_reference(cfg, args)
+    if args.seeds:
+        return _seeds(cfg, args)
+    if args.pareto:
+        return _pareto(cfg, args)
+    if args.tolerances:
+        return _tolerances(cfg, args)
     if args.paper:
         return _paper(cfg, args)
     if not args.task:
@@ -75,10 +89,29 @@ def _task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir
 
     task = get_task(cfg, task_name)
     df, higher = report.load_task_table(results, task_name, methods, task.kind, task.synthetic)
-    report.write_task_tables(df, higher, out_dir, task_name)
+    footer = report.task_footer(df, report.load_metrics_json(results, task_name, methods), _tuned_file(cfg, task_name),
+                                _feature_dim(results / task_name / "fid_ref.npz"))
+    report.write_task_tables(df, higher, out_dir, task_name, footer=footer)
     figures.efficiency_figure(out_dir / f"{task_name}_efficiency.png", df, title=task_name)
     _qualitative(cfg, task, methods, results, out_dir / f"{task_name}_qualitative.png", data_dir, n_qual)
     print((out_dir / f"{task_name}.md").read_text())
+
+
+def _tuned_file(cfg, task_name: str) -> dict | None:
+    """The tuned file of ``task_name`` (rule, validation split) when the run read one."""
+    info = (cfg.get("tuned") or {}).get(task_name)
+    if not info:
+        return None
+    path = Path(__file__).resolve().parents[2] / info["file"]  # tuned_dir is relative to the repository
+    return yaml.safe_load(path.read_text()) if path.exists() else None
+
+
+def _feature_dim(path: Path) -> int | None:
+    """The FID features' dimension from ``fid_ref.npz`` (None without one)."""
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        return int(z["features"].shape[1]) if "features" in z.files else None
 
 
 def spread(ids: list[int], n: int) -> list[int]:
@@ -236,6 +269,87 @@ def _regression(cfg, args) -> int:
     if failures:
         print(report.regression_markdown(failures), file=sys.stderr)
         return 1
+    return 0
+
+
+SEEDS_DEFAULTS = {"seeds": [0, 1, 2], "z": 3.0, "floors": {}}
+
+
+def _seeds(cfg, args) -> int:
+    """``results/<task>_seeds.{csv,md}``: each method's metrics over the generation seeds."""
+    from .. import report, seeds
+    from ..tasks import get_task
+
+    if not args.task:
+        raise SystemExit("vcebench report --seeds needs --task")
+    sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
+    task = get_task(cfg, args.task)
+    methods = args.methods or cfg["methods"]
+    tables = {}
+    main = Path(args.results) / args.task
+    for s, d in seeds.seed_dirs(Path(args.results), args.task, list(sc["seeds"]), int(cfg["seed"])).items():
+        tables[s], _ = report.load_task_table(d.parent, d.name, methods, task.kind, task.synthetic, profiles=main)
+    spread = seeds.seed_table(tables)
+    out = Path(args.out_dir)
+    with report.atomic_path(out / f"{args.task}_seeds.csv") as tmp:
+        spread.to_csv(tmp, index=False, float_format="%.6g")
+    report.write_text(out / f"{args.task}_seeds.md", seeds.seed_markdown(args.task, spread, list(sc["seeds"])))
+    print((out / f"{args.task}_seeds.md").read_text())
+    return 0
+
+
+def pareto_methods(cfg) -> list[tuple[str, str, str]]:
+    """(method name, base method, sweep) of the `pareto` target: each swept method's default row, then its
+    budget variants and its starting-SNR variants (config `pareto`)."""
+    pc = cfg.get("pareto") or {}
+    out: list[tuple[str, str, str]] = []
+    for sweep in ("budgets", "snr"):
+        for base, variants in (pc.get(sweep) or {}).items():
+            if (base, base, "default") not in out:
+                out.append((base, base, "default"))
+            out += [(f"{base}_{v}", base, "budget" if sweep == "budgets" else "snr") for v in variants]
+    return out
+
+
+def _pareto(cfg, args) -> int:
+    import pandas as pd
+
+    from .. import report
+    from ..tasks import get_task
+
+    if not args.task:
+        raise SystemExit("vcebench report --pareto needs --task")
+    task = get_task(cfg, args.task)
+    rows = pareto_methods(cfg)
+    df, higher = report.load_task_table(Path(args.results), args.task, [m for m, _, _ in rows], task.kind,
+                                        task.synthetic)
+    df = df.assign(base=[b for _, b, _ in rows], sweep=[s for _, _, s in rows])
+    out = Path(args.out_dir)
+    with report.atomic_path(out / f"{args.task}_pareto.csv") as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+    report.pareto_figures(out / f"{args.task}_pareto.png", out / f"{args.task}_pareto_snr.png", df, higher,
+                          title=args.task)
+    print(pd.DataFrame(df).to_string())
+    return 0
+
+
+def _tolerances(cfg, args) -> int:
+    """``<reference>/tolerances.yaml`` derived from the seed spreads of ``--tasks`` (vcebench/seeds.py)."""
+    import pandas as pd
+
+    from .. import report, seeds
+
+    sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
+    tasks = args.tasks or cfg["run_tasks"]
+    spreads = {t: pd.read_csv(Path(args.out_dir) / f"{t}_seeds.csv") for t in tasks}
+    tol = seeds.derive_tolerances(list(spreads.values()), dict(sc["floors"]), float(sc["z"]))
+    ref = Path(args.reference)
+    ref.mkdir(parents=True, exist_ok=True)
+    report.write_text(ref / "tolerances.yaml", seeds.tolerance_yaml(tol, list(sc["seeds"]), tasks, float(sc["z"]),
+                                                                   dict(sc["floors"]), spreads))
+    for t in tasks:
+        shutil.copyfile(Path(args.out_dir) / f"{t}_seeds.md", ref / f"{t}_seeds.md")
+    print((ref / "tolerances.yaml").read_text())
     return 0
 
 

@@ -38,6 +38,8 @@ def operating_points(cfg: dict, dataset: str) -> list[dict[str, Any]]:
             continue
         for m in cfg["methods"]:
             _, rec = resolve_method(cfg, task, m)
+            if rec["log_snr"] is None:  # adds no noise (the do-nothing `input` row)
+                continue
             out.append({"task": name, "attribute": task.attribute, "method": m, "log_snr": rec["log_snr"],
                         "tuned": rec["tuned"], "noise_rule": rec["noise_rule"]})
     return out

@@ -1,0 +1,85 @@
+"""The seed spread, the tolerances derived from it, and the Pareto front (issue 12)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vcebench import seeds
+
+
+def _tables():
+    # three seeds, two methods; FR moves by one input, FID by ~10 %
+    return {s: pd.DataFrame({"method": ["fire", "dime", "input"], "n": [16, 16, 16],
+                             "FR": [80.0 + 6.25 * (s == 1), 100.0, 0.0], "FID": [1.0 + 0.1 * s, 10.0 - s, np.nan],
+                             "FR_lo": [70.0, 90.0, 0.0], "sec_per_cf": [0.1 * (s + 1), 1.0, 0.0]})
+            for s in (0, 1, 2)}
+
+
+def test_seed_table_mean_sd_min_max():
+    t = seeds.seed_table(_tables()).set_index(["method", "metric"])
+    fr = t.loc[("fire", "FR")]
+    assert fr["n_seeds"] == 3 and fr["mean"] == pytest.approx(80 + 6.25 / 3)
+    assert fr["sd"] == pytest.approx(np.std([80, 86.25, 80], ddof=1)) and fr["max"] == 86.25
+    assert ("input", "FID") not in t.index and ("fire", "FR_lo") not in t.index  # no values; intervals skipped
+
+
+def test_tolerances_are_derived_from_the_spread_with_floors():
+    spread = seeds.seed_table(_tables())
+    tol = seeds.derive_tolerances([spread], floors={"FR": 6.25, "FID": 0.5}, z=3.0)
+    sd_fr = np.std([80, 86.25, 80], ddof=1)  # dime's FR does not move: pooled over the two methods
+    assert tol["FR"] == pytest.approx(max(6.25, 3 * math.sqrt(2) * math.sqrt((sd_fr ** 2 + 0) / 2)), abs=1e-4)
+    cv = [np.std([1.0, 1.1, 1.2], ddof=1) / 1.1, np.std([10.0, 9.0, 8.0], ddof=1) / 9.0]
+    assert tol["FID"]["rel"] == pytest.approx(3 * math.sqrt(2) * math.sqrt(np.mean(np.square(cv))), abs=1e-4)
+    assert tol["FID"]["abs"] == 0.5
+    assert "sec_per_cf" not in tol  # machine-dependent
+    # a metric that never moves keeps its floor
+    flat = seeds.derive_tolerances([spread[spread.metric == "FR"].assign(sd=0.0)], floors={"FR": 6.25})
+    assert flat["FR"] == 6.25
+
+
+def test_tolerances_feed_the_regression_check():
+    from vcebench import report
+
+    tol = seeds.derive_tolerances([seeds.seed_table(_tables())], floors={"FR": 6.25}, z=3.0)
+    ref = _tables()[0]
+    cur = ref.copy()
+    cur.loc[cur.method == "fire", "FR"] -= tol["FR"] * 1.01
+    rows, fails = report.regression_check(cur, ref, tol, {"FR": True, "FID": False}, "t")
+    assert [(f["method"], f["metric"]) for f in fails] == [("fire", "FR")]
+
+
+def test_pareto_front_keeps_only_non_dominated_points():
+    from vcebench.report import pareto_front
+
+    cost = np.array([1.0, 2.0, 3.0, 2.5, np.nan, 0.5])
+    fid = np.array([5.0, 3.0, 1.0, 4.0, 0.1, 9.0])  # lower is better
+    assert pareto_front(cost, fid, higher=False).tolist() == [True, True, True, False, False, True]
+    fr = np.array([50.0, 80.0, 90.0, 85.0, 99.0, 10.0])  # higher is better
+    assert pareto_front(cost, fr, higher=True).tolist() == [True, True, True, True, False, True]
+    # a tie in both costs nothing: neither dominates the other
+    assert pareto_front(np.array([1.0, 1.0]), np.array([2.0, 2.0]), False).tolist() == [True, True]
+
+
+def test_pareto_methods_and_figures(tmp_path):
+    from vcebench.commands.report import pareto_methods
+    from vcebench.config import load_config
+    from vcebench.report import pareto_figures
+
+    cfg = load_config()
+    rows = pareto_methods(cfg)
+    names = [m for m, _, _ in rows]
+    assert ("fire", "fire", "default") in rows and ("fire_K1", "fire", "budget") in rows
+    assert ("dime_r200", "dime", "budget") in rows and ("maskdime_snr_p2", "maskdime", "snr") in rows
+    assert len(names) == len(set(names))
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"method": names, "base": [b for _, b, _ in rows], "sweep": [s for _, _, s in rows],
+                       "tflops_per_cf": rng.uniform(1e-4, 1e-2, len(rows)),
+                       "sec_per_cf": rng.uniform(0.01, 1, len(rows)),
+                       "KID": rng.uniform(0, 1, len(rows)), "FVA": rng.uniform(50, 100, len(rows)),
+                       "FR_oracle": rng.uniform(50, 100, len(rows)), "GT_L1_region": rng.uniform(0, 0.3, len(rows)),
+                       "log_snr": rng.uniform(0, 5, len(rows))})
+    pareto_figures(tmp_path / "p.png", tmp_path / "s.png", df, {"KID": False, "FVA": True, "FR_oracle": True,
+                                                                "GT_L1_region": False}, title="t")
+    assert (tmp_path / "p.png").stat().st_size > 10_000 and (tmp_path / "s.png").stat().st_size > 5_000

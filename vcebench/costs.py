@@ -1,0 +1,100 @@
+"""Cost columns from the same n counterfactuals as the quality columns.
+
+NFE and steps per CF are the means over every counterfactual of ``counterfactuals.npz`` (the methods'
+own per-sample counters, ``info_nfe_<net>_<fwd|bwd>``, and ``steps``), not over the profile run's few
+inputs. FLOPs per CF = sum over networks of (forward calls x forward FLOPs per call + backward calls x
+backward FLOPs per call), with the per-call FLOPs counted once per network in the profile run
+(``profile.json`` ``flops_per_call``, ``vcebench.paper_scale.per_call_flops``); a profile without them
+(older files) gives the profile run's own FLOPs per CF, stated as the source. Time per CF is the
+explain run's generation time over all n (``profile.json`` ``sec_per_cf``, source ``explain timings``).
+
+Each mean also gets a percentile bootstrap interval over the inputs (``metrics.bootstrap``), so that
+cost cells carry an interval like the quality cells.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .io import load_npz
+
+
+def nfe_per_sample(z: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """``{net: {"fwd": (n,), "bwd": (n,)}}`` from the ``info_nfe_<net>_<dir>`` arrays of a counterfactuals file."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    n = len(z["sample_id"])
+    for key, value in z.items():
+        if not key.startswith("info_nfe_"):
+            continue
+        net, _, direction = key[len("info_nfe_"):].rpartition("_")
+        if direction in ("fwd", "bwd") and net:
+            d = out.setdefault(net, {"fwd": np.zeros(n), "bwd": np.zeros(n)})
+            d[direction] = np.asarray(value, np.float64)
+    return dict(sorted(out.items()))
+
+
+def flops_per_sample(nfe: dict[str, dict[str, np.ndarray]], per_call: dict[str, dict[str, Any]]) -> np.ndarray:
+    """(n,) FLOPs of each counterfactual: its calls of each network times that network's FLOPs per call."""
+    total = None
+    for net, d in nfe.items():
+        if not (d["fwd"].any() or d["bwd"].any()):
+            continue
+        if net not in per_call:
+            raise KeyError(f"profile.json has no per-call FLOPs of network {net!r} (flops_per_call: "
+                           f"{sorted(per_call)}); rerun `vcebench profile`")
+        f = d["fwd"] * float(per_call[net]["fwd_flops"]) + d["bwd"] * float(per_call[net]["bwd_flops"])
+        total = f if total is None else total + f
+    return total if total is not None else np.zeros(len(next(iter(nfe.values()))["fwd"]) if nfe else 0)
+
+
+def _interval(values: np.ndarray, bootstrap: dict[str, Any]) -> list[float] | None:
+    from metrics.bootstrap import percentile_interval, resample_counts
+
+    v = np.asarray(values, np.float64)
+    b = int(bootstrap.get("resamples", 1000))
+    if len(v) == 0 or b < 1:
+        return None
+    w = resample_counts(len(v), b, int(bootstrap.get("seed", 0)))
+    return percentile_interval(w @ v / len(v), float(bootstrap.get("level", 0.95)))
+
+
+def cost_columns(cf_path: Path, profile: dict[str, Any] | None, bootstrap: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """``nfe_per_cf``, ``mean_steps``, ``tflops_per_cf`` over all n of ``cf_path`` (+ ``<col>_lo`` / ``_hi``),
+    ``sec_per_cf`` / ``peak_mem_mb`` from ``profile``, and ``cost_sources`` saying where each came from."""
+    from metrics.bootstrap import BOOTSTRAP_DEFAULTS
+
+    bootstrap = {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})}
+    profile = profile or {}
+    out: dict[str, Any] = {"sec_per_cf": profile.get("sec_per_cf"), "peak_mem_mb": profile.get("peak_mem_mb")}
+    sources = {"sec_per_cf": profile.get("sec_per_cf_source", "profile run") if profile else None,
+               "peak_mem_mb": "profile run" if profile else None}
+    if not Path(cf_path).exists():
+        out.update({c: profile.get(c) for c in ("nfe_per_cf", "mean_steps", "tflops_per_cf")})
+        sources.update(dict.fromkeys(("nfe_per_cf", "mean_steps", "tflops_per_cf"), "profile run"))
+        out["cost_sources"] = sources
+        return out
+    z = load_npz(cf_path)
+    n = len(z["sample_id"])
+    nfe = nfe_per_sample(z)
+    fwd = np.sum([d["fwd"] for d in nfe.values()], axis=0) if nfe else np.zeros(n)
+    steps = np.asarray(z.get("steps", np.zeros(n)), np.float64)
+    per_sample = {"nfe_per_cf": fwd, "mean_steps": steps}
+    sources.update(nfe_per_cf=f"counterfactuals.npz (n = {n})", mean_steps=f"counterfactuals.npz (n = {n})")
+    per_call = profile.get("flops_per_call")
+    if per_call:
+        per_sample["tflops_per_cf"] = flops_per_sample(nfe, per_call) / 1e12
+        sources["tflops_per_cf"] = f"per-call FLOPs (profile run) x NFE of counterfactuals.npz (n = {n})"
+    else:
+        out["tflops_per_cf"] = profile.get("tflops_per_cf")
+        sources["tflops_per_cf"] = "profile run" if profile else None
+    for col, v in per_sample.items():
+        out[col] = float(v.mean()) if n else None
+        iv = _interval(v, bootstrap)
+        if iv is not None:
+            out[f"{col}_lo"], out[f"{col}_hi"] = iv
+    out["cost_sources"] = sources
+    return out

@@ -1,0 +1,97 @@
+# `snakemake seeds`: generation and evaluation again with every seed of config `seeds.seeds` on the same
+# trained networks (the config's own seed is the main run); the spread per metric -> results/<task>_seeds.md.
+# `vcebench report --tolerances` derives the CI regression tolerances from it (vcebench/seeds.py).
+
+
+def other_seeds():
+    return [
+        s
+        for s in config.get("seeds", {}).get("seeds", [0, 1, 2])
+        if s != config["seed"]
+    ]
+
+
+rule explain_seed:
+    """Counterfactuals of one method with another generation seed (one shard)."""
+    input:
+        data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
+        models=lambda wc: model_inputs(wc.task, wf.method_roles(wc.method)),
+    output:
+        "results/{task}/seeds/{seed}/{method}/counterfactuals.npz",
+    log:
+        "logs/seeds/{task}/{seed}/{method}/explain.log",
+    benchmark:
+        "benchmarks/seeds/{task}/{seed}/{method}/explain.tsv"
+    wildcard_constraints:
+        seed=r"\d+",
+    threads: config["threads"]
+    resources:
+        mem_mb=6000,
+        runtime=240,
+        gpu=lambda wc: 1 if config["device"] == "cuda" else 0,
+    params:
+        cfg=CFG,
+        data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+        settings=lambda wc: wf.settings_key(config, "method", wc.task, wc.method),
+    shell:
+        "vcebench explain --task {wildcards.task} --method {wildcards.method} --seed {wildcards.seed} "
+        "{params.data} --out {output} {params.cfg} > {log} 2>&1"
+
+
+rule evaluate_seed:
+    """Every metric of one seed's counterfactuals."""
+    input:
+        cfs="results/{task}/seeds/{seed}/{method}/counterfactuals.npz",
+        ref="results/{task}/fid_ref.npz",
+        models=lambda wc: model_inputs(wc.task, wf.eval_roles(config, wc.task)),
+    output:
+        "results/{task}/seeds/{seed}/{method}/metrics.json",
+    log:
+        "logs/seeds/{task}/{seed}/{method}/evaluate.log",
+    benchmark:
+        "benchmarks/seeds/{task}/{seed}/{method}/evaluate.tsv"
+    wildcard_constraints:
+        seed=r"\d+",
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        cfg=CFG,
+        data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+    shell:
+        "vcebench evaluate --task {wildcards.task} --method {wildcards.method} "
+        "--cfs {input.cfs} --fid-ref {input.ref} {params.data} --out {output} {params.cfg} > {log} 2>&1"
+
+
+rule seeds_task:
+    """The spread of every cell over the seeds."""
+    input:
+        main=expand("results/{{task}}/{method}/metrics.json", method=METHODS),
+        profiles=expand("results/{{task}}/{method}/profile.json", method=METHODS),
+        seeds=lambda wc: expand(
+            "results/{task}/seeds/{seed}/{method}/metrics.json",
+            task=wc.task,
+            seed=other_seeds(),
+            method=METHODS,
+        ),
+    output:
+        md="results/{task}_seeds.md",
+        csv="results/{task}_seeds.csv",
+    log:
+        "logs/seeds/{task}/table.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        cfg=CFG,
+        methods=" ".join(METHODS),
+    shell:
+        "vcebench report --seeds --task {wildcards.task} --methods {params.methods} --out-dir results "
+        "{params.cfg} > {log} 2>&1"
+
+
+rule seeds:
+    input:
+        expand("results/{task}_seeds.md", task=TASKS),
