@@ -1,6 +1,6 @@
 """Helpers the Snakefile imports: which networks a step needs, and input checks at DAG construction.
 
-Logic lives here (importable, tested), not in the rule files (STYLE.md: snakemake-workflows).
+Logic lives here (importable, tested), not in the rule files (docs/style.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Networks by role (ARCHITECTURE.md): load them for a task, or train the synthetic ones.
+"""Networks by role (docs/architecture.md): load them for a task, or train the synthetic ones.
 
 ``load_task_models(cfg, task, roles)`` is the entry point (docs/internals.md, "Models");
 ``train_role(cfg, role, task, ...)`` is what ``vcebench train`` runs.

@@ -1,6 +1,6 @@
 """The networks of a task, by role, and the small interfaces methods and metrics rely on.
 
-Roles (ARCHITECTURE.md): classifier, ddpm, pmf, perceptual, oracle, identity,
+Roles (docs/architecture.md): classifier, ddpm, pmf, perceptual, oracle, identity,
 simsiam, fid_features. Every role is an ``nn.Module`` in eval mode with frozen
 parameters; the call conventions are:
 

@@ -36,7 +36,7 @@ class CheckpointError(ValueError):
 # ----------------------------------------------------------------------------- data helpers
 
 def to_float(images_uint8: Tensor) -> Tensor:
-    """uint8 (N, C, H, W) -> float32 in [-1, 1] (the harness convention, ARCHITECTURE.md)."""
+    """uint8 (N, C, H, W) -> float32 in [-1, 1] (the harness convention, docs/architecture.md)."""
     return images_uint8.float() / 127.5 - 1.0
 
 

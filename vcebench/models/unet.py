@@ -59,7 +59,7 @@ def unet_kwargs(unet_cfg: dict, channels: int, resolution: int, h_conditioned: b
 
     Attention-free down/up blocks; ``attention: true`` adds self-attention only in the mid block
     (lowest resolution). The PMF (``h_conditioned``) gets ``class_embed_type="timestep"``, i.e. a
-    second sinusoidal + MLP embedding, fed ``h = t - r`` (PROTOCOL.md, Pixel MeanFlow).
+    second sinusoidal + MLP embedding, fed ``h = t - r`` (docs/protocol.md, Pixel MeanFlow).
     """
     unknown = sorted(set(unet_cfg) - UNET_KEYS)
     if unknown:
