@@ -88,16 +88,15 @@ def check_method_settings(cfg: dict) -> None:
     from methods import params_class
 
     from .protocol import resolve_method
-    from .tasks import method_variants
 
     known = all_methods(cfg)
     for base, layer in (cfg.get("method_defaults") or {}).items():
         _typed_layer(f"method_defaults.{base}", layer, params_class(base))
-    legacy = cfg.get("fire_variants") or {}
-    for base, variants in method_variants(cfg).items():
-        for variant, layer in variants.items():
-            key = "fire_variants" if base == "fire" and variant in legacy else f"variants.{base}"
-            _typed_layer(f"{key}.{variant}", layer or {}, params_class(base))
+    for variant, layer in (cfg.get("fire_variants") or {}).items():  # the older name of `variants.fire`
+        _typed_layer(f"fire_variants.{variant}", layer or {}, params_class("fire"))
+    for base, variants in (cfg.get("variants") or {}).items():
+        for variant, layer in (variants or {}).items():
+            _typed_layer(f"variants.{base}.{variant}", layer or {}, params_class(base))
     for tname, t in (cfg.get("tasks") or {}).items():
         for m, layer in ((t or {}).get("params") or {}).items():
             if m not in known:
