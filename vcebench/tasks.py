@@ -130,7 +130,8 @@ def check_method_names(cfg: dict) -> None:
     """Every name in config keys ``methods`` and ``paper_methods`` is a base method or a defined variant."""
     known = set(all_methods(cfg))
     for key in ("methods", "paper_methods"):
-        bad = [m for m in cfg.get(key) or [] if m not in known]
+        # external_<name>: imported results, checked against config `external` by vcebench.workflow
+        bad = [m for m in cfg.get(key) or [] if m not in known and not str(m).startswith("external_")]
         if bad:
             raise ConfigError(f"config key `{key}`: unknown method(s) {bad}; a variant <method>_<variant> needs "
                               f"`variants.<method>.<variant>`")

@@ -238,3 +238,8 @@ def import_args(cfg: dict, task: str, method: str, basedir: str | Path = ".") ->
     if spec.get("mapping"):
         args += ["--mapping", paths[1]]
     return " ".join(shlex.quote(str(a)) for a in args)
+
+
+def other_seeds(cfg: dict) -> list[int]:
+    """The seeds `snakemake seeds` reruns generation with (config ``seeds.seeds`` less the run's own ``seed``)."""
+    return [s for s in (cfg.get("seeds") or {}).get("seeds", [0, 1, 2]) if s != cfg["seed"]]

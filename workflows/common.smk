@@ -30,3 +30,9 @@ def model_inputs(task, roles):
 def data_arg(dataset):
     d = data_dir(dataset)
     return wf.shell_flags("--data", [d]) if d else ""
+
+
+def pareto_methods():
+    from vcebench.commands.report import pareto_methods as pm
+
+    return [m for m, _, _ in pm(config)]

@@ -2,12 +2,6 @@
 # log-SNRs (its variants), each explained, evaluated and profiled like a table row, then plotted.
 
 
-def pareto_methods():
-    from vcebench.commands.report import pareto_methods as pm
-
-    return [m for m, _, _ in pm(config)]
-
-
 ruleorder: profile > profile_one
 
 
@@ -25,6 +19,8 @@ rule profile_one:
         "results/{task}/{method}/profile.json",
     log:
         "logs/profile/{task}/{method}.log",
+    conda:
+        "envs/vcebench.yaml"
     threads: config["threads"]
     resources:
         mem_mb=4000,
@@ -60,6 +56,8 @@ rule pareto_task:
         csv="results/{task}_pareto.csv",
     log:
         "logs/report/{task}_pareto.log",
+    conda:
+        "envs/vcebench.yaml"
     threads: 1
     resources:
         mem_mb=2000,

@@ -3,14 +3,6 @@
 # `vcebench report --tolerances` derives the CI regression tolerances from it (vcebench/seeds.py).
 
 
-def other_seeds():
-    return [
-        s
-        for s in config.get("seeds", {}).get("seeds", [0, 1, 2])
-        if s != config["seed"]
-    ]
-
-
 rule explain_seed:
     """Counterfactuals of one method with another generation seed (one shard)."""
     input:
@@ -24,6 +16,8 @@ rule explain_seed:
         "benchmarks/seeds/{task}/{seed}/{method}/explain.tsv"
     wildcard_constraints:
         seed=r"\d+",
+    conda:
+        "envs/vcebench.yaml"
     threads: config["threads"]
     resources:
         mem_mb=6000,
@@ -52,6 +46,8 @@ rule evaluate_seed:
         "benchmarks/seeds/{task}/{seed}/{method}/evaluate.tsv"
     wildcard_constraints:
         seed=r"\d+",
+    conda:
+        "envs/vcebench.yaml"
     threads: config["threads"]
     resources:
         mem_mb=4000,
@@ -72,7 +68,7 @@ rule seeds_task:
         seeds=lambda wc: expand(
             "results/{task}/seeds/{seed}/{method}/metrics.json",
             task=wc.task,
-            seed=other_seeds(),
+            seed=wf.other_seeds(config),
             method=METHODS,
         ),
     output:
@@ -80,6 +76,8 @@ rule seeds_task:
         csv="results/{task}_seeds.csv",
     log:
         "logs/seeds/{task}/table.log",
+    conda:
+        "envs/vcebench.yaml"
     threads: 1
     resources:
         mem_mb=2000,
