@@ -333,3 +333,17 @@ def test_sample_generators_device_argument_keeps_the_cpu_streams():
     assert torch.equal(a, b)
     sub = SampleGenerators(3, [0, 5], device="cpu").subset([1])
     assert sub.device == torch.device("cpu") and torch.equal(sub.randn(4)[0], SampleGenerators(3, [5]).randn(4)[0])
+
+
+def test_peak_memory_sampling_fallback(monkeypatch):
+    """Without the kernel's resettable high-water mark, the sampling thread still sees a held peak."""
+    import time
+
+    import vcebench.profiling as profiling
+
+    monkeypatch.setattr(profiling, "_reset_rss_peak", lambda: False)
+    with PeakMemory("cpu", interval=0.001) as mem:
+        big = torch.ones(32, 1024, 1024)  # 128 MiB, touched and held
+        time.sleep(0.2)
+        del big
+    assert mem.peak_mb > 64

@@ -115,24 +115,44 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
-def _rss_bytes() -> int:
-    """Current resident set size of this process (Linux /proc; 0 where unavailable)."""
+def _status_bytes(field: str) -> int:
+    """A ``Vm*`` field of /proc/self/status in bytes (Linux; 0 where unavailable)."""
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
 
 
+def _rss_bytes() -> int:
+    """Current resident set size of this process (Linux /proc; 0 where unavailable)."""
+    return _status_bytes("VmRSS")
+
+
+def _reset_rss_peak() -> bool:
+    """Reset the kernel's resident high-water mark (VmHWM) to the current RSS; False if unsupported.
+
+    Writing "5" to /proc/self/clear_refs (Linux >= 4.0) does this; the kernel then tracks the exact
+    peak, which a sampling thread can miss when the enclosed code allocates and frees between samples.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return _status_bytes("VmHWM") > 0
+
+
 class PeakMemory:
     """Context manager: peak memory of the enclosed code, in MiB.
 
     CUDA: ``torch.cuda.max_memory_allocated`` after a reset (absolute, so it includes the weights,
-    as the paper's "peak GPU memory"). CPU: the peak RSS *increase* over the value on entry,
-    sampled every ``interval`` seconds by a background thread (ru_maxrss cannot be reset).
+    as the paper's "peak GPU memory"). CPU: the peak RSS *increase* over the value on entry, read
+    from the kernel's high-water mark after resetting it (Linux); where that reset is unavailable,
+    sampled every ``interval`` seconds by a background thread (which can miss short peaks).
     """
 
     def __init__(self, device: torch.device | str = "cpu", interval: float = 0.002, enabled: bool = True):
@@ -145,6 +165,7 @@ class PeakMemory:
         self._thread: threading.Thread | None = None
         self._base = 0
         self._peak = 0
+        self._hwm = False
 
     def _sample(self) -> None:
         while not self._stop.is_set():
@@ -158,9 +179,11 @@ class PeakMemory:
             synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
+            self._hwm = _reset_rss_peak()
             self._base = self._peak = _rss_bytes()
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
+            if not self._hwm:
+                self._thread = threading.Thread(target=self._sample, daemon=True)
+                self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -174,6 +197,8 @@ class PeakMemory:
         if self._thread is not None:
             self._thread.join()
         self._peak = max(self._peak, _rss_bytes())
+        if self._hwm:
+            self._peak = max(self._peak, _status_bytes("VmHWM"))
         self.peak_mb = max(0, self._peak - self._base) / 2**20
 
 
