@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,19 +80,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except ImportFolderError as e:
-        print(f"vcebench import: {e}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
-    from vcebench.config import load_config
+    """``vcebench import``; an :class:`ImportFolderError` is a user error (one line, exit 2, in cli.main)."""
     from vcebench.runtime import setup_torch
+    from vcebench.settings import load_settings
     from vcebench.tasks import get_task
 
-    cfg = load_config(args.config)
+    cfg = load_settings(args.config)
     device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
     task = get_task(cfg, args.task)
     summary = import_folder(cfg, task, args.path, args.layout, args.out, mapping=args.mapping,
