@@ -11,7 +11,6 @@ from torch import nn
 
 from methods.base import Counterfactuals
 from vcebench.profiling import (
-    PeakMemory,
     conv2d_flops,
     count_flops,
     linear_flops,
