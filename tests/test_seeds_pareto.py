@@ -63,12 +63,20 @@ def test_pareto_front_keeps_only_non_dominated_points():
 
 
 def test_pareto_methods_and_figures(tmp_path):
-    from vcebench.commands.report import pareto_methods
     from vcebench.config import load_config
     from vcebench.report import pareto_figures
+    from vcebench.workflow import n_eval_arg, pareto_methods
 
     cfg = load_config()
+    cfg["pareto"]["n_eval"] = 20
+    # a smaller n for the Pareto points: the default point is `<method>_base` on those inputs, passed as
+    # --n-eval to explain / evaluate; the table rows keep n_eval
+    assert ("fire_base", "fire", "default") in pareto_methods(cfg)
+    assert n_eval_arg(cfg, "fire_K1") == "--n-eval 20" and n_eval_arg(cfg, "fire_base") == "--n-eval 20"
+    assert n_eval_arg(cfg, "fire") == "" and n_eval_arg(cfg, "fire_paper") == ""
+    cfg["pareto"]["n_eval"] = cfg["n_eval"]  # not below n_eval: the table rows are the default points
     rows = pareto_methods(cfg)
+    assert n_eval_arg(cfg, "fire_K1") == ""
     names = [m for m, _, _ in rows]
     assert ("fire", "fire", "default") in rows and ("fire_K1", "fire", "budget") in rows
     assert ("dime_r200", "dime", "budget") in rows and ("maskdime_snr_p2", "maskdime", "snr") in rows

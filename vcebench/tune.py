@@ -197,9 +197,10 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
             else:
                 timing = generate(method, lambda idx: split.float_images(rows_idx[idx]), ids, models, cfg, npz,
                                   device, stream=name)
-                res = evaluate_task(cfg, task, name, str(npz), fid_ref=str(ref), data_dir=data_dir,
-                                    model_dir=model_dir, device=device, only=wanted, models=models,
-                                    split_name=split_name)
+                # n_eval = the n tuning inputs: the coverage check expects exactly these ids
+                res = evaluate_task({**cfg, "n_eval": len(ids)}, task, name, str(npz), fid_ref=str(ref),
+                                    data_dir=data_dir, model_dir=model_dir, device=device, only=wanted,
+                                    models=models, split_name=split_name)
                 z = np.load(npz)
                 row = {"method": name, "setting": i, "overrides": cand,
                        "log_snr": _round(rec["log_snr"]), "t": _round(rec["t"]) if "t" in rec else None,

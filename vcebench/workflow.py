@@ -243,3 +243,37 @@ def import_args(cfg: dict, task: str, method: str, basedir: str | Path = ".") ->
 def other_seeds(cfg: dict) -> list[int]:
     """The seeds `snakemake seeds` reruns generation with (config ``seeds.seeds`` less the run's own ``seed``)."""
     return [s for s in (cfg.get("seeds") or {}).get("seeds", [0, 1, 2]) if s != cfg["seed"]]
+
+
+# --- the `pareto` target (workflows/pareto.smk) -----------------------------------------------------------
+
+def pareto_n_eval(cfg) -> int | None:
+    """Inputs per Pareto point (config `pareto.n_eval`); None when that is unset or not below the table's
+    `n_eval` (the Pareto points then run on the table's inputs and the default points are the table rows)."""
+    n = (cfg.get("pareto") or {}).get("n_eval")
+    return None if n is None or int(n) >= int(cfg["n_eval"]) else int(n)
+
+
+def pareto_methods(cfg) -> list[tuple[str, str, str]]:
+    """(method name, base method, sweep) of the `pareto` target: each swept method's default row, then its
+    budget variants and its starting-SNR variants (config `pareto`)."""
+    pc = cfg.get("pareto") or {}
+    out: list[tuple[str, str, str]] = []
+    for sweep in ("budgets", "snr"):
+        for base, variants in (pc.get(sweep) or {}).items():
+            # with its own n (`pareto.n_eval`), the default point is the variant `<base>_base` (no overrides),
+            # run on the same inputs as the other points rather than the table row's n_eval
+            default = base if pareto_n_eval(cfg) is None else f"{base}_base"
+            if (default, base, "default") not in out:
+                out.append((default, base, "default"))
+            out += [(f"{base}_{v}", base, "budget" if sweep == "budgets" else "snr") for v in variants]
+    return out
+
+
+def n_eval_arg(cfg: dict, method: str) -> str:
+    """``--n-eval N`` for a method that only the `pareto` target runs when `pareto.n_eval` sets its own n;
+    empty for every table row (they use config `n_eval`)."""
+    n = pareto_n_eval(cfg)
+    if n is None or method in (cfg.get("methods") or []):
+        return ""
+    return f"--n-eval {n}" if method in {m for m, _, _ in pareto_methods(cfg)} else ""

@@ -33,6 +33,6 @@ def data_arg(dataset):
 
 
 def pareto_methods():
-    from vcebench.commands.report import pareto_methods as pm
+    from vcebench.workflow import pareto_methods as pm
 
     return [m for m, _, _ in pm(config)]

@@ -21,9 +21,10 @@ rule explain_shard:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
         settings=lambda wc: wf.settings_key(config, "method", wc.task, wc.method),
+        n_eval=lambda wc: wf.n_eval_arg(config, wc.method),
     shell:
         "vcebench explain --task {wildcards.task} --method {wildcards.method} "
-        "--shard {wildcards.i} --n-shards {wildcards.n} {params.data} "
+        "--shard {wildcards.i} --n-shards {wildcards.n} {params.data} {params.n_eval} "
         "--out {output.cf:q} {params.cfg} > {log:q} 2>&1"
 
 

@@ -44,8 +44,9 @@ rule evaluate:
     params:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
+        n_eval=lambda wc: wf.n_eval_arg(config, wc.method),
     shell:
-        "vcebench evaluate --task {wildcards.task} --method {wildcards.method} "
+        "vcebench evaluate --task {wildcards.task} --method {wildcards.method} {params.n_eval} "
         "--cfs {input.cfs:q} --fid-ref {input.ref:q} {params.data} --out {output:q} {params.cfg} "
         "> {log:q} 2>&1"
 

@@ -47,6 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="fail when a metric has too few samples (default: write null and the reason under "
                         "`skipped`, e.g. FID of a method with < 2 successful counterfactuals)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--n-eval", type=int, default=None, metavar="N",
+                   help="the counterfactuals cover the first N evaluation inputs, not config `n_eval` "
+                        "(`pareto.n_eval`)")
     add_config_arg(p)
     p.set_defaults(func=run)
 
@@ -68,6 +71,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..tasks import get_task
 
     cfg = load_settings(args.config)
+    if args.n_eval is not None:
+        cfg["n_eval"] = int(args.n_eval)
     device = setup_torch(cfg.get("threads"), cfg.get("device", "cpu"), cfg.get("cuda"))
     task = get_task(cfg, args.task)
     if args.reference:

@@ -54,6 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--merge", nargs="+", default=None, metavar="NPZ", help="merge these shard files into --out")
     p.add_argument("--seed", type=int, default=None,
                    help="generation seed in place of config `seed` (the `seeds` target; networks unchanged)")
+    p.add_argument("--n-eval", type=int, default=None, metavar="N",
+                   help="the first N evaluation inputs in place of config `n_eval` (`pareto.n_eval`)")
     add_config_arg(p)
     p.set_defaults(func=run)
 
@@ -81,6 +83,8 @@ def _run(args: argparse.Namespace) -> int:
     cfg = load_settings(args.config)
     if args.seed is not None:
         cfg["seed"] = int(args.seed)
+    if args.n_eval is not None:
+        cfg["n_eval"] = int(args.n_eval)
     out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
     explain_shard(cfg, args.task, args.method, args.shard, args.n_shards, out, data_dir=args.data,
                   model_dir=args.models)

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from .. import workflow as wf
 from ..cli import add_config_arg
 
 
@@ -298,19 +299,6 @@ def _seeds(cfg, args) -> int:
     return 0
 
 
-def pareto_methods(cfg) -> list[tuple[str, str, str]]:
-    """(method name, base method, sweep) of the `pareto` target: each swept method's default row, then its
-    budget variants and its starting-SNR variants (config `pareto`)."""
-    pc = cfg.get("pareto") or {}
-    out: list[tuple[str, str, str]] = []
-    for sweep in ("budgets", "snr"):
-        for base, variants in (pc.get(sweep) or {}).items():
-            if (base, base, "default") not in out:
-                out.append((base, base, "default"))
-            out += [(f"{base}_{v}", base, "budget" if sweep == "budgets" else "snr") for v in variants]
-    return out
-
-
 def _pareto(cfg, args) -> int:
     import pandas as pd
 
@@ -320,7 +308,7 @@ def _pareto(cfg, args) -> int:
     if not args.task:
         raise SystemExit("vcebench report --pareto needs --task")
     task = get_task(cfg, args.task)
-    rows = pareto_methods(cfg)
+    rows = wf.pareto_methods(cfg)
     df, higher = report.load_task_table(Path(args.results), args.task, [m for m, _, _ in rows], task.kind,
                                         task.synthetic)
     df = df.assign(base=[b for _, b, _ in rows], sweep=[s for _, _, s in rows])
