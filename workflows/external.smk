@@ -33,4 +33,4 @@ rule import_external:
         source=lambda wc: wf.import_args(config, wc.task, wc.method, workflow.basedir),
     shell:
         "vcebench import --task {wildcards.task} {params.source} {params.data} "
-        "--out {output} {params.cfg} > {log} 2>&1"
+        "--out {output:q} {params.cfg} > {log:q} 2>&1"

@@ -33,8 +33,8 @@ rule profile_one:
         flop_n=config.get("profile", {}).get("flop_n", 2),
     shell:
         "vcebench profile --task {wildcards.task} --method {wildcards.method} {params.data} "
-        "--n {params.n} --flop-n {params.flop_n} --no-warmup --timings {input.timings} "
-        "--out {output} {params.cfg} > {log} 2>&1"
+        "--n {params.n} --flop-n {params.flop_n} --no-warmup --timings {input.timings:q} "
+        "--out {output:q} {params.cfg} > {log:q} 2>&1"
 
 
 rule pareto_task:
@@ -65,7 +65,7 @@ rule pareto_task:
     params:
         cfg=CFG,
     shell:
-        "vcebench report --pareto --task {wildcards.task} --out-dir results {params.cfg} > {log} 2>&1"
+        "vcebench report --pareto --task {wildcards.task} --out-dir results {params.cfg} > {log:q} 2>&1"
 
 
 rule pareto:

@@ -79,7 +79,7 @@ rule gallery:
         methods=" ".join(METHODS),
     shell:
         "vcebench report --task {wildcards.task} --gallery --methods {params.methods} {params.data} "
-        "--out-dir results {params.cfg} > {log} 2>&1"
+        "--out-dir results {params.cfg} > {log:q} 2>&1"
 
 
 rule paper_tables:

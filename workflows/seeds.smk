@@ -29,7 +29,7 @@ rule explain_seed:
         settings=lambda wc: wf.settings_key(config, "method", wc.task, wc.method),
     shell:
         "vcebench explain --task {wildcards.task} --method {wildcards.method} --seed {wildcards.seed} "
-        "{params.data} --out {output} {params.cfg} > {log} 2>&1"
+        "{params.data} --out {output:q} {params.cfg} > {log:q} 2>&1"
 
 
 rule evaluate_seed:
@@ -57,7 +57,7 @@ rule evaluate_seed:
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
     shell:
         "vcebench evaluate --task {wildcards.task} --method {wildcards.method} "
-        "--cfs {input.cfs} --fid-ref {input.ref} {params.data} --out {output} {params.cfg} > {log} 2>&1"
+        "--cfs {input.cfs:q} --fid-ref {input.ref:q} {params.data} --out {output:q} {params.cfg} > {log:q} 2>&1"
 
 
 rule seeds_task:
@@ -87,7 +87,7 @@ rule seeds_task:
         methods=" ".join(METHODS),
     shell:
         "vcebench report --seeds --task {wildcards.task} --methods {params.methods} --out-dir results "
-        "{params.cfg} > {log} 2>&1"
+        "{params.cfg} > {log:q} 2>&1"
 
 
 rule seeds:

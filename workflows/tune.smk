@@ -27,7 +27,7 @@ rule tune_task:
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
     shell:
         "vcebench tune --task {wildcards.task} {params.data} --out {output.tuned:q} --md {output.md} "
-        "{params.cfg} > {log} 2>&1"
+        "{params.cfg} > {log:q} 2>&1"
 
 
 rule tune:
