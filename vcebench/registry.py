@@ -332,8 +332,9 @@ def load_plugins(force: bool = False) -> None:
                     obj = _DECORATED.get(obj.__name__, [])
                 specs = obj if isinstance(obj, (list, tuple)) else [obj]
                 for spec in specs:
-                    if isinstance(spec, cls):
-                        register(dataclasses.replace(spec, source=dist) if spec.source == "vcebench" else spec)
+                    if isinstance(spec, cls):  # named by its package (a decorated module's keep their module)
+                        register(spec if spec in _DECORATED.get(spec.source, []) else
+                                 dataclasses.replace(spec, source=dist))
                 if ep.name not in table:
                     raise RegistryError(f"{where}: registers no {kind} named {ep.name!r} (point it at a "
                                         f"{cls.__name__} or at a module using the @vcebench.registry.{kind} "
