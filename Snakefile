@@ -7,7 +7,7 @@
 import os
 import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 from vcebench import workflow as wf
 from vcebench.settings import check_settings
@@ -18,8 +18,9 @@ min_version("8.0")
 configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 
-validate(config, os.path.join(workflow.basedir, "config/schema.yaml"))
-wf.check_method_names(config)
+# the schema with the registry's method names (vcebench.registry: built-ins and installed plug-ins)
+wf.fail_fast(wf.validate, config, os.path.join(workflow.basedir, "config/schema.yaml"))
+wf.fail_fast(wf.check_method_names, config)
 # config/tuned/<task>.yaml, written by `snakemake tune`
 wf.attach_tuned(config, workflow.basedir)
 # method and model settings (keys, types, ranges) from the code's dataclasses: fail before any job runs

@@ -164,7 +164,12 @@ def test_remaining_type_and_value_errors_name_the_settings(monkeypatch, tmp_path
     def bad_factory(name, params):
         raise ValueError("scales must be increasing")
 
-    monkeypatch.setitem(methods._REGISTRY, "dime", (methods._REGISTRY["dime"][0], bad_factory))
+    import dataclasses
+
+    from vcebench import registry
+
+    monkeypatch.setitem(registry._METHODS, "dime",
+                        dataclasses.replace(registry.get_method_spec("dime"), factory=bad_factory))
     with pytest.raises(ConfigError, match=r"`method_defaults\.dime`.*ValueError: scales must be increasing"):
         methods.get_method("dime", {})
 

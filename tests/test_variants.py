@@ -7,12 +7,17 @@ import copy
 import pytest
 
 import methods
+from vcebench import registry
 from vcebench.config import ConfigError, validate
-from vcebench.tasks import BASE_METHODS, all_methods, get_task, method_params, split_method
+from vcebench.tasks import all_methods, get_task, method_params, split_method
 
 
-def test_base_methods_are_the_registry():
-    assert set(BASE_METHODS) == set(methods.METHODS)
+def test_every_registered_method_builds_with_its_dataclass():
+    """Each built-in's lazy dataclass and factory import, and the instance uses only registered roles."""
+    for name in registry.builtin_method_names():
+        m = methods.get_method(name, {})
+        assert m.name == name and set(m.roles) <= set(registry.get_method_spec(name).roles)
+        assert methods.params_class(name) is registry.get_method_spec(name).params_class()
 
 
 @pytest.mark.parametrize("name, expected", [

@@ -68,10 +68,13 @@ def schema_path(config_path: Path | None = None) -> Path:
 
 
 def validate(cfg: dict, schema_file: Path | None = None) -> dict:
-    """Validate against the JSON schema; raise :class:`ConfigError` naming the bad key."""
+    """Validate against the JSON schema (method names filled in from ``vcebench.registry``); raise
+    :class:`ConfigError` naming the bad key."""
     import jsonschema
 
-    schema = yaml.safe_load(Path(schema_file or schema_path()).read_text())
+    from .registry import fill_schema
+
+    schema = fill_schema(yaml.safe_load(Path(schema_file or schema_path()).read_text()))
     validator = jsonschema.validators.validator_for(schema)(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:

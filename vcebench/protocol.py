@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from .config import ConfigError
+from .registry import method_noise
 from .tasks import Task, get_task, method_layers, method_params, split_method
 
 NOISE_RULES = ("paper", "snr_matched")
-DDPM_METHODS = ("dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime")
 # keys of a method's config consumed here (never passed to the method's dataclass)
 PROTOCOL_KEYS = ("protocol", "log_snr_offset", "ref_start_step", "ref_respacing", "warmup_fraction")
 # the DDPM schedule assumed when a dataset's config names none (DiME's CelebA DDPM: guided-diffusion's
@@ -133,16 +133,17 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
         "tuned_date": ((cfg.get("tuned") or {}).get(task.name) or {}).get("date") if tuned else None,
         "layers": layers}
     out = {k: v for k, v in params.items() if k not in PROTOCOL_KEYS}
-    if "start_step" in params and base in DDPM_METHODS:
+    noise = method_noise(base)  # registry.MethodSpec.noise: FiRe's flow time, a DDPM's start step, or none
+    if "start_step" in params and noise == "ddpm":
         raise ConfigError(f"{task.name}/{method}: `start_step` is derived from the noise protocol (config "
                           f"`protocol.noise`); set `log_snr_offset` to move it, `respacing` for the trajectory")
-    if base == "fire":
+    if noise == "flow":
         lam_ref = flow_log_snr(float(params.get("t", 0.4)))
         lam = lam_ref + shift + offset
         out["t"] = flow_t(lam)
         record.update(log_snr_reference=lam_ref, log_snr_target=lam, log_snr=lam, t_reference=params.get("t", 0.4),
                       t=out["t"])
-    elif base in DDPM_METHODS:
+    elif noise == "ddpm":
         abar, source = ddpm_schedule(cfg, task.dataset)
         ref_r, ref_s = int(params.get("ref_respacing", 200)), int(params.get("ref_start_step", 60))
         if not 1 <= ref_s < ref_r:

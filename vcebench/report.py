@@ -10,48 +10,36 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import registry
 from .io import atomic_path
 
-COST_COLUMNS = ["sec_per_cf", "tflops_per_cf", "nfe_per_cf", "peak_mem_mb", "mean_steps"]
+COST_COLUMNS = list(registry.COST_COLUMNS)
 # How each row's settings were made (metrics.json `protocol`; not ranked): the starting log-SNR and
 # whether the settings came from the tuned file (1) or not (0; e.g. the `_paper` rows).
-PROTOCOL_COLUMNS = ["log_snr", "tuned"]
-METRIC_COLUMNS = {
-    "faces": ["FID", "sFID", "KID", "FVA", "FS", "MNAC", "CD", "COUT", "FR"],
-    "xray": ["FID", "KID", "L1", "MAD", "S3", "FR"],
-}
+PROTOCOL_COLUMNS = list(registry.PROTOCOL_COLUMNS)
 # a cell's 95 % bootstrap interval travels as <col>_lo / <col>_hi (csv), shown as value ± half-width
 INTERVAL_SUFFIXES = ("_lo", "_hi")
-SYNTHETIC_COLUMNS = ["GT_L1", "GT_L1_region", "GT_precision", "GT_recall", "FR_oracle"]
-# Floors printed beside GT_L1: the same numbers for the unedited input (not ranked).
-FLOOR_COLUMNS = ["GT_L1_input", "GT_L1_region_input"]
-# Directions of the columns a metrics.json may not declare (costs are always lower-is-better).
-DEFAULT_HIGHER = {"FR": True, "FVA": True, "FS": True, "COUT": True, "MAD": True, "S3": True,
-                  "FR_oracle": True, "GT_precision": True, "GT_recall": True, "mean_steps": False}
-PRETTY = {"GT_L1_input": "GT_L1 (input)", "GT_L1_region_input": "GT_L1_region (input)",
-          "S3": "S$^3$", "FR": "FR(%)", "sec_per_cf": "s/CF", "tflops_per_cf": "TFLOPs/CF",
-          "nfe_per_cf": "NFE/CF", "peak_mem_mb": "Mem (MB)", "mean_steps": "steps", "log_snr": "log-SNR"}
-METHOD_LABELS = {"fire": "FiRe", "dime": "DiME", "fastdime": "FastDiME", "fastdime2": "FastDiME-2",
-                 "fastdime2plus": "FastDiME-2+", "maskdime": "MaskDiME", "input": "Input (no edit)"}
+# Headers of the columns that are no metric's (a metric's come from its registration, registry.column_labels).
+PRETTY = {"sec_per_cf": "s/CF", "tflops_per_cf": "TFLOPs/CF", "nfe_per_cf": "NFE/CF", "peak_mem_mb": "Mem (MB)",
+          "mean_steps": "steps", "log_snr": "log-SNR"}
+
+
+def column_label(col: str) -> str:
+    """A column's table header (LaTeX math allowed: ``S$^3$``)."""
+    return registry.column_labels().get(col, PRETTY.get(col, col))
 
 
 def method_label(m: str) -> str:
-    """``fire`` -> ``FiRe``; a variant ``<method>_<variant>`` -> ``<Method> (<variant>)``."""
+    """``fire`` -> ``FiRe`` (``registry.MethodSpec.label``); a variant ``<method>_<variant>`` ->
+    ``<Method> (<variant>)``; an imported or unknown name unchanged."""
     from .tasks import split_method
 
     try:
         base, variant = split_method(m)
     except ValueError:
         return m
-    label = METHOD_LABELS.get(base, base)
+    label = registry.get_method_spec(base).label
     return label if variant is None else f"{label} ({variant.replace('_', '-')})"
-
-
-def task_columns(kind: str, synthetic: bool) -> list[str]:
-    cols = list(METRIC_COLUMNS[kind])
-    if synthetic:
-        cols += SYNTHETIC_COLUMNS + FLOOR_COLUMNS
-    return cols
 
 
 def load_task_table(results: Path, task: str, methods: list[str], kind: str, synthetic: bool,
@@ -62,7 +50,7 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str, syn
     not beside the metrics (a seed rerun uses the main run's per-call FLOPs and time)."""
     from .costs import cost_columns
 
-    rows, higher = [], dict(DEFAULT_HIGHER)
+    rows, higher = [], registry.column_directions()
     for m in methods:
         row: dict = {"method": m}
         mpath = results / task / m / "metrics.json"
@@ -85,7 +73,7 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str, syn
             costs.pop("cost_sources")
             row.update(costs)
         rows.append(row)
-    cols = ["method", "n"] + task_columns(kind, synthetic) + COST_COLUMNS + PROTOCOL_COLUMNS
+    cols = ["method", "n"] + registry.table_columns(kind, synthetic) + COST_COLUMNS + PROTOCOL_COLUMNS
     cols += [c + s for c in cols[2:] for s in INTERVAL_SUFFIXES if any(c + s in r for r in rows)]
     df = pd.DataFrame(rows)
     for c in cols:
@@ -93,7 +81,7 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str, syn
             df[c] = np.nan
     for c in COST_COLUMNS:
         higher[c] = False
-    for c in FLOOR_COLUMNS:
+    for c in registry.unranked_columns():  # e.g. the unedited input's floors: shown, never ranked
         higher.pop(c, None)
     return df[cols], higher
 
@@ -154,11 +142,11 @@ def display_columns(df: pd.DataFrame) -> list[str]:
 
 
 def _marks(df: pd.DataFrame, cols: list[str], higher: dict[str, bool]) -> dict[str, dict[int, str]]:
-    """Best / second per column among the explainers (the do-nothing rows, ``tasks.BASELINE_METHODS``,
-    are reference rows and never ranked)."""
-    from .tasks import BASELINE_METHODS
+    """Best / second per column among the explainers (the do-nothing rows, ``tasks.is_baseline``, are
+    reference rows and never ranked)."""
+    from .tasks import is_baseline
 
-    ranked = ~df["method"].isin(BASELINE_METHODS)
+    ranked = ~df["method"].map(is_baseline).astype(bool)
     return {c: rank_marks(df[c].where(ranked), higher.get(c, False)) for c in cols if c in higher}
 
 
@@ -174,7 +162,7 @@ def to_markdown(df: pd.DataFrame, higher: dict[str, bool], title: str = "", foot
     """The table (best **bold**, second underlined; a cell with a bootstrap interval reads ``value ± half-width``)
     and its footer lines (default: the n of each row)."""
     cols = display_columns(df)
-    head = ["Method"] + [f"{PRETTY.get(c, c).replace('S$^3$', 'S³')}{_arrow(c, higher, False)}" for c in cols[1:]]
+    head = ["Method"] + [f"{_md_math(column_label(c))}{_arrow(c, higher, False)}" for c in cols[1:]]
     lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |",
                                                         "|" + "---|" * len(head)]
     marks = _marks(df, cols[1:], higher)
@@ -196,9 +184,17 @@ def to_markdown(df: pd.DataFrame, higher: dict[str, bool], title: str = "", foot
 
 
 def _is_baseline(row: pd.Series) -> bool:
-    from .tasks import BASELINE_METHODS
+    from .tasks import is_baseline
 
-    return row["method"] in BASELINE_METHODS
+    return is_baseline(row["method"])
+
+
+def _md_math(label: str) -> str:
+    """A header's LaTeX superscript as text (``S$^3$`` -> ``S³``)."""
+    import re
+
+    sup = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+    return re.sub(r"\$\^(\d+)\$", lambda m: m.group(1).translate(sup), label)
 
 
 def _tex_escape(s: str) -> str:
@@ -211,8 +207,8 @@ def to_latex(df: pd.DataFrame, higher: dict[str, bool], caption: str = "", label
     bootstrap interval as ``value $\\pm$ half-width``; ``footer`` lines go below it as a table note."""
     cols = display_columns(df)
     marks = _marks(df, cols[1:], higher)
-    head = ["Method"] + [_tex_escape(PRETTY.get(c, c)) if "$" not in PRETTY.get(c, "")
-                         else PRETTY[c] for c in cols[1:]]
+    head = ["Method"] + [column_label(c) if "$" in column_label(c) else _tex_escape(column_label(c))
+                         for c in cols[1:]]
     head = [h + _arrow(c, higher, True) for h, c in zip(head, cols)]
     out = [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}"]
     if caption:
@@ -296,7 +292,7 @@ def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = N
     n behind each column, the protocol (noise rule, selection rule, n, seeds, feature extractor), where the
     cost columns come from, and warnings (a DDPM row whose every sample flipped at its first guidance scale).
     Reads what the rows' metrics.json hold and leaves out what they do not."""
-    from .tasks import BASELINE_METHODS
+    from .tasks import is_baseline
 
     lines: list[str] = []
     shown = [c for c in display_columns(df)[1:]]
@@ -376,7 +372,7 @@ def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = N
                  "network's FLOPs per call (profile run) × each CF's calls; s/CF: the explain run's generation "
                  "time over all n; Mem: the profile run.")
     # honest rows
-    base = [method_label(m) for m in df["method"] if m in BASELINE_METHODS]
+    base = [method_label(m) for m in df["method"] if is_baseline(m)]
     if base:
         lines.append(f"{', '.join(base)}: the input as its own CF, not ranked: FR = 0 by construction (target = "
                      "1 − f(x)), FR_oracle = share of inputs whose oracle query bit already disagrees with f(x) "

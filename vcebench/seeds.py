@@ -78,10 +78,14 @@ def seed_markdown(task: str, spread: pd.DataFrame, seeds: list[int]) -> str:
 
 
 def derive_tolerances(spreads: list[pd.DataFrame], floors: dict[str, float], z: float = 3.0,
-                      baselines: tuple[str, ...] = ("input",)) -> dict[str, Any]:
-    """``{metric: abs}`` or ``{metric: {rel, abs}}`` from the seed spreads of several tasks (module docstring)."""
+                      baselines: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """``{metric: abs}`` or ``{metric: {rel, abs}}`` from the seed spreads of several tasks (module docstring;
+    ``baselines``: rows left out, default the reference rows, ``tasks.is_baseline``)."""
+    from .tasks import is_baseline
+
     df = pd.concat(spreads, ignore_index=True)
-    df = df[~df["method"].isin(baselines) & ~df["metric"].isin(NOT_CHECKED) & (df["n_seeds"] >= 2)]
+    base = df["method"].isin(baselines) if baselines is not None else df["method"].map(is_baseline).astype(bool)
+    df = df[~base & ~df["metric"].isin(NOT_CHECKED) & (df["n_seeds"] >= 2)]
     out: dict[str, Any] = {}
     for metric, g in df.groupby("metric", sort=False):
         floor = float(floors.get(metric, floors.get("default", 0.0)))

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import registry
 from .config import ConfigError, deep_merge
 
-SYNTHETIC_DATASETS = ("synthfaces", "synthxray")
-REAL_DATASETS = ("celeba", "celebahq", "chexpert")
-FACE_DATASETS = ("synthfaces", "celeba", "celebahq")
+# the datasets of vcebench.registry.DATASETS, by what they are
+SYNTHETIC_DATASETS = tuple(d for d, (_, synthetic) in registry.DATASETS.items() if synthetic)
+REAL_DATASETS = tuple(d for d, (_, synthetic) in registry.DATASETS.items() if not synthetic)
 
 
 @dataclass
@@ -25,8 +26,11 @@ class Task:
 
     @property
     def kind(self) -> str:
-        """``faces`` (ACE protocol metrics) or ``xray`` (FastDiME medical protocol)."""
-        return "faces" if self.dataset in FACE_DATASETS else "xray"
+        """``faces`` (ACE protocol metrics) or ``xray`` (FastDiME medical protocol): ``registry.DATASETS``."""
+        if self.dataset not in registry.DATASETS:
+            raise ConfigError(f"task {self.name!r}: unknown dataset {self.dataset!r}; known: "
+                              f"{', '.join(registry.DATASETS)}")
+        return registry.DATASETS[self.dataset][0]
 
 
 def get_task(cfg: dict, name: str) -> Task:
@@ -37,28 +41,33 @@ def get_task(cfg: dict, name: str) -> Task:
     return Task(name=name, dataset=t["dataset"], attribute=t["attribute"], params=t.get("params", {}) or {})
 
 
-# The methods of the registry in methods/__init__.py (a test checks they agree). Any other method name is
-# ``<method>_<variant>``: a variant of one of these (config key `variants.<method>.<variant>`).
-BASE_METHODS = ("fire", "dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime", "input")
-# reference rows, not explainers: evaluated like every method, never tuned, ranked or put on a Pareto front
-BASELINE_METHODS = ("input",)
-
-
 def split_method(name: str) -> tuple[str, str | None]:
     """``<method>`` -> (method, None); ``<method>_<variant>`` -> (method, variant).
 
-    The base method is the LONGEST name of :data:`BASE_METHODS` that ``name`` equals or starts with
-    followed by ``_`` (``fastdime2plus_paper`` -> ``fastdime2plus``, ``fastdime2_paper`` ->
-    ``fastdime2``). The one place method names are parsed; whether the variant exists in the config
-    is checked by :func:`method_params`.
+    The base method is the LONGEST registered method name (``vcebench.registry``, plug-ins included) that
+    ``name`` equals or starts with followed by ``_`` (``fastdime2plus_paper`` -> ``fastdime2plus``,
+    ``fastdime2_paper`` -> ``fastdime2``). Any other name is ``<method>_<variant>``: a variant of one of
+    them (config key `variants.<method>.<variant>`). The one place method names are parsed; whether the
+    variant exists in the config is checked by :func:`method_params`.
     """
-    for base in sorted(BASE_METHODS, key=len, reverse=True):
+    names = registry.method_names()
+    for base in sorted(names, key=len, reverse=True):
         if name == base:
             return base, None
         if name.startswith(base + "_") and len(name) > len(base) + 1:
             return base, name[len(base) + 1:]
-    raise ConfigError(f"unknown method {name!r}; known: {', '.join(BASE_METHODS)}, or <method>_<variant> "
+    raise ConfigError(f"unknown method {name!r}; known: {', '.join(names)}, or <method>_<variant> "
                       f"with a variant of config key `variants.<method>`")
+
+
+def is_baseline(name: str) -> bool:
+    """A reference row (``registry.MethodSpec.baseline``, e.g. ``input`` and its variants): evaluated like
+    every method, never tuned, ranked or put on a Pareto front. Imported results are no baseline."""
+    try:
+        base = split_method(name)[0]
+    except ConfigError:
+        return False
+    return base in registry.baseline_methods()
 
 
 def method_variants(cfg: dict) -> dict[str, dict[str, dict[str, Any]]]:
@@ -127,11 +136,17 @@ def all_methods(cfg: dict) -> list[str]:
 
 
 def check_method_names(cfg: dict) -> None:
-    """Every name in config keys ``methods`` and ``paper_methods`` is a base method or a defined variant."""
+    """Every name in config keys ``methods`` and ``paper_methods`` is a base method with defaults or a defined
+    variant."""
     known = set(all_methods(cfg))
+    registered = registry.method_names()
     for key in ("methods", "paper_methods"):
         # external_<name>: imported results, checked against config `external` by vcebench.workflow
-        bad = [m for m in cfg.get(key) or [] if m not in known and not str(m).startswith("external_")]
+        bad = [m for m in cfg.get(key) or [] if m not in known and not str(m).startswith(registry.EXTERNAL_PREFIX)]
+        no_defaults = [m for m in bad if m in registered]
+        if no_defaults:
+            raise ConfigError(f"config key `{key}`: method(s) {no_defaults} have no defaults; add "
+                              f"`method_defaults.{no_defaults[0]}` (`{{}}`: the dataclass defaults)")
         if bad:
-            raise ConfigError(f"config key `{key}`: unknown method(s) {bad}; a variant <method>_<variant> needs "
-                              f"`variants.<method>.<variant>`")
+            raise ConfigError(f"config key `{key}`: unknown method(s) {bad}; known: {', '.join(registered)}; "
+                              f"a variant <method>_<variant> needs `variants.<method>.<variant>`")

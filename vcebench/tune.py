@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from . import registry
 from .config import ConfigError
 from .tasks import Task, get_task, method_params, split_method
 
@@ -112,14 +113,16 @@ def select(rows: list[dict[str, Any]], rule: dict[str, Any]) -> tuple[int, dict[
 
 
 def tune_methods(cfg: dict) -> list[str]:
-    """The base methods of config key ``methods`` (variants such as ``_paper`` rows and the do-nothing
-    ``input`` row, ``tasks.BASELINE_METHODS``, are not tuned)."""
-    from .tasks import BASELINE_METHODS
+    """The base methods of config key ``methods`` (variants such as ``_paper`` rows, imported results and the
+    reference rows such as ``input``, ``registry.MethodSpec.baseline``, are not tuned)."""
+    from .tasks import is_baseline
 
     out: list[str] = []
     for m in cfg["methods"]:
+        if str(m).startswith(registry.EXTERNAL_PREFIX):
+            continue
         base = split_method(m)[0]
-        if base not in out and base not in BASELINE_METHODS:
+        if base not in out and not is_baseline(base):
             out.append(base)
     return out
 
@@ -130,8 +133,7 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     """Sweep every method of ``task`` on the tuning split; returns the tuned-file content."""
     import torch
 
-    import methods as registry
-    from metrics import ROLES as METRIC_ROLES
+    import methods
 
     from .commands.evaluate import evaluate_task, write_reference
     from .commands.explain import generate
@@ -149,9 +151,10 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     for k in [rule["minimize"], *(rule.get("require") or {})]:
         if k not in wanted:
             wanted.append(k)
-    unknown = [k for k in wanted if k not in METRIC_ROLES]
+    known = registry.metrics()
+    unknown = [k for k in wanted if k not in known]
     if unknown:
-        raise ConfigError(f"tune.metrics / tune.select: unknown metric(s) {unknown}; known: {', '.join(METRIC_ROLES)}")
+        raise ConfigError(f"tune.metrics / tune.select: unknown metric(s) {unknown}; known: {', '.join(known)}")
     device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
     split_name = tune_split_name(task.dataset)
     if split_name == eval_split_name(task.dataset):
@@ -160,13 +163,13 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     ids = torch.sort(split.sample_ids).values[:n]
     rows_idx = split.index_of(ids)
     names = method_names or tune_methods(cfg)
-    roles = {"classifier"} | {r for k in wanted for r in METRIC_ROLES[k]}
+    roles = {"classifier"} | {r for k in wanted for r in known[k].roles}
     built = {}
     for name in names:
         if split_method(name)[1] is not None:
             raise ConfigError(f"vcebench tune tunes base methods, not the variant {name!r}")
         params, _ = resolve_method(cfg, task, name, candidate={})
-        built[name] = registry.get_method(name, params)
+        built[name] = methods.get_method(name, params)
         roles |= set(built[name].roles)
     models = load_task_models(cfg, task, roles=tuple(sorted(roles)), device=str(device), model_dir=model_dir)
     if "ddpm" in roles:
@@ -184,7 +187,7 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
         rows = []
         for i, cand in enumerate(cands):
             params, rec = resolve_method(cfg, task, name, candidate=cand)
-            method = registry.get_method(name, params)
+            method = methods.get_method(name, params)
             npz = work / name / f"setting-{i}.npz"
             npz.parent.mkdir(parents=True, exist_ok=True)
             # a finished setting of an interrupted sweep is reused when everything it depends on is the same

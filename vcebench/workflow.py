@@ -8,22 +8,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from .config import ConfigError, attach_tuned  # noqa: F401 (Snakefile)
+from . import registry
+from .config import ConfigError, attach_tuned, validate  # noqa: F401 (Snakefile)
 from .tasks import SYNTHETIC_DATASETS, check_method_names, get_task, split_method  # noqa: F401 (Snakefile)
 
-METHOD_ROLES = {
-    "fire": ("classifier", "pmf", "perceptual"),
-    "dime": ("classifier", "ddpm", "perceptual"),
-    "fastdime": ("classifier", "ddpm", "perceptual"),
-    "fastdime2": ("classifier", "ddpm", "perceptual"),
-    "fastdime2plus": ("classifier", "ddpm", "perceptual"),
-    "maskdime": ("classifier", "ddpm", "perceptual"),
-    "input": ("classifier",),
-}
-EVAL_ROLES = {
-    "faces": ("classifier", "fid_features", "identity", "oracle"),
-    "xray": ("classifier", "fid_features", "simsiam", "oracle"),
-}
 DATASET_HELP = {
     "celeba": ("datasets.celeba.root", "img_align_celeba/*.jpg, list_attr_celeba.txt|csv, list_eval_partition.txt|csv",
                "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html"),
@@ -84,19 +72,20 @@ def tuned_dir(cfg: dict, basedir: str | Path = ".") -> str:
 
 def tune_roles(cfg: dict, task_name: str) -> list[str]:
     """Networks `vcebench tune` loads: every tuned method's, and those of the metrics it scores."""
-    from metrics import ROLES
-
     from .tune import tune_methods
 
-    roles = {"classifier"} | {r for m in tune_methods(cfg) for r in METHOD_ROLES[m]}
-    roles |= {r for k in (cfg.get("tune") or {}).get("metrics", ["FID", "FR", "FR_oracle"]) for r in ROLES.get(k, ())}
+    known = registry.metrics()
+    roles = {"classifier"} | {r for m in tune_methods(cfg) for r in method_roles(m)}
+    roles |= {r for k in (cfg.get("tune") or {}).get("metrics", ["FID", "FR", "FR_oracle"])
+              for r in (known[k].roles if k in known else ())}
     return sorted(roles)
 
 
 def method_roles(method: str) -> tuple[str, ...]:
+    """Networks the explain step of ``method`` needs (``registry.MethodSpec.roles`` of its base method)."""
     if external_name(method):
         return ("classifier",)  # `vcebench import` classifies the inputs and the imported CFs
-    return METHOD_ROLES[split_method(method)[0]]
+    return registry.get_method_spec(split_method(method)[0]).roles
 
 
 REAL_TRAINABLE = ("ddpm", "pmf")
@@ -110,7 +99,9 @@ def gate_roles(cfg: dict, dataset: str, role: str) -> list[str]:
 
 
 def eval_roles(cfg: dict, task_name: str) -> tuple[str, ...]:
-    return EVAL_ROLES[get_task(cfg, task_name).kind]
+    """Networks the evaluation of ``task_name`` loads: the classifier and its metrics' (``registry.eval_roles``)."""
+    task = get_task(cfg, task_name)
+    return registry.eval_roles(task.kind, task.synthetic)
 
 
 def dataset_of(cfg: dict, task_name: str) -> str:
@@ -189,7 +180,7 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
 
 # --- imported results (`external_<name>` methods, workflows/external.smk) ---------------------------
 
-EXTERNAL_PREFIX = "external_"
+EXTERNAL_PREFIX = registry.EXTERNAL_PREFIX
 
 
 def external_name(method: str) -> str | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..cli import add_config_arg
+from ..registry import BUILTIN_METRICS
 
 if TYPE_CHECKING:
     import torch
@@ -42,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", help="rendered dataset cache folder (synthetic datasets; default: render in memory)")
     p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
     p.add_argument("--only", action="append", metavar="METRIC",
-                   help="evaluate only these metric families (repeatable), e.g. --only FID --only FR")
+                   help="evaluate only these metric families (repeatable), e.g. --only FID --only FR; known: "
+                        f"{', '.join(s.name for s in BUILTIN_METRICS)} and the plug-ins' (vcebench.registry)")
     p.add_argument("--strict", action="store_true",
                    help="fail when a metric has too few samples (default: write null and the reason under "
                         "`skipped`, e.g. FID of a method with < 2 successful counterfactuals)")
@@ -276,10 +278,11 @@ def _protocol_record(cfg: dict, task, method: str) -> dict | None:
 
 
 def _roles_of(name: str) -> tuple[str, ...]:
-    from metrics import ROLES
+    from metrics import MetricError
 
-    if name not in ROLES:
-        from metrics import MetricError
+    from ..registry import metrics
 
-        raise MetricError(f"unknown metric {name!r} (--only); known: {', '.join(ROLES)}")
-    return ROLES[name]
+    known = metrics()
+    if name not in known:
+        raise MetricError(f"unknown metric {name!r} (--only); known: {', '.join(known)}")
+    return known[name].roles

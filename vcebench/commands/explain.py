@@ -28,6 +28,7 @@ import numpy as np
 
 from vcebench.cli import add_config_arg
 from vcebench.io import load_npz, save_npz, to_uint8, write_json
+from vcebench.registry import builtin_method_names
 
 if TYPE_CHECKING:
     import torch
@@ -43,8 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="generate counterfactuals for one shard, or merge shards",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", help="task name (config key `tasks`)")
-    p.add_argument("--method", help="method name: fire, dime, fastdime, fastdime2, fastdime2plus, maskdime, "
-                                    "<method>_<variant> (config key `variants`)")
+    p.add_argument("--method", help=f"method name: {', '.join(builtin_method_names())}, a plug-in's "
+                                    "(vcebench.registry), or <method>_<variant> (config key `variants`)")
     p.add_argument("--shard", type=int, default=0, help="shard index i (default 0)")
     p.add_argument("--n-shards", type=int, default=1, help="number of shards n (default 1)")
     p.add_argument("--data", default=None, help="rendered dataset folder (default: render / load from config)")
