@@ -40,22 +40,17 @@ def add_config_arg(p: argparse.ArgumentParser) -> None:
                    help="config file(s), later ones deep-merged over earlier (default: config/config.yaml)")
 
 
-from .config import USER_ERRORS  # noqa: E402,F401  (re-exported: the error classes printed as one line)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one verb; user errors (config, data, checkpoints, metrics) print one clear line, exit 2."""
-    from .config import is_user_error
+    from .errors import UserError
 
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, PermissionError) as e:
-        if isinstance(e, (FileNotFoundError, PermissionError)) or is_user_error(e):
-            print(f"vcebench {args.verb}: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
-        raise
+    except (UserError, FileNotFoundError, PermissionError) as e:
+        print(f"vcebench {args.verb}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

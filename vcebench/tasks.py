@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ConfigError, deep_merge
+from .errors import ConfigError
+from .merge import deep_merge
 
 SYNTHETIC_DATASETS = ("synthfaces", "synthxray")
 REAL_DATASETS = ("celeba", "celebahq", "chexpert")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vcebench.cli import add_config_arg
+from vcebench.errors import UserError
 from vcebench.io import load_npz, save_npz, to_uint8, write_json
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 SHARD_RE = re.compile(r"shard-(\d+)-of-(\d+)\.npz$")
 
 
-class ShardError(ValueError):
+class ShardError(UserError, ValueError):
     """Bad shard arguments or an inconsistent set of shard files; the message says which."""
 
 

@@ -23,13 +23,14 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..errors import UserError
 from ..io import atomic_path, write_json
 
 CHECKPOINT = "checkpoint.pt"
 FORMAT = "vcebench-synthetic-v1"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be loaded for a role; the message names role, path and mismatch."""
 
 

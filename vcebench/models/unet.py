@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vcebench.errors import UserError
 from vcebench.io import atomic_path
 
 # Settings of the generative roles, key -> type: what `vcebench.settings` checks (and coerces) when the
@@ -37,7 +38,7 @@ UNET_KEYS = set(UNET_SETTINGS)
 TRAIN_KEYS = set(TRAIN_SETTINGS)
 
 
-class RoleConfigError(ValueError):
+class RoleConfigError(UserError, ValueError):
     """A bad ``models.<dataset>.<role>`` config block; the message names the key."""
 
 

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError
+from ..errors import UserError
 from ..tasks import Task
 from .base import ROLES, BinaryHead, TaskModels, freeze
 from .nets import AutoEncoder, SimSiamNet, SyntheticNet
@@ -24,7 +25,7 @@ from .training import CheckpointError, load_state_strict, read_trained
 TRAINED_ROLES = ("classifier", "oracle", "identity", "perceptual", "simsiam", "fid_features", "ddpm", "pmf")
 
 
-class MissingModelError(FileNotFoundError):
+class MissingModelError(UserError, FileNotFoundError):
     """A trained network that has not been produced yet; the message says which command makes it."""
 
 
