@@ -109,7 +109,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_sees_imports():
     graph = import_graph()
-    assert "vcebench.io" in graph["vcebench.models.training"] or graph["vcebench.cli"], graph
+    assert "vcebench.io" in graph["vcebench.models.checkpoints"]  # `from ..io import ...` (relative)
+    assert "vcebench.models.ddpm" in graph["vcebench.models.recipes"]  # inside a function
+    assert "vcebench.commands.evaluate" in graph["vcebench.commands.tune"]
     assert len(graph) > 50
 
 
@@ -118,11 +120,17 @@ def test_no_import_circles():
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
 
 
-def test_packages_point_one_way():
-    """methods/ and metrics/ never import a CLI command module; vcebench/ never imports them
-    outside commands/, the CLI and the registry of methods and metrics."""
+def test_commands_are_imported_only_by_the_cli():
+    """The CLI verbs (``vcebench.commands``) sit on top: no module of ``vcebench/``, ``methods/`` or
+    ``metrics/`` outside them imports one (the CLI registers them; a verb may use another verb)."""
     graph = import_graph()
     for module, targets in graph.items():
-        if module.startswith(("methods", "metrics")):
-            up = sorted(t for t in targets if t.startswith(("vcebench.commands", "vcebench.cli")))
-            assert not up, f"{module} imports {up}"
+        if module.startswith("vcebench.commands") or module == "vcebench.cli":
+            continue
+        up = sorted(t for t in targets if t.startswith("vcebench.commands"))
+        assert not up, f"{module} imports {up}"
+
+
+def test_checker_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -13,6 +13,7 @@ Examples::
     vcebench report --task synthfaces_smile
     vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
     vcebench tune --task synthfaces_smile --data resources/data/synthfaces
+    vcebench benchmark --task synthfaces_smile --n 1000
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import argparse
 import importlib
 import sys
 
-VERBS = ("data", "train", "explain", "import", "evaluate", "profile", "report", "tune")
+VERBS = ("data", "train", "explain", "import", "evaluate", "profile", "report", "tune", "benchmark")
 MODULES = {"import": "import_cf"}  # `import` is a Python keyword
 
 

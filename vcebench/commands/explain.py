@@ -60,14 +60,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except ShardError as e:
-        print(f"vcebench explain: {e}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     if args.merge:
         if not args.out:
             raise ShardError("--merge needs --out (the merged counterfactuals.npz)")
