@@ -19,8 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 from vcebench.cli import add_config_arg
 
 
@@ -40,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from metrics.fid import compute_reference
     from vcebench.config import ConfigError, load_config
     from vcebench.data import eval_split_name, load_split
