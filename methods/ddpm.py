@@ -22,7 +22,22 @@ from torch import Tensor
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
-from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite
+from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite, require
+
+
+@dataclass(frozen=True)
+class GuidedDDPMParams:
+    """The settings every DDPM-family method shares; defaults = DiME's CelebA settings of the reference code."""
+
+    respacing: int = 200
+    start_step: int = 60  # tau, in respaced steps
+    scales: tuple[float, ...] = (8.0, 10.0, 15.0)  # classifier scales, tried in turn until the CF flips
+    l1: float = 0.05
+    perc: float = 30.0
+
+    def validate(self, section: str) -> None:
+        require(1 <= self.start_step < self.respacing, section,
+                f"start_step must be in [1, respacing) = [1, {self.respacing}), got {self.start_step}")
 
 
 def space_timesteps(num_train_timesteps: int, respacing: int) -> list[int]:

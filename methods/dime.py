@@ -18,24 +18,13 @@ from torch import Tensor
 from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
-from .base import require
-from .ddpm import DDPMMethod, Schedule, denoise, sample_step
+from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule, denoise, sample_step
 from .guidance import guidance_grads, l1_grad
 
 
 @dataclass(frozen=True)
-class DimeParams:
+class DimeParams(GuidedDDPMParams):
     """DiME hyperparameters; defaults = the CelebA settings of the reference code."""
-
-    respacing: int = 200
-    start_step: int = 60  # tau, in respaced steps
-    scales: tuple[float, ...] = (8.0, 10.0, 15.0)
-    l1: float = 0.05
-    perc: float = 30.0
-
-    def validate(self, section: str) -> None:
-        require(1 <= self.start_step < self.respacing, section,
-                f"start_step must be in [1, respacing) = [1, {self.respacing}), got {self.start_step}")
 
 
 def dime_attempt(models: TaskModels, sched: Schedule, p: DimeParams, x: Tensor, target: Tensor,

@@ -24,28 +24,22 @@ from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
 from .base import require
-from .ddpm import DDPMMethod, Schedule, sample_step
+from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule, sample_step
 from .guidance import guidance_grads, l1_grad
 from .masks import difference_mask
 
 
 @dataclass(frozen=True)
-class FastDimeParams:
+class FastDimeParams(GuidedDDPMParams):
     """FastDiME hyperparameters; defaults = the CelebA settings of the reference code."""
 
-    respacing: int = 200
-    start_step: int = 60
-    scales: tuple[float, ...] = (8.0, 10.0, 15.0)
-    l1: float = 0.05
-    perc: float = 30.0
     mask_threshold: float = 0.15
     mask_dilation: int = 5  # odd max-pool kernel
     warmup_steps: int = 30  # guided steps before the self-optimised mask starts
     scale_grads: bool = False  # divide guidance gradients by sqrt(abar_t) (reference default: no)
 
     def validate(self, section: str) -> None:
-        require(1 <= self.start_step < self.respacing, section,
-                f"start_step must be in [1, respacing) = [1, {self.respacing}), got {self.start_step}")
+        super().validate(section)
         require(self.mask_dilation % 2 == 1, section, f"mask_dilation must be odd, got {self.mask_dilation}")
 
 

@@ -22,28 +22,22 @@ from vcebench.models.base import TaskModels
 from vcebench.rng import SampleGenerators
 
 from .base import require
-from .ddpm import DDPMMethod, Schedule
+from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule
 from .guidance import guidance_grads, l1_grad
 from .masks import nested_topk
 
 
 @dataclass(frozen=True)
-class MaskDimeParams:
+class MaskDimeParams(GuidedDDPMParams):
     """MaskDiME hyperparameters; defaults = the CelebA settings of the reference ``test.sh``."""
 
-    respacing: int = 200
-    start_step: int = 60
-    scales: tuple[float, ...] = (8.0, 10.0, 15.0)
-    l1: float = 0.05
-    perc: float = 30.0
     k: float = 0.05  # top-k ratio of H*W for the noisy-state mask Mz
     rho: float = 0.5  # share of the top-k kept for the clean-image mask Mx
     dilation: int = 5  # odd square kernel
     grad_scale: float = 8.0  # s in g = s (g_cls + g_dist)
 
     def validate(self, section: str) -> None:
-        require(1 <= self.start_step < self.respacing, section,
-                f"start_step must be in [1, respacing) = [1, {self.respacing}), got {self.start_step}")
+        super().validate(section)
         require(self.dilation % 2 == 1, section, f"dilation must be odd, got {self.dilation}")
         require(0 < self.k <= 1 and 0 < self.rho <= 1, section, "k and rho must be in (0, 1]")
 

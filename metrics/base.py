@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from vcebench.errors import UserError
+
 from .bootstrap import Resamples, Samples, weighted_means
 
 Subset = Literal["all", "successful", "correct", "correct_successful"]
@@ -27,7 +29,7 @@ SUBSETS: dict[str, str] = {
 }
 
 
-class MetricError(ValueError):
+class MetricError(UserError, ValueError):
     """Input a metric cannot evaluate honestly (mismatched ids, too few samples, bad shapes)."""
 
 

@@ -107,7 +107,7 @@ def make_released_weights(out: str | Path, kind: str = "faces", seed: int = 0) -
     """
     import torch
 
-    from vcebench.models.canonical import ACEOracle, DiMEDenseNet, fid_inception, simsiam_encoder, vgg19_features
+    from vcebench.models.canonical_nets import ACEOracle, DiMEDenseNet, fid_inception, simsiam_encoder, vgg19_features
     from vcebench.models.guided_unet import GuidedUNet
 
     out = Path(out)

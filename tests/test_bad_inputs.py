@@ -151,7 +151,7 @@ def test_remaining_type_and_value_errors_name_the_settings(monkeypatch, tmp_path
     """What the typed check cannot see (a value the network or method constructor rejects) still ends in a
     ConfigError naming the settings, not a traceback."""
     import methods
-    from vcebench.models import trainers
+    from vcebench.models import recipes as trainers
 
     def bad_trainer(settings, splits, out, **kw):
         raise TypeError("unsupported operand type(s) for *: 'NoneType' and 'int'")
@@ -179,7 +179,7 @@ def test_remaining_type_and_value_errors_name_the_settings(monkeypatch, tmp_path
 def _pmf_run(cfg_role: dict, out: Path, stop_at: int | None = None):
     from tests.test_models_generative import _images
     from vcebench.models.pmf import build_pmf, meanflow_loss
-    from vcebench.models.unet import train_loop
+    from vcebench.models.training import train_generative as train_loop
 
     torch.manual_seed(0)
     pmf = build_pmf(cfg_role, 3, 8)
@@ -223,7 +223,7 @@ def test_corrupt_training_state_is_set_aside(tmp_path, capfd):
     assert (state.parent / "state.pt.corrupt").read_bytes() == b"PK\x03\x04 truncated"
     assert "unreadable checkpoint" in capfd.readouterr().err
     # the classifier-family loop resumes through the same function
-    from vcebench.models.training import load_resume_state
+    from vcebench.models.checkpoints import load_resume_state
 
     bad = tmp_path / "checkpoint.pt"
     bad.write_bytes(b"garbage")
@@ -235,11 +235,11 @@ def test_corrupt_training_state_is_set_aside(tmp_path, capfd):
 @pytest.fixture(scope="module")
 def evalset(tmp_path_factory):
     """A small synthfaces config (n_eval 16), stand-in networks and a checked counterfactuals.npz."""
-    from metrics.benchmark import fake_counterfactuals, standin_models
     from vcebench.commands.explain import shard_ids
     from vcebench.config import load_config
     from vcebench.data import load_split
     from vcebench.io import input_fingerprint
+    from vcebench.standins import fake_counterfactuals, standin_models
 
     d = tmp_path_factory.mktemp("evalset")
     (d / "small.yaml").write_text("threads: 1\nn_eval: 16\ndatasets:\n  synthfaces: {n_identities: 40, "

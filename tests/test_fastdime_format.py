@@ -8,7 +8,8 @@ import pickle
 import pytest
 import torch
 
-from vcebench.models.canonical import CheckpointError, load_canonical
+from vcebench.models.canonical import load_canonical
+from vcebench.models.checkpoints import CheckpointError
 from vcebench.models.ddpm import UNetDDPM
 from vcebench.models.fastdime_unet import FastDiMEUNet, UnsafePickleError, read_plain_pickle
 from vcebench.tasks import Task

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from methods.ddpm import Schedule
 from vcebench.config import ConfigError
-from vcebench.models.canonical import CheckpointError, load_canonical
+from vcebench.models.canonical import load_canonical
+from vcebench.models.checkpoints import CheckpointError
 from vcebench.models.ddpm import EpsDDPM, UNetDDPM
 from vcebench.models.guided_unet import AttentionBlock, GuidedUNet, betas_for, resolve_flags
 from vcebench.tasks import Task

@@ -10,10 +10,10 @@ import torch
 from PIL import Image
 
 import vcebench.models
-from metrics.benchmark import fake_counterfactuals, standin_models
 from vcebench.cli import main
 from vcebench.commands.import_cf import DIME_GROUPS, ImportFolderError, import_folder
 from vcebench.io import from_uint8, load_npz, save_npz
+from vcebench.standins import fake_counterfactuals, standin_models
 
 N_EVAL = 24
 

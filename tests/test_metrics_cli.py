@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import vcebench.models
-from metrics.benchmark import fake_counterfactuals, standin_models
 from vcebench.cli import main
 from vcebench.io import load_npz, save_npz
+from vcebench.standins import fake_counterfactuals, standin_models
 
 TASK = "synthfaces_smile"
 

@@ -19,7 +19,8 @@ def test_inception_features_match_cleanfid_legacy_pytorch(tmp_path, monkeypatch)
 
     from vcebench.config import load_config
     from vcebench.io import from_uint8
-    from vcebench.models.canonical import fid_inception, load_canonical
+    from vcebench.models.canonical import load_canonical
+    from vcebench.models.canonical_nets import fid_inception
     from vcebench.tasks import get_task
 
     torch.manual_seed(0)

@@ -244,7 +244,7 @@ def test_sample_tr_covers_fire_use():
 
 def test_training_is_deterministic_and_resumes(tmp_path: Path):
     """Two runs with one seed give identical weights; an interrupted run resumes to the same weights."""
-    from vcebench.models.unet import train_loop
+    from vcebench.models.training import train_generative as train_loop
 
     imgs = _images(24)
     cfg = _pmf_cfg(steps=4, checkpoint_every=2)
@@ -297,7 +297,7 @@ def test_pmf_quality_gate_checks_fid_mse_and_labels(trained: dict):
 
 
 def test_evaluate_generative_adds_fid_with_a_feature_function(trained: dict):
-    from vcebench.models.unet import evaluate_generative
+    from vcebench.models.recipes import evaluate_generative
 
     def feats(x: torch.Tensor) -> torch.Tensor:  # a dummy extractor: channel means and stds
         return torch.cat([x.mean((2, 3)), x.std((2, 3))], 1)
@@ -332,7 +332,7 @@ def test_label_kept_is_one_for_a_constant_classifier():
 def test_gate_judges_labels_kept_against_tweedie_at_each_tasks_fire_t():
     """`fire_t` adds, per attribute, the labels kept by G and by Tweedie at that task's FiRe level; the label
     check passes when G keeps at least Tweedie's rate less 2 points there; the 95 % bar is only reported."""
-    from vcebench.models.pmf import gate
+    from vcebench.models.generative_eval import gate
 
     def row(pmf_kept: float, tw_kept: float) -> dict:
         return {"mse": 1.0, "sharpness_ratio": 0.9, "fid": 1.0, "mse_ratio_vs_tweedie": 1.0,
@@ -350,7 +350,7 @@ def test_gate_judges_labels_kept_against_tweedie_at_each_tasks_fire_t():
 
 
 def test_gate_fid_is_reported_not_enforced_when_asked():
-    from vcebench.models.pmf import gate
+    from vcebench.models.generative_eval import gate
 
     row = {"mse": 1.0, "sharpness_ratio": 0.9, "fid": 3.0, "mse_ratio_vs_tweedie": 1.0,
            "ddpm_tweedie": {"mse": 1.0, "sharpness_ratio": 0.5, "fid": 2.0}}

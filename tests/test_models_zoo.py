@@ -13,6 +13,8 @@ from vcebench.config import ConfigError, deep_merge
 from vcebench.data.base import Split
 from vcebench.frechet import feature_frechet_distance as frechet_distance
 from vcebench.models import CheckpointError, MissingModelError, load_task_models, load_trained_net
+from vcebench.models.augment import augment, gaussian_blur, pgd
+from vcebench.models.checkpoints import save_trained
 from vcebench.models.classifier import train_classifier
 from vcebench.models.features import train_fid_features
 from vcebench.models.identity import train_identity, verification_pairs
@@ -20,7 +22,7 @@ from vcebench.models.nets import SyntheticNet
 from vcebench.models.oracle import train_oracle
 from vcebench.models.perceptual import train_perceptual
 from vcebench.models.simsiam import train_simsiam
-from vcebench.models.training import augment, gaussian_blur, pgd, save_trained, train_loop
+from vcebench.models.training import train_loop
 
 FACE_ATTRS = ["Smiling", "Young", "Male"]
 TINY = {"width": 4, "blocks": 1, "steps": 24, "batch": 16, "lr": 1e-2}
@@ -58,7 +60,7 @@ def xray_splits():
 def zoo(tmp_path_factory, face_splits, xray_splits):
     """Tiny trained models for both kinds of dataset, in the resources/models layout."""
     root = tmp_path_factory.mktemp("models")
-    from vcebench.models.trainers import TRAINERS
+    from vcebench.models.recipes import TRAINERS
 
     def settings(role, **kw):
         return {**TRAINERS[role][0], **TINY, **kw}
@@ -217,7 +219,7 @@ def test_real_task_needs_weights(cfg):
 
 
 def test_unknown_training_key_is_rejected(cfg, tmp_path):
-    from vcebench.models.trainers import train_role
+    from vcebench.models.recipes import train_role
 
     bad = deep_merge(cfg, {"models": {"synthfaces": {"classifier": {"stpes": 3}}}})
     with pytest.raises(ConfigError, match=r"models\.synthfaces\.classifier\.stpes.*steps"):

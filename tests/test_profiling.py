@@ -149,8 +149,9 @@ def _fire_params(cfg, **over):
 
 def test_fire_profile_on_tiny_models_matches_algorithm_nfe(cfg):
     from methods import get_method
-    from vcebench.paper_scale import fire_nfe, tiny_standins
+    from vcebench.paper_nfe import fire_nfe
     from vcebench.rng import SampleGenerators
+    from vcebench.standins import tiny_standins
 
     models = tiny_standins()
     method = get_method("fire", _fire_params(cfg))
@@ -170,7 +171,7 @@ def test_fire_profile_on_tiny_models_matches_algorithm_nfe(cfg):
 
 
 def test_paper_nfe_counters_match_analytic_counts(cfg):
-    from vcebench.paper_scale import measured_paper_nfe
+    from vcebench.paper_nfe import measured_paper_nfe
 
     out = measured_paper_nfe(cfg, methods=("fire", "maskdime", "fastdime2plus"))
     for name, d in out.items():
@@ -179,7 +180,7 @@ def test_paper_nfe_counters_match_analytic_counts(cfg):
 
 
 def test_ddpm_family_nfe_follows_the_reference_loops():
-    from vcebench.paper_scale import ddpm_family_nfe
+    from vcebench.paper_nfe import ddpm_family_nfe
 
     dime = ddpm_family_nfe("dime", 60)
     assert dime["unet"]["fwd"] == 60 + sum(range(60))  # guided step + recursive unguided denoising
@@ -188,7 +189,9 @@ def test_ddpm_family_nfe_follows_the_reference_loops():
 
 
 def test_paper_scale_report_is_consistent_with_its_own_table():
-    from vcebench.paper_scale import CELEBA, fire_nfe, flops_from_nfe, format_markdown, paper_scale_report
+    from vcebench.paper_nets import CELEBA
+    from vcebench.paper_nfe import fire_nfe
+    from vcebench.paper_scale import flops_from_nfe, format_markdown, paper_scale_report
 
     r = paper_scale_report("celeba", fvcore=False)
     calls = r["networks"]
@@ -208,7 +211,7 @@ def tiny_load(monkeypatch, cfg):
     """Replace data + trained-model loading by tiny stand-ins (the profile logic is what is tested)."""
     from methods import get_method
     from vcebench.commands import profile as cmd
-    from vcebench.paper_scale import tiny_standins
+    from vcebench.standins import tiny_standins
     from vcebench.tasks import get_task
 
     def fake_load(cfg_, task_name, method_name, *, n, device, data_dir, model_dir, overrides):

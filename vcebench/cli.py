@@ -13,6 +13,7 @@ Examples::
     vcebench report --task synthfaces_smile
     vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
     vcebench tune --task synthfaces_smile --data resources/data/synthfaces
+    vcebench benchmark --task synthfaces_smile --n 1000
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import argparse
 import importlib
 import sys
 
-VERBS = ("data", "train", "explain", "import", "evaluate", "profile", "report", "tune")
+VERBS = ("data", "train", "explain", "import", "evaluate", "profile", "report", "tune", "benchmark")
 MODULES = {"import": "import_cf"}  # `import` is a Python keyword
 
 
@@ -40,22 +41,17 @@ def add_config_arg(p: argparse.ArgumentParser) -> None:
                    help="config file(s), later ones deep-merged over earlier (default: config/config.yaml)")
 
 
-from .config import USER_ERRORS  # noqa: E402,F401  (re-exported: the error classes printed as one line)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one verb; user errors (config, data, checkpoints, metrics) print one clear line, exit 2."""
-    from .config import is_user_error
+    from .errors import UserError
 
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, PermissionError) as e:
-        if isinstance(e, (FileNotFoundError, PermissionError)) or is_user_error(e):
-            print(f"vcebench {args.verb}: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
-        raise
+    except (UserError, FileNotFoundError, PermissionError) as e:
+        print(f"vcebench {args.verb}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

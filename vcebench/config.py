@@ -8,55 +8,17 @@ later files are deep-merged over earlier ones, then validated against
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
-import os
 import types
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 
+from .errors import ConfigError, settings_errors  # noqa: F401 (the config's errors, imported from here too)
+from .merge import deep_merge
+
 DEFAULT_CONFIG = Path("config/config.yaml")
-
-
-class ConfigError(ValueError):
-    """A problem with the user's configuration; the message says which key and what to do."""
-
-
-# Error classes (by name, anywhere in the exception's MRO) that are the user's to fix: the CLI prints
-# their message as one line (exit 2) instead of a traceback.
-USER_ERRORS = ("ConfigError", "DatasetError", "CheckpointError", "RoleConfigError", "MissingModelError",
-               "ShardError", "MetricError", "InsufficientSamples", "ImportFolderError")
-
-
-def is_user_error(e: BaseException) -> bool:
-    return any(c.__name__ in USER_ERRORS for c in type(e).__mro__)
-
-
-@contextlib.contextmanager
-def settings_errors(what: str):
-    """Turn a ``TypeError`` / ``ValueError`` raised while settings are in use (building a method or a
-    network, training a role) into a :class:`ConfigError` that starts with ``what`` (the config key).
-    User errors pass unchanged; ``VCEBENCH_TRACEBACK=1`` keeps the original exception (debugging)."""
-    try:
-        yield
-    except (TypeError, ValueError) as e:
-        if is_user_error(e) or os.environ.get("VCEBENCH_TRACEBACK"):
-            raise
-        raise ConfigError(f"{what}: {type(e).__name__}: {e} "
-                          f"(set VCEBENCH_TRACEBACK=1 for the traceback)") from e
-
-
-def deep_merge(base: dict, override: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in (override or {}).items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
 
 
 def schema_path(config_path: Path | None = None) -> Path:

@@ -56,14 +56,8 @@ import torch
 from torch import Tensor
 
 from vcebench.models.base import TaskModels
-from vcebench.paper_scale import (
-    CELEBA,
-    PAPER_MINUTES_1000,
-    PaperSetting,
-    build_networks,
-    flops_from_nfe,
-    per_call_flops,
-)
+from vcebench.paper_nets import CELEBA, PaperSetting, build_networks
+from vcebench.paper_scale import PAPER_MINUTES_1000, flops_from_nfe, per_call_flops
 from vcebench.tasks import split_method
 
 # Small networks with the same structure, for running the code path on a CPU (tests).

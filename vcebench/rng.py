@@ -24,6 +24,19 @@ def sample_seed(seed: int, sample_id: int, stream: str = "") -> int:
     return int.from_bytes(h, "little") & ((1 << 63) - 1)
 
 
+def step_seed(seed: int, step: int, stream: int = 0) -> int:
+    """The 63-bit seed of one training step: a function of (seed, step, stream) only, so a resumed
+    training run draws exactly what an uninterrupted one draws."""
+    return (int(seed) * 1_000_003 + int(step) * 7919 + int(stream) * 104_729) % (2**63 - 1)
+
+
+def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
+    """A CPU generator seeded with :func:`step_seed`."""
+    g = torch.Generator()
+    g.manual_seed(step_seed(seed, step, stream))
+    return g
+
+
 class SampleGenerators:
     """One generator per sample (on ``device``, the CPU by default); draws are stacked along the batch."""
 

@@ -5,7 +5,7 @@ The JSON schema (``config/schema.yaml``) leaves ``method_defaults``, ``fire_vari
 
 - methods: the hyperparameter dataclass of each method (``methods.params_class``, parsed by
   ``methods.base.parse_params``), including its ``validate`` ranges;
-- trained synthetic roles: the code defaults (``vcebench.models.trainers.TRAINERS``; a setting's type is
+- trained synthetic roles: the code defaults (``vcebench.models.recipes.TRAINERS``; a setting's type is
   its default's type);
 - ``ddpm`` / ``pmf``: ``DDPM_SETTINGS`` / ``PMF_SETTINGS`` / ``UNET_SETTINGS`` (key -> type);
 - canonical weights (``weights:``): ``vcebench.models.canonical.SPEC_KEYS``.
@@ -167,7 +167,7 @@ def _typed_settings(section: str, spec: dict, types: dict[str, Any], strict_keys
 
 def role_setting_types(role: str) -> dict[str, Any] | None:
     """Key -> type of the training settings of a trained role (None: not a trainable role)."""
-    from .models.trainers import TRAINERS
+    from .models.recipes import TRAINERS
 
     if role == "ddpm":
         from .models.ddpm import DDPM_SETTINGS

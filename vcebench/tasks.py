@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import registry
-from .config import ConfigError, deep_merge
+from .errors import ConfigError
+from .merge import deep_merge
 
 # the datasets of vcebench.registry.DATASETS, by what they are
 SYNTHETIC_DATASETS = tuple(d for d, (_, synthetic) in registry.DATASETS.items() if synthetic)

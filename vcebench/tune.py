@@ -17,24 +17,21 @@ the date, the whole sweep table) is what the default run reads (``protocol.use_t
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import math
-import time
 import zlib
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import registry
 from .config import ConfigError
-from .tasks import Task, get_task, method_params, split_method
+from .tasks import split_method
 
 FALLBACK = "no setting meets every bound: smallest total shortfall below the bounds, then lowest {minimize}"
 
 
-def _round(v: float) -> float:
+def round_value(v: float) -> float:
+    """``v`` to 4 significant digits (how the tuned file and the sweep table store numbers)."""
     return float(f"{v:.4g}")
 
 
@@ -68,13 +65,13 @@ def candidate_settings(space: dict[str, dict], untuned: dict[str, Any], n: int, 
                     raise ConfigError(f"tune.space.{method}.{name}: relative, but {method} has no `{name}`")
                 base = untuned[name]
                 if isinstance(base, (list, tuple)):
-                    setting[name] = [_round(float(b) * v) for b in base]
+                    setting[name] = [round_value(float(b) * v) for b in base]
                 elif isinstance(base, bool) or not isinstance(base, (int, float)):
                     raise ConfigError(f"tune.space.{method}.{name}: relative needs a number, got {base!r}")
                 else:
-                    setting[name] = int(round(base * v)) if isinstance(base, int) else _round(base * v)
+                    setting[name] = int(round(base * v)) if isinstance(base, int) else round_value(base * v)
             else:
-                setting[name] = _round(v)
+                setting[name] = round_value(v)
         out.append(setting)
     return out
 
@@ -125,114 +122,6 @@ def tune_methods(cfg: dict) -> list[str]:
         if base not in out and not is_baseline(base):
             out.append(base)
     return out
-
-
-def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_dir: str = "resources/models",
-             work_dir: str | Path = "results/tune", method_names: list[str] | None = None,
-             progress: bool = True, log=print) -> dict[str, Any]:
-    """Sweep every method of ``task`` on the tuning split; returns the tuned-file content."""
-    import torch
-
-    import methods
-
-    from .commands.evaluate import evaluate_task, write_reference
-    from .commands.explain import generate
-    from .data import eval_split_name, load_split, tune_split_name
-    from .models import load_task_models
-    from .protocol import check_ddpm_schedule, resolve_method
-    from .runtime import setup_torch
-
-    t_start = time.perf_counter()
-    task = get_task(cfg, task) if isinstance(task, str) else task
-    tc = dict(cfg.get("tune") or {})
-    n, n_settings, seed = int(tc.get("n", 48)), int(tc.get("n_settings", 8)), int(tc.get("seed", 0))
-    rule = dict(tc.get("select") or {"minimize": "FID"})
-    wanted = list(tc.get("metrics") or ["FID", "FR", "FR_oracle"])
-    for k in [rule["minimize"], *(rule.get("require") or {})]:
-        if k not in wanted:
-            wanted.append(k)
-    known = registry.metrics()
-    unknown = [k for k in wanted if k not in known]
-    if unknown:
-        raise ConfigError(f"tune.metrics / tune.select: unknown metric(s) {unknown}; known: {', '.join(known)}")
-    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
-    split_name = tune_split_name(task.dataset)
-    if split_name == eval_split_name(task.dataset):
-        raise ConfigError(f"{task.name}: the tuning split must not be the evaluation split ({split_name})")
-    split = load_split(cfg, task.dataset, split_name, data_dir=data_dir)
-    ids = torch.sort(split.sample_ids).values[:n]
-    rows_idx = split.index_of(ids)
-    names = method_names or tune_methods(cfg)
-    roles = {"classifier"} | {r for k in wanted for r in known[k].roles}
-    built = {}
-    for name in names:
-        if split_method(name)[1] is not None:
-            raise ConfigError(f"vcebench tune tunes base methods, not the variant {name!r}")
-        params, _ = resolve_method(cfg, task, name, candidate={})
-        built[name] = methods.get_method(name, params)
-        roles |= set(built[name].roles)
-    models = load_task_models(cfg, task, roles=tuple(sorted(roles)), device=str(device), model_dir=model_dir)
-    if "ddpm" in roles:
-        check_ddpm_schedule(cfg, task.dataset, models.ddpm.alphas_cumprod.cpu().numpy())
-    work = Path(work_dir) / task.name
-    work.mkdir(parents=True, exist_ok=True)
-    ref = work / "fid_ref.npz"
-    write_reference(cfg, task, str(ref), data_dir, model_dir, device, progress=False, split_name=split_name)
-    space_all = (tc.get("space") or {})
-    sweep, picked, settings = [], {}, {}
-    for name in names:
-        untuned = method_params(cfg, task, name, candidate={})
-        space = space_all.get(name) or {}
-        cands = candidate_settings(space, untuned, n_settings, seed, name)
-        rows = []
-        for i, cand in enumerate(cands):
-            params, rec = resolve_method(cfg, task, name, candidate=cand)
-            method = methods.get_method(name, params)
-            npz = work / name / f"setting-{i}.npz"
-            npz.parent.mkdir(parents=True, exist_ok=True)
-            # a finished setting of an interrupted sweep is reused when everything it depends on is the same
-            key = json.dumps({"params": params, "ids": ids.tolist(), "metrics": wanted, "seed": cfg.get("seed"),
-                              "models": {r: models.names.get(r, r) for r in sorted(roles)},
-                              "batch_size": cfg.get("batch_size")}, sort_keys=True, default=str)
-            cached = npz.with_suffix(".row.json")
-            if cached.exists() and json.loads(cached.read_text()).get("key") == key:
-                row = json.loads(cached.read_text())["row"]
-            else:
-                timing = generate(method, lambda idx: split.float_images(rows_idx[idx]), ids, models, cfg, npz,
-                                  device, stream=name)
-                # n_eval = the n tuning inputs: the coverage check expects exactly these ids
-                res = evaluate_task({**cfg, "n_eval": len(ids)}, task, name, str(npz), fid_ref=str(ref),
-                                    data_dir=data_dir, model_dir=model_dir, device=device, only=wanted,
-                                    models=models, split_name=split_name)
-                z = np.load(npz)
-                row = {"method": name, "setting": i, "overrides": cand,
-                       "log_snr": _round(rec["log_snr"]), "t": _round(rec["t"]) if "t" in rec else None,
-                       "start_step": rec.get("start_step"), "respacing": rec.get("respacing"),
-                       "metrics": {k: (None if res["metrics"].get(k) is None else _round(res["metrics"][k]))
-                                   for k in wanted},
-                       "mean_steps": _round(float(z["steps"].mean())), "sec_per_cf": _round(timing["sec_per_cf"])}
-                cached.write_text(json.dumps({"key": key, "row": row}))
-            rows.append(row)
-            if log:
-                log(f"{task.name} {name} setting {i}: {cand or 'untuned'} -> "
-                    + ", ".join(f"{k}={v}" for k, v in row["metrics"].items()))
-        pick, how = select(rows, rule)
-        for r in rows:
-            r["picked"] = r["setting"] == pick
-        settings[name] = dict(rows[pick]["overrides"])
-        picked[name] = {"setting": pick, **how, "metrics": rows[pick]["metrics"], "log_snr": rows[pick]["log_snr"]}
-        sweep += rows
-    return {
-        "task": task.name, "date": _dt.date.today().isoformat(),
-        "rule": {**rule, "fallback": FALLBACK.format(minimize=rule["minimize"])},
-        "validation": {"split": split_name, "n": int(len(ids)), "first_sample_id": int(ids[0]),
-                       "last_sample_id": int(ids[-1]), "evaluation_split": eval_split_name(task.dataset)},
-        "n_settings": n_settings, "seed": seed, "space": {k: space_all.get(k) or {} for k in names},
-        "noise_rule": (cfg.get("protocol") or {}).get("noise", "paper"),
-        "models": {r: models.names.get(r, r) for r in sorted(roles)},
-        "wall_seconds": round(time.perf_counter() - t_start, 1),
-        "settings": settings, "picked": picked, "sweep": sweep,
-    }
 
 
 def merge_tuned(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -57,16 +57,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from metrics import MetricError
-
-    try:
-        return _run(args)
-    except MetricError as e:
-        print(f"vcebench evaluate: {e}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..runtime import setup_torch
     from ..settings import load_settings

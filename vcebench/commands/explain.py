@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vcebench.cli import add_config_arg
+from vcebench.errors import UserError
 from vcebench.io import load_npz, save_npz, to_uint8, write_json
 from vcebench.registry import builtin_method_names
 
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
 SHARD_RE = re.compile(r"shard-(\d+)-of-(\d+)\.npz$")
 
 
-class ShardError(ValueError):
+class ShardError(UserError, ValueError):
     """Bad shard arguments or an inconsistent set of shard files; the message says which."""
 
 
@@ -62,14 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except ShardError as e:
-        print(f"vcebench explain: {e}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     if args.merge:
         if not args.out:
             raise ShardError("--merge needs --out (the merged counterfactuals.npz)")

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from vcebench.cli import add_config_arg
+from vcebench.errors import UserError
 
 LAYOUTS = ("dime", "generic")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -49,7 +50,7 @@ DIME_GROUPS = [(cc, ccf) for cc in ("CC", "IC") for ccf in ("CCF", "ICF")]
 MAX_LISTED = 8
 
 
-class ImportFolderError(ValueError):
+class ImportFolderError(UserError, ValueError):
     """A counterfactual folder that cannot be imported; the message names the files at fault."""
 
 

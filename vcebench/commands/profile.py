@@ -339,13 +339,14 @@ def run_paper_scale(args: argparse.Namespace, cfg: dict) -> int:
 
     from vcebench import paper_scale as ps
     from vcebench.io import atomic_path, write_json
+    from vcebench.paper_nfe import measured_paper_nfe
 
     if not 1.0 <= args.attempts <= 3.0:
         raise ConfigError(f"--attempts is the mean number of classifier scales tried (1 to 3), got {args.attempts}")
     steps = dict(_mean_steps_from(p) for p in (args.fire_steps_from or []))
     measured = None
     if args.measure_nfe:
-        measured = ps.measured_paper_nfe(cfg)
+        measured = measured_paper_nfe(cfg)
     report = ps.paper_scale_report(args.paper_scale, attempts=args.attempts, measured_fire_steps=steps,
                                    measured_nfe=measured, fvcore=not args.no_fvcore)
     report.update({"torch": torch.__version__, "threads": torch.get_num_threads()})

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models.trainers import train_role
+    from ..models.recipes import train_role
     from ..runtime import setup_torch
     from ..settings import load_settings
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..errors import UserError
 from ..io import atomic_path, from_uint8, load_npz, save_npz
 
 SPLIT_NAMES = ("train", "val", "test")
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A missing / malformed dataset; the message names the config key, the path, what was expected
     and where the data comes from."""
 

@@ -5,7 +5,7 @@
 """
 
 from .base import ROLES, BinaryHead, TaskModels, freeze
-from .training import CheckpointError
+from .checkpoints import CheckpointError
 from .zoo import MissingModelError, load_role, load_task_models, load_trained_net
 
 __all__ = ["ROLES", "BinaryHead", "CheckpointError", "MissingModelError", "TaskModels", "freeze", "load_role",
@@ -14,6 +14,6 @@ __all__ = ["ROLES", "BinaryHead", "CheckpointError", "MissingModelError", "TaskM
 
 def train_role(*args, **kwargs):
     """Train one role of a dataset (see :func:`vcebench.commands.train.train_role`)."""
-    from .trainers import train_role as _train_role
+    from .recipes import train_role as _train_role
 
     return _train_role(*args, **kwargs)

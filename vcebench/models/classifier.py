@@ -2,7 +2,7 @@
 
 One network per dataset predicts several binary attributes (sigmoid logits, BCE);
 :class:`~vcebench.models.base.BinaryHead` picks the task's query attribute at load time.
-Trained with flip / shift / blur / noise augmentation (issue 3: the guidance loops must not
+Trained with flip / shift / blur / noise augmentation (the guidance loops must not
 flip a clean-trained CNN with colour blobs) on identity half A of the training split.
 """
 
@@ -16,8 +16,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError
+from ..io import from_uint8
+from .augment import augment
+from .checkpoints import save_trained
 from .nets import SyntheticNet
-from .training import augment, count_params, identity_halves, loss_summary, save_trained, to_float, train_loop
+from .training import count_params, identity_halves, loss_summary, train_loop
 
 CLASSIFIER_DEFAULTS: dict[str, Any] = {
     "arch": "vgg", "width": 16, "blocks": 1, "pool": "avgmax", "attributes": None, "data_half": "A", "steps": 1500,
@@ -57,7 +60,7 @@ def select_rows(split: Any, half: str | None, seed: int = 0) -> Tensor:
 @torch.no_grad()
 def predict_logits(net: nn.Module, images_uint8: Tensor, batch: int = 256) -> Tensor:
     net.eval()
-    out = [net(to_float(images_uint8[i:i + batch]).contiguous(memory_format=torch.channels_last))
+    out = [net(from_uint8(images_uint8[i:i + batch]).contiguous(memory_format=torch.channels_last))
            for i in range(0, images_uint8.shape[0], batch)]
     return torch.cat(out)
 
@@ -99,7 +102,7 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
 
     def step(_: int) -> Tensor:
         idx = torch.randint(0, images.shape[0], (settings["batch"],))
-        x = augment(to_float(images[idx]), settings.get("noise", 0.0), settings.get("blur", 0.0),
+        x = augment(from_uint8(images[idx]), settings.get("noise", 0.0), settings.get("blur", 0.0),
                     settings.get("shift", 0), settings.get("flip", False))
         x = x.contiguous(memory_format=torch.channels_last)
         y = labels[idx]

@@ -20,22 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vcebench.frechet import feature_frechet_distance
-from vcebench.io import write_json
-from vcebench.models.unet import (
-    TRAIN_SETTINGS,
-    batched,
-    build_unet,
-    check_role_keys,
-    remove_checkpoint,
-    replace_dir,
-    require,
-    save_grid,
-    sharpness_ratio,
-    to_float_images,
-    train_loop,
-    unet_kwargs,
-)
+from ..io import write_json
+from .checkpoints import remove_checkpoint, replace_dir
+from .generative_eval import batched, generative_quality, save_grid
+from .training import TRAIN_SETTINGS, to_float_images, train_generative
+from .unet import build_unet, check_role_keys, require, unet_kwargs
 
 DDPM_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "num_train_timesteps": int, "beta_start": float,
                                  "beta_end": float, "beta_schedule": str, "eval_images": int, "sample_steps": int,
@@ -271,18 +260,6 @@ def tweedie_at(ddpm: DiffusersDDPM, x: Tensor, t_flow: float, generator: torch.G
     return batched(lambda zz: ddpm.tweedie(zz, torch.full((zz.shape[0],), t)), z), eps
 
 
-def generative_quality(fake: Tensor, real: Tensor, feature_fn: Callable[[Tensor], Tensor] | None = None,
-                       feature_name: str | None = None) -> dict[str, float | str]:
-    """Realism of generated / predicted images vs real ones: sharpness ratio (always) and
-    FID on ``feature_fn`` features (when given; its name travels with the number)."""
-    out: dict[str, float | str] = {"sharpness_ratio": sharpness_ratio(fake, real)}
-    if feature_fn is not None:
-        with torch.no_grad():
-            out["fid"] = feature_frechet_distance(batched(feature_fn, fake), batched(feature_fn, real))
-        out["fid_features"] = feature_name or getattr(feature_fn, "name", type(feature_fn).__name__)
-    return out
-
-
 def evaluate_ddpm(ddpm: DiffusersDDPM, val: Tensor, seed: int, n_samples: int = 64, sample_steps: int = 50,
                   feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
                   t_flow: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)) -> tuple[dict[str, Any], Tensor]:
@@ -326,7 +303,7 @@ def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: 
         z = a.sqrt() * x + (1 - a).sqrt() * eps
         return F.mse_loss(unet(z, t).sample, eps)
 
-    shadow, stats = train_loop(ddpm.unet, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "ddpm", progress)
+    shadow, stats = train_generative(ddpm.unet, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "ddpm", progress)
     ddpm.unet.load_state_dict(shadow)
     ddpm.unet = ddpm.unet.to(memory_format=torch.contiguous_format).eval()
 

@@ -20,8 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..frechet import feature_frechet_distance as frechet_distance
+from ..io import from_uint8
+from .augment import gaussian_blur
+from .checkpoints import save_trained
 from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
-from .training import gaussian_blur, save_trained, to_float
 
 FID_DEFAULTS: dict[str, Any] = {
     **CLASSIFIER_DEFAULTS, "arch": "vgg", "pool": "avg", "width": 24, "embed_dim": 128, "attributes": "all",
@@ -71,7 +73,7 @@ def train_fid_features(settings: dict, splits: dict, out_dir: str | Path, *, dat
     config["feature_dim"] = settings["embed_dim"]
     train, test = splits["train"], splits["test"]
     n = min(2000, train.images.shape[0], test.images.shape[0])
-    xr, xt = to_float(train.images[:n]), to_float(test.images[:n])
+    xr, xt = from_uint8(train.images[:n]), from_uint8(test.images[:n])
     g = torch.Generator().manual_seed(0)
     fr = extract(net, xr)
     checks = {

@@ -14,8 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..io import from_uint8
+from .augment import augment
+from .checkpoints import save_trained
 from .nets import SyntheticNet
-from .training import augment, count_params, loss_summary, save_trained, to_float, train_loop
+from .training import count_params, loss_summary, train_loop
 
 IDENTITY_DEFAULTS: dict[str, Any] = {
     "arch": "vgg", "width": 16, "blocks": 1, "pool": "avg", "embed_dim": 64, "steps": 900, "batch": 64, "lr": 3e-3,
@@ -62,7 +65,7 @@ def verification_pairs(identity: Tensor, n_pairs: int, seed: int) -> tuple[Tenso
 @torch.no_grad()
 def embed(net: SyntheticNet, images_uint8: Tensor, batch: int = 256) -> Tensor:
     net.eval()
-    out = [F.normalize(net.features(to_float(images_uint8[i:i + batch])), dim=1)
+    out = [F.normalize(net.features(from_uint8(images_uint8[i:i + batch])), dim=1)
            for i in range(0, images_uint8.shape[0], batch)]
     return torch.cat(out)
 
@@ -99,7 +102,7 @@ def train_identity(settings: dict, splits: dict, out_dir: str | Path, *, dataset
 
     def step(_: int) -> Tensor:
         idx = torch.randint(0, images.shape[0], (settings["batch"],))
-        x = augment(to_float(images[idx]), settings["noise"], settings["blur"], settings["shift"], settings["flip"])
+        x = augment(from_uint8(images[idx]), settings["noise"], settings["blur"], settings["shift"], settings["flip"])
         return model.loss(x.contiguous(memory_format=torch.channels_last), y_all[idx], settings["scale"],
                           settings["margin"])
 

@@ -21,6 +21,15 @@ from torch import Tensor, nn
 Arch = Literal["resnet", "vgg"]
 
 
+def sequential_maps(layers: nn.ModuleList, x: Tensor) -> list[Tensor]:
+    """Run ``layers`` one after the other; the output of each (the feature maps a perceptual distance reads)."""
+    maps, h = [], x
+    for layer in layers:
+        h = layer(h)
+        maps.append(h)
+    return maps
+
+
 def _conv_bn(ci: int, co: int, stride: int = 1) -> list[nn.Module]:
     return [nn.Conv2d(ci, co, 3, stride, 1, bias=False), nn.BatchNorm2d(co)]
 
@@ -91,11 +100,7 @@ class VGGTrunk(nn.Module):
         self.feature_dim = ws[-1] * (2 if pool == "avgmax" else 1)
 
     def feature_maps(self, x: Tensor) -> list[Tensor]:
-        maps, h = [], x
-        for s in self.stages:
-            h = s(h)
-            maps.append(h)
-        return maps
+        return sequential_maps(self.stages, x)
 
     def forward(self, x: Tensor) -> Tensor:
         return global_pool(self.feature_maps(x)[-1], self.pool)
@@ -176,11 +181,7 @@ class AutoEncoder(nn.Module):
             nn.Conv2d(ws[0], in_channels, 3, 1, 1))
 
     def feature_maps(self, x: Tensor) -> list[Tensor]:
-        maps, h = [], x
-        for layer in self.enc:
-            h = layer(h)
-            maps.append(h)
-        return maps
+        return sequential_maps(self.enc, x)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.dec(self.feature_maps(x)[-1])
@@ -189,3 +190,14 @@ class AutoEncoder(nn.Module):
 def normalize_channels(f: Tensor, eps: float = 1e-10) -> Tensor:
     """Unit-normalise feature vectors along channels (LPIPS, Zhang et al. 2018, Eq. 1)."""
     return f / torch.sqrt((f * f).sum(dim=1, keepdim=True) + eps)
+
+
+class AttributeClassifier(nn.Module):
+    """``oracle(x) -> (N, A)`` attribute logits, with ``attribute_names`` and ``name``."""
+
+    def __init__(self, net: nn.Module, attribute_names: list[str], name: str = ""):
+        super().__init__()
+        self.net, self.attribute_names, self.name = net, list(attribute_names), name
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)

@@ -18,8 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..io import from_uint8
+from .augment import pgd
+from .checkpoints import save_trained
 from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
-from .training import pgd, save_trained, to_float
 
 ORACLE_DEFAULTS: dict[str, Any] = {
     **CLASSIFIER_DEFAULTS, "arch": "resnet", "width": 12, "attributes": "all", "data_half": "B", "seed": 23,
@@ -103,7 +105,7 @@ def fooling_rate(classifier: nn.Module, clf_names: list[str], oracle: nn.Module,
         n = n_flip = n_fooled = 0
         per_eps = {str(e): 0 for e in ladder}
         for s in range(0, images_uint8.shape[0], batch):
-            x = to_float(images_uint8[s:s + batch])
+            x = from_uint8(images_uint8[s:s + batch])
             with torch.no_grad():
                 pred = classifier(x)[:, ci] > 0
                 opred = oracle(x)[:, oi] > 0

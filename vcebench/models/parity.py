@@ -5,7 +5,7 @@ FiRe's t, each DDPM baseline's start step; calibrated and paper rows), the PMF's
 G(z_t, t) and the DDPM's Tweedie estimate are computed from the SAME noise on validation images:
 ``z_flow = (1 - t) x + t eps`` and ``z_ddpm = sqrt(abar) x + sqrt(1 - abar) eps`` at the train timestep
 whose log-SNR is nearest. Reported per log-SNR: MSE, FID (the dataset's fid_features) and the share of
-each task's classifier labels kept, for both. The pmf label gate of issue 12 is judged at each task's FiRe
+each task's classifier labels kept, for both. The pmf label gate is judged at each task's FiRe
 operating noise: the PMF keeps at least the Tweedie rate less 2 points (``pmf.LABEL_MARGIN``). Nothing is
 retrained.
 
@@ -50,9 +50,7 @@ def measure(cfg: dict, dataset: str, model_dir: str = "resources/models", data_d
             n: int = 256, seed: int = 0) -> dict[str, Any]:
     from ..data import load_split
     from ..protocol import ddpm_log_snr, flow_t
-    from .ddpm import generative_quality
-    from .pmf import LABEL_MARGIN, label_kept, predicted_labels
-    from .unet import batched
+    from .generative_eval import LABEL_MARGIN, batched, generative_quality, label_kept, predicted_labels
     from .zoo import load_role
 
     points = operating_points(cfg, dataset)

@@ -17,8 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .nets import AutoEncoder, normalize_channels
-from .training import augment, count_params, gaussian_blur, loss_summary, save_trained, to_float, train_loop
+from ..io import from_uint8
+from .augment import augment, gaussian_blur
+from .checkpoints import save_trained
+from .nets import AutoEncoder, normalize_channels, sequential_maps
+from .training import count_params, loss_summary, train_loop
 
 PERCEPTUAL_DEFAULTS: dict[str, Any] = {
     "width": 16, "steps": 300, "batch": 64, "lr": 3e-3, "weight_decay": 0.0, "seed": 41, "noise": 0.2, "blur": 1.0,
@@ -46,18 +49,14 @@ class EncoderOnly(nn.Module):
         self.enc = ae.enc
 
     def feature_maps(self, x: Tensor) -> list[Tensor]:
-        maps, h = [], x
-        for layer in self.enc:
-            h = layer(h)
-            maps.append(h)
-        return maps
+        return sequential_maps(self.enc, x)
 
 
 @torch.no_grad()
 def sanity(dist: FeatureDistance, images_uint8: Tensor, n: int = 256) -> dict[str, Any]:
     """Distance grows with distortion strength, and a mild distortion is closer than another image."""
     g = torch.Generator().manual_seed(0)
-    x = to_float(images_uint8[:n])
+    x = from_uint8(images_uint8[:n])
     other = x.roll(1, dims=0)
     out: dict[str, Any] = {"noise": {}, "blur": {}}
     for s in (0.02, 0.05, 0.1, 0.2):
@@ -82,7 +81,7 @@ def train_perceptual(settings: dict, splits: dict, out_dir: str | Path, *, datas
 
     def step(_: int) -> Tensor:
         idx = torch.randint(0, images.shape[0], (settings["batch"],))
-        x = to_float(images[idx]).contiguous(memory_format=torch.channels_last)
+        x = from_uint8(images[idx]).contiguous(memory_format=torch.channels_last)
         xin = augment(x, settings["noise"], settings["blur"])
         return F.mse_loss(ae(xin), x)
 
@@ -91,7 +90,7 @@ def train_perceptual(settings: dict, splits: dict, out_dir: str | Path, *, datas
     enc = EncoderOnly(ae)
     test = splits["test"]
     with torch.no_grad():
-        xt = to_float(test.images[:512])
+        xt = from_uint8(test.images[:512])
         mse = float(F.mse_loss(ae(xt), xt))
     name = f"{dataset}-perceptual-dae{settings['width']}-v1"
     config = {"role": "perceptual", "dataset": dataset, "name": name,

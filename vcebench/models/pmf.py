@@ -30,22 +30,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vcebench.io import atomic_path, write_json
-from vcebench.models.unet import (
-    TRAIN_SETTINGS,
-    RoleConfigError,
+from ..io import atomic_path, write_json
+from .checkpoints import remove_checkpoint
+from .ddpm import matched_timestep
+from .generative_eval import (
     batched,
-    build_unet,
-    check_role_keys,
-    remove_checkpoint,
-    require,
-    save_grid,
+    gate,
+    generative_quality,
+    label_kept,
+    predicted_labels,
     sharpness_ratio,
-    to_float_images,
-    train_loop,
-    unet_kwargs,
-    use_explicit_groupnorm,
+    write_pmf_grids,
 )
+from .training import TRAIN_SETTINGS, to_float_images, train_generative
+from .unet import RoleConfigError, build_unet, check_role_keys, require, unet_kwargs, use_explicit_groupnorm
 
 PMF_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "jvp": Literal["fd", "exact"], "fd_eps": float,
                                 "fm_warmup": float, "p_fm": float, "p_r0": float, "t_mean": float, "t_std": float,
@@ -235,19 +233,6 @@ def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
 
 # ----------------------------------------------------------------------------- evaluation
 
-def predicted_labels(classifiers: dict[str, Callable[[Tensor], Tensor]], x: Tensor) -> dict[str, Tensor]:
-    """Per attribute, the predicted label (argmax of the 2 logits) of every image of ``x``."""
-    return {attr: batched(lambda xx, f=f: f(xx).argmax(1, keepdim=True).float(), x)
-            for attr, f in classifiers.items()}
-
-
-def label_kept(classifiers: dict[str, Callable[[Tensor], Tensor]], pred: Tensor,
-               ref_labels: dict[str, Tensor]) -> dict[str, float]:
-    """Per attribute, the share of images of ``pred`` predicted as in ``ref_labels``
-    (:func:`predicted_labels` of the reference images)."""
-    return {attr: float((lab == ref_labels[attr]).float().mean())
-            for attr, lab in predicted_labels(classifiers, pred).items()}
-
 
 @torch.no_grad()
 def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64,
@@ -259,12 +244,10 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
     At each ``t``: MSE and realism of G(z_t, t) (= x_u at h = t) and of the PMF's own posterior
     mean (h = 0, flow matching). With ``ddpm`` (a :class:`DiffusersDDPM`), also its Tweedie
     estimate at the SNR-matched timestep from the *same* noise (``z_flow = s * z_ddpm``,
-    ``s = sqrt((1-t)^2 + t^2)``), and the quality-gate ratios of issue 3. With ``classifiers``
+    ``s = sqrt((1-t)^2 + t^2)``), and the quality-gate ratios. With ``classifiers``
     ({attribute: 2-logit classifier}), the share of images whose predicted label G(z_t, t) keeps.
     1-step samples: G(eps, 1).
     """
-    from vcebench.models.ddpm import generative_quality, matched_timestep
-
     pmf.eval()
     g = torch.Generator().manual_seed(seed)
     m: dict[str, Any] = {"predict_clean": {}}
@@ -304,70 +287,6 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64
     return m, grids
 
 
-LABEL_MARGIN = 0.02  # the PMF may keep up to 2 points fewer labels than the DDPM's Tweedie estimate
-
-
-def gate(m: dict, t_key: str = "t0.4", fire_t: dict[str, float] | None = None,
-         enforce_fid: bool = True) -> dict[str, Any]:
-    """The pmf quality gate (needs the ddpm comparison); ``checks`` lists what ``passed`` requires.
-
-    - ``mse_within_2x``: one-step MSE of G(z_t, t) at most twice the DDPM's Tweedie MSE at t = 0.4.
-    - ``label_kept_vs_tweedie`` (issue 12): at each task's operating noise (``fire_t``: {attribute: the
-      task's FiRe t}; else t = 0.4), G keeps the classifier's label at least as often as the DDPM's
-      Tweedie (MMSE) estimate from the same noise, less :data:`LABEL_MARGIN`. Tweedie's rate is what
-      the noise itself leaves of the label, so an absolute bar (the old ``label_kept_95``, still
-      reported) cannot be met at 32 px by any denoiser.
-    - ``fid_lower``: FID of G(z_0.4) below Tweedie's; with ``enforce_fid=False`` (32 px) only reported.
-    """
-    row = m["predict_clean"].get(t_key, {})
-    if "ddpm_tweedie" not in row:
-        return {"evaluated": False, "why": "no ddpm given (train_pmf(..., reference_ddpm=...))"}
-    tw = row["ddpm_tweedie"]
-    ratio = row["mse_ratio_vs_tweedie"]
-    out = {"evaluated": True, "mse_ratio_vs_tweedie": ratio, "mse_within_2x": ratio <= 2.0,
-           "sharpness_ratio_pmf": row["sharpness_ratio"], "sharpness_ratio_tweedie": tw["sharpness_ratio"],
-           "sharper_than_tweedie": abs(math.log(row["sharpness_ratio"])) < abs(math.log(tw["sharpness_ratio"]))}
-    if "fid" in row:
-        out.update(fid_pmf=row["fid"], fid_tweedie=tw["fid"], fid_lower=row["fid"] < tw["fid"])
-    if "label_kept" in row:
-        out.update(label_kept=row["label_kept"], label_kept_95=min(row["label_kept"].values()) >= 0.95)
-        if "label_kept" in tw:
-            out["label_kept_tweedie"] = tw["label_kept"]
-    if fire_t:
-        at = {}
-        for attr, tf in fire_t.items():
-            r = m["predict_clean"].get(f"t{tf:g}", {})
-            if attr in r.get("label_kept", {}):
-                at[attr] = {"t": tf, "pmf": r["label_kept"][attr],
-                            "tweedie": r.get("ddpm_tweedie", {}).get("label_kept", {}).get(attr)}
-        out["label_kept_at_fire_t"] = at
-    versus = out.get("label_kept_at_fire_t") or {
-        a: {"t": 0.4, "pmf": v, "tweedie": out.get("label_kept_tweedie", {}).get(a)}
-        for a, v in out.get("label_kept", {}).items()}
-    versus = {a: v for a, v in versus.items() if v.get("tweedie") is not None}
-    if versus:
-        out["label_margin"] = LABEL_MARGIN
-        out["label_kept_vs_tweedie"] = all(v["pmf"] >= v["tweedie"] - LABEL_MARGIN - 1e-12 for v in versus.values())
-    out["fid_enforced"] = bool(enforce_fid)
-    checks = [k for k in ("mse_within_2x", "label_kept_vs_tweedie") if k in out]
-    if enforce_fid and "fid_lower" in out:
-        checks.append("fid_lower")
-    out["passed"] = all(out[k] for k in checks)
-    out["checks"] = checks
-    return out
-
-
-def write_pmf_grids(grids: dict[str, Tensor], out_dir: Path) -> None:
-    """``samples.png`` (1-step from t = 1) and ``predict_t0.4.png`` (rows: real, z_t, G, [Tweedie], h=0)."""
-    save_grid(grids["samples"], out_dir / "samples.png")
-    if "t0.4_pred" in grids:
-        rows = [grids["real"], grids["t0.4_noisy"], grids["t0.4_pred"]]
-        if "t0.4_tweedie" in grids:
-            rows.append(grids["t0.4_tweedie"])
-        rows.append(grids["t0.4_h0"])
-        save_grid(torch.cat([r[:8] for r in rows]), out_dir / "predict_t0.4.png", nrow=8)
-
-
 def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
               val_images_uint8: Tensor | None = None, progress: bool = True, reference_ddpm: Any = None,
               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
@@ -394,7 +313,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
         loss, per_sample = meanflow_loss(model, x, g, cfg_role, flow_matching_only=step < warm)
         return loss, per_sample.mean() / x[0].numel()  # logged: unweighted squared error of u per pixel
 
-    shadow, stats = train_loop(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress)
+    shadow, stats = train_generative(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress)
     pmf = build_pmf(cfg_role, channels, res)  # plain GroupNorm, contiguous weights
     pmf.load_state_dict(shadow)
     pmf.eval()
@@ -409,7 +328,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     ev, grids = evaluate_pmf(pmf, val, seed + 1, int(cfg_role.get("n_samples", 64)), feature_fn, feature_name,
                              ddpm=reference_ddpm, t_flow=t_flow, classifiers=classifiers)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
-    # at 32 px the PMF-vs-Tweedie FID is reported, not enforced (issue 12)
+    # at 32 px the PMF-vs-Tweedie FID is reported, not enforced
     metrics["quality_gate"] = gate(ev, fire_t=fire_t, enforce_fid=res > 32)
     write_json(out_dir / "config.json", {"role": "pmf", "seed": seed, "config": cfg_role,
                                          "image_shape": list(x_check.shape[1:])})

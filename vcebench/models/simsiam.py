@@ -15,8 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..io import from_uint8
+from .augment import augment
+from .checkpoints import save_trained
 from .nets import SimSiamNet
-from .training import augment, count_params, loss_summary, save_trained, to_float, train_loop
+from .training import count_params, loss_summary, train_loop
 
 SIMSIAM_DEFAULTS: dict[str, Any] = {
     "arch": "vgg", "width": 16, "blocks": 1, "dim": 128, "pred_dim": 32, "steps": 500, "batch": 64,
@@ -47,7 +50,7 @@ def view(x: Tensor, st: dict) -> Tensor:
 @torch.no_grad()
 def embed(net: SimSiamNet, images_uint8: Tensor, batch: int = 256) -> Tensor:
     net.eval()
-    return torch.cat([net(to_float(images_uint8[i:i + batch])) for i in range(0, images_uint8.shape[0], batch)])
+    return torch.cat([net(from_uint8(images_uint8[i:i + batch])) for i in range(0, images_uint8.shape[0], batch)])
 
 
 @torch.no_grad()
@@ -72,7 +75,7 @@ def invariance_check(net: SimSiamNet, images_uint8: Tensor, clean_e: Tensor, st:
     net.eval()
     gen = torch.get_rng_state()
     torch.manual_seed(0)
-    x = to_float(images_uint8)
+    x = from_uint8(images_uint8)
     z1, z2 = F.normalize(net(view(x, st)), dim=1), F.normalize(net(view(x, st)), dim=1)
     torch.set_rng_state(gen)
     perm = torch.roll(torch.arange(x.shape[0]), 1)
@@ -96,7 +99,7 @@ def train_simsiam(settings: dict, splits: dict, out_dir: str | Path, *, dataset:
 
     def step(_: int) -> Tensor:
         idx = torch.randint(0, images.shape[0], (settings["batch"],))
-        x = to_float(images[idx])
+        x = from_uint8(images[idx])
         z1, z2 = net(view(x, settings)), net(view(x, settings))
         p1, p2 = net.predictor(z1), net.predictor(z2)
         return -0.5 * (F.cosine_similarity(p1, z2.detach()).mean() + F.cosine_similarity(p2, z1.detach()).mean())

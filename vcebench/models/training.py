@@ -1,49 +1,40 @@
-"""Shared training machinery for the synthetic roles: augmentation, PGD, a resumable loop, storage.
+"""The training loops, EMA and learning-rate schedules of every trained role.
 
-Determinism: the global torch RNG is reseeded from ``(seed, step)`` at every step, so a run
-interrupted at step k and resumed from its checkpoint takes exactly the same batches,
-augmentations and updates as an uninterrupted one (on the CPU, at a fixed thread count).
+- :func:`train_loop`: the small networks (classifier family, oracle, identity, perceptual, simsiam):
+  ``step_fn(step) -> loss``, cosine learning rate; the global torch RNG is reseeded from
+  ``rng.step_seed(seed, step)`` at every step.
+- :func:`train_generative`: the two generative roles (``ddpm``, ``pmf``): ``loss_fn(model, x, g, step)``
+  on batches drawn with ``rng.step_generator(seed, step)``, AdamW with linear warm-up and cosine decay,
+  EMA weights, gradient clipping, channels-last.
+
+Both resume from an atomic checkpoint (``vcebench.models.checkpoints``) only when it was written with
+the same settings, so a run interrupted at step k and resumed takes exactly the same batches and
+updates as an uninterrupted one (on the CPU, at a fixed thread count).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..io import atomic_path, write_json
-
-CHECKPOINT = "checkpoint.pt"
-FORMAT = "vcebench-synthetic-v1"
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded for a role; the message names role, path and mismatch."""
-
+from ..io import from_uint8
+from ..rng import step_generator, step_seed
+from .checkpoints import CHECKPOINT, data_fingerprint, fingerprint, load_resume_state, save_resume_state
+from .unet import require
 
 # ----------------------------------------------------------------------------- data helpers
-
-def to_float(images_uint8: Tensor) -> Tensor:
-    """uint8 (N, C, H, W) -> float32 in [-1, 1] (the harness convention, docs/architecture.md)."""
-    return images_uint8.float() / 127.5 - 1.0
-
 
 def identity_halves(identity: Tensor, seed: int = 0) -> tuple[Tensor, Tensor]:
     """Split rows into two halves by identity (seeded permutation of the sorted unique ids).
 
-    Half A trains the explained classifier, half B the oracle (different data, issue 3).
+    Half A trains the explained classifier, half B the oracle (different data).
     """
     ids = torch.unique(identity)
     g = torch.Generator().manual_seed(seed)
@@ -52,127 +43,12 @@ def identity_halves(identity: Tensor, seed: int = 0) -> tuple[Tensor, Tensor]:
     return torch.nonzero(in_a).flatten(), torch.nonzero(~in_a).flatten()
 
 
-# ----------------------------------------------------------------------------- augmentation
-
-def gaussian_blur(x: Tensor, sigma: Tensor) -> Tensor:
-    """Per-sample isotropic Gaussian blur (``sigma``: (N,), 0 = unchanged), separable, reflect padding."""
-    n, c, h, w = x.shape
-    radius = max(1, int(math.ceil(3 * float(sigma.max()))))
-    r = torch.arange(-radius, radius + 1, dtype=x.dtype, device=x.device)
-    s = sigma.to(x.dtype).clamp_min(1e-3)[:, None]
-    k = torch.exp(-0.5 * (r[None] / s) ** 2)
-    k = k / k.sum(dim=1, keepdim=True)
-    k = k.repeat_interleave(c, dim=0)  # (N*C, K)
-    y = F.pad(x.reshape(1, n * c, h, w), (radius, radius, radius, radius), mode="reflect")
-    y = F.conv2d(y, k[:, None, None, :], groups=n * c)
-    y = F.conv2d(y, k[:, None, :, None], groups=n * c)
-    y = y.reshape(n, c, h, w)
-    return torch.where((sigma > 0).view(n, 1, 1, 1), y, x)
-
-
-def random_shift(x: Tensor, max_shift: int) -> Tensor:
-    """Translate each sample by up to ``max_shift`` pixels (reflect padding)."""
-    if max_shift <= 0:
-        return x
-    n, _, h, w = x.shape
-    p = F.pad(x, (max_shift,) * 4, mode="reflect")
-    dx = torch.randint(0, 2 * max_shift + 1, (n,))
-    dy = torch.randint(0, 2 * max_shift + 1, (n,))
-    return torch.stack([p[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
-
-
-def augment(x: Tensor, noise: float = 0.0, blur: float = 0.0, shift: int = 0, flip: bool = False,
-            p: float = 0.5) -> Tensor:
-    """Flip / shift / blur (sigma ~ U(0, blur) px) / Gaussian noise (std ~ U(0, noise)), each with prob. ``p``.
-
-    Noise and blur augmentation keep the classifier's input gradients from being pure
-    high-frequency adversarial directions (issue 3: a clean-trained CNN is flipped by colour blobs).
-    """
-    n = x.shape[0]
-    if flip:
-        x = torch.where((torch.rand(n) < 0.5).view(n, 1, 1, 1), x.flip(3), x)
-    x = random_shift(x, shift)
-    if blur > 0:
-        x = gaussian_blur(x, torch.rand(n) * blur * (torch.rand(n) < p))
-    if noise > 0:
-        std = torch.rand(n) * noise * (torch.rand(n) < p)
-        x = x + std.view(n, 1, 1, 1) * torch.randn_like(x)
-    return x.clamp(-1, 1)
-
-
-def pgd(loss_fn: Callable[[Tensor], Tensor], x: Tensor, eps: float, steps: int,
-        step_size: float | None = None, random_start: bool = True) -> Tensor:
-    """L-inf PGD (Madry et al. 2018) that *maximises* ``loss_fn(x_adv).sum()``; stays in [-1, 1]."""
-    step_size = step_size if step_size is not None else 2.5 * eps / max(steps, 1)
-    x = x.detach()
-    delta = (torch.rand_like(x) * 2 - 1) * eps if random_start else torch.zeros_like(x)
-    for _ in range(steps):
-        delta.requires_grad_(True)
-        with torch.enable_grad():
-            loss = loss_fn((x + delta).clamp(-1, 1)).sum()
-            (g,) = torch.autograd.grad(loss, delta)
-        delta = (delta.detach() + step_size * g.sign()).clamp(-eps, eps)
-    return (x + delta).clamp(-1, 1).detach()
-
-
 # ----------------------------------------------------------------------------- loop
-
-def step_seed(seed: int, step: int) -> int:
-    return (seed * 1_000_003 + step * 7919) % (2**63 - 1)
-
 
 def cosine_lr(step: int, steps: int, lr: float, warmup: int = 50) -> float:
     if step < warmup:
         return lr * (step + 1) / warmup
     return 0.5 * lr * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
-
-
-def fingerprint(settings: dict) -> str:
-    """A short hash of the settings a resumable training state depends on (JSON, sorted keys)."""
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def data_fingerprint(images: Tensor, n: int = 256) -> dict[str, Any]:
-    """Shape and a hash of ``n`` evenly spaced rows of a training tensor (part of a resume fingerprint:
-    a re-rendered or different dataset must not resume an old state)."""
-    step = max(1, images.shape[0] // n)
-    raw = images[::step].contiguous().cpu().numpy().tobytes()
-    return {"shape": list(images.shape), "dtype": str(images.dtype), "sha256": hashlib.sha256(raw).hexdigest()[:16]}
-
-
-def set_aside(path: Path, why: str) -> Path:
-    """Rename ``path`` to ``<path>.<why>`` (replacing an older one) so that it is never resumed."""
-    dest = path.with_name(f"{path.name}.{why}")
-    os.replace(path, dest)
-    return dest
-
-
-def load_resume_state(path: str | Path, fp: str, desc: str) -> dict | None:
-    """The resumable training state at ``path`` if it was written with settings fingerprint ``fp``.
-
-    A state written with other settings (or without a fingerprint) is renamed ``<path>.stale`` and an
-    unreadable one ``<path>.corrupt``; both are reported on stderr and training starts from step 0.
-    Both training loops (this module's and ``vcebench.models.unet``'s) resume through this function.
-    """
-    path = Path(path)
-    if not path.exists():
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict):
-            raise ValueError(f"holds a {type(state).__name__}, not a training state")
-    except Exception as e:  # a truncated / corrupt / foreign file: never a traceback, never resumed
-        dest = set_aside(path, "corrupt")
-        tqdm.write(f"[{desc}] unreadable checkpoint {path} ({type(e).__name__}: {str(e)[:200]}); "
-                   f"set aside as {dest.name}; training starts from step 0", file=sys.stderr)
-        return None
-    if state.get("fingerprint") != fp:
-        dest = set_aside(path, "stale")
-        tqdm.write(f"[{desc}] checkpoint {path} was written with other settings (fingerprint "
-                   f"{state.get('fingerprint')!r}, now {fp!r}); set aside as {dest.name}; training starts "
-                   f"from step 0", file=sys.stderr)
-        return None
-    return state
 
 
 def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Callable[[int], Tensor],
@@ -210,17 +86,11 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
         if step % 20 == 0:
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
         if (step + 1) % ckpt_every == 0 and step + 1 < steps:
-            _save_checkpoint(ckpt_path, model, optimizer, step + 1, losses,
-                             seconds + time.perf_counter() - t0, fp)
+            save_resume_state(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                          "step": step + 1, "losses": losses,
+                                          "seconds": seconds + time.perf_counter() - t0, "fingerprint": fp})
     model.eval()
     return {"losses": losses, "train_seconds": seconds + time.perf_counter() - t0, "resumed_from": start}
-
-
-def _save_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer, step: int,
-                     losses: list[float], seconds: float, fp: str) -> None:
-    with atomic_path(path) as tmp:
-        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                    "losses": losses, "seconds": seconds, "fingerprint": fp}, tmp)
 
 
 def loss_summary(losses: list[float], k: int = 50) -> dict[str, float]:
@@ -229,64 +99,137 @@ def loss_summary(losses: list[float], k: int = 50) -> dict[str, float]:
     return {"loss_first": sum(losses[:k]) / k, "loss_last": sum(losses[-k:]) / k}
 
 
-# ----------------------------------------------------------------------------- storage
-
-def save_trained(out_dir: str | Path, model: nn.Module, config: dict, metrics: dict) -> None:
-    """Write ``model.safetensors`` + ``config.json``, then ``metrics.json`` (the workflow's sentinel).
-
-    Removes the resume checkpoint afterwards.
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    with atomic_path(out_dir / "model.safetensors") as tmp:
-        save_file(state, str(tmp), metadata={"format": FORMAT, "role": config.get("role", "")})
-    write_json(out_dir / "config.json", {"format": FORMAT, **config})
-    write_json(out_dir / "metrics.json", metrics)
-    (out_dir / CHECKPOINT).unlink(missing_ok=True)
-
-
-def read_trained(role: str, path: str | Path) -> tuple[dict, dict[str, Tensor]]:
-    """Read ``config.json`` + ``model.safetensors`` of a trained role; CheckpointError on any problem."""
-    path = Path(path)
-    cfg_path, w_path = path / "config.json", path / "model.safetensors"
-    for p in (cfg_path, w_path):
-        if not p.exists():
-            raise CheckpointError(f"role {role!r}: {p} is missing (an incomplete training run?)")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"role {role!r}: {cfg_path} is not valid JSON ({e})") from e
-    if cfg.get("format") != FORMAT:
-        raise CheckpointError(f"role {role!r}: {cfg_path} has format {cfg.get('format')!r}, expected {FORMAT!r}")
-    if cfg.get("role") != role:
-        raise CheckpointError(f"role {role!r}: {path} holds a {cfg.get('role')!r} network, not a {role!r} one")
-    try:
-        state = load_file(str(w_path))
-    except Exception as e:
-        raise CheckpointError(f"role {role!r}: cannot read {w_path} (corrupt or not safetensors): {e}") from e
-    return cfg, state
-
-
-def load_state_strict(role: str, path: str | Path, model: nn.Module, state: dict[str, Tensor]) -> None:
-    """``load_state_dict(strict=True)`` with a message naming the role, the path and the mismatch."""
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    shapes = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
-              for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
-    if missing or unexpected or shapes:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing key(s), e.g. {missing[:3]}")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected key(s), e.g. {unexpected[:3]}")
-        if shapes:
-            parts.append(f"shape mismatch: {'; '.join(shapes[:3])}")
-        raise CheckpointError(f"role {role!r}: weights in {path} do not fit the expected architecture "
-                              f"({type(model).__name__}): " + "; ".join(parts))
-    model.load_state_dict(state, strict=True)
-
-
 def count_params(m: nn.Module) -> int:
     return sum(p.numel() for p in m.parameters())
+
+
+# ----------------------------------------------------------------------------- generative roles
+
+TRAIN_SETTINGS: dict[str, Any] = {"steps": int, "batch_size": int, "lr": float, "warmup_steps": int,
+                                  "ema_decay": float, "grad_clip": float, "weight_decay": float,
+                                  "checkpoint_every": int, "hflip": bool, "channels_last": bool,
+                                  "seed": int, "weights": str | None, "format": str | None}
+
+
+def to_float_images(images_uint8: Tensor, what: str = "images") -> Tensor:
+    """uint8 N x C x H x W -> float32 in [-1, 1] (``x / 127.5 - 1``, the harness convention)."""
+    if not torch.is_tensor(images_uint8) or images_uint8.dtype != torch.uint8 or images_uint8.ndim != 4:
+        got = (f"{images_uint8.dtype} {tuple(images_uint8.shape)}" if torch.is_tensor(images_uint8)
+               else type(images_uint8).__name__)
+        raise ValueError(f"{what}: expected a uint8 tensor N x C x H x W (the data loader's split.images), "
+                         f"got {got}")
+    return from_uint8(images_uint8)
+
+
+def batch_at(images: Tensor, batch_size: int, g: torch.Generator, hflip: bool) -> Tensor:
+    idx = torch.randint(0, images.shape[0], (batch_size,), generator=g)
+    x = from_uint8(images[idx])
+    if hflip:
+        flip = torch.rand(batch_size, generator=g) < 0.5
+        x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+    return x
+
+
+class EMA:
+    """Exponential moving average of parameters with the usual ``(1 + n) / (10 + n)`` warm-up."""
+
+    def __init__(self, model: nn.Module, decay: float):
+        self.decay = float(decay)
+        self.shadow = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    @torch.no_grad()
+    def update(self, model: nn.Module, step: int) -> None:
+        d = min(self.decay, (1 + step) / (10 + step))
+        for k, v in model.state_dict().items():
+            if v.dtype.is_floating_point:
+                self.shadow[k].mul_(d).add_(v.detach(), alpha=1 - d)
+            else:
+                self.shadow[k].copy_(v)
+
+
+def lr_at(step: int, base: float, warmup: int, total: int) -> float:
+    """Linear warm-up, then cosine decay to 10% of the base rate."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    p = (step - warmup) / max(1, total - warmup)
+    return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
+
+
+def train_generative(model: nn.Module,
+                     loss_fn: Callable[[nn.Module, Tensor, torch.Generator, int], Tensor | tuple[Tensor, Tensor]],
+                     cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True
+                     ) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """Run ``cfg['steps']`` optimiser steps of ``loss_fn(model, x, generator, step)`` on uint8 ``images``.
+
+    ``loss_fn`` returns the loss to minimise, or (that loss, the number to log), e.g. when an adaptive
+    weight makes the minimised loss uninformative.
+
+    Resumes from ``out_dir/checkpoint/state.pt`` (written atomically every ``checkpoint_every``
+    steps) only if it was written with the same settings, seed, role and training images (a settings
+    fingerprint, ``checkpoints.load_resume_state``: a stale or corrupt state is set aside
+    and reported). Returns the EMA state dict and training statistics (budget, wall time, loss curve).
+    """
+    steps, bs = int(require(cfg, "steps", role)), int(require(cfg, "batch_size", role))
+    base_lr = float(require(cfg, "lr", role))
+    warmup = int(cfg.get("warmup_steps", min(100, steps // 10)))
+    every = int(cfg.get("checkpoint_every", 200))
+    hflip = bool(cfg.get("hflip", False))
+    channels_last = bool(cfg.get("channels_last", True))
+    ckpt = Path(out_dir) / "checkpoint" / "state.pt"
+
+    torch.manual_seed(seed)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=base_lr, betas=(0.9, 0.99),
+                            weight_decay=float(cfg.get("weight_decay", 0.0)))
+    ema = EMA(model, float(cfg.get("ema_decay", 0.999)))
+    start, losses = 0, []
+    fp = fingerprint({"role": role, "seed": int(seed), "settings": cfg, "images": data_fingerprint(images)})
+    state = load_resume_state(ckpt, fp, f"train {role}")
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        ema.shadow = state["ema"]
+        start, losses = int(state["step"]), state["losses"].tolist()
+    model.train()
+    t0 = time.perf_counter()
+    bar = tqdm(range(start, steps), initial=start, total=steps, desc=f"train {role}", disable=not progress,
+               mininterval=2.0)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, base_lr, warmup, steps)
+        g = step_generator(seed, step)
+        x = batch_at(images, bs, g, hflip)
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        loss = loss_fn(model, x, g, step)
+        loss, logged = loss if isinstance(loss, tuple) else (loss, loss)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.get("grad_clip"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
+        opt.step()
+        ema.update(model, step)
+        losses.append(float(logged.detach()))
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
+        if (step + 1) % every == 0 and step + 1 < steps:
+            save_resume_state(ckpt, {"model": model.state_dict(), "ema": ema.shadow, "opt": opt.state_dict(),
+                                     "step": torch.tensor(step + 1),
+                                     "losses": torch.tensor(losses, dtype=torch.float64), "fingerprint": fp})
+    stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": time.perf_counter() - t0,
+             "resumed_from_step": start, "threads": torch.get_num_threads(), **_loss_stats(losses, steps)}
+    shadow = {k: v.contiguous() for k, v in ema.shadow.items()}
+    return shadow, stats
+
+
+def _mean(xs: list[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else float("nan")
+
+
+def _loss_stats(losses: list[float], steps: int) -> dict[str, Any]:
+    """Mean loss of the first and last window and a 20-point loss curve (the generative roles' metrics.json)."""
+    win = max(1, min(50, steps // 4))
+    every = max(1, steps // 20)
+    return {"loss_first": _mean(losses[:win]), "loss_last": _mean(losses[-win:]), "loss_window": win,
+            "loss_curve": [_mean(losses[i:i + every]) for i in range(0, steps, every)]}

@@ -15,28 +15,18 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..config import ConfigError
+from ..errors import UserError
 from ..tasks import Task
 from .base import ROLES, BinaryHead, TaskModels, freeze
-from .nets import AutoEncoder, SimSiamNet, SyntheticNet
+from .checkpoints import CheckpointError, load_state_strict, read_trained
+from .nets import AttributeClassifier, AutoEncoder, SimSiamNet, SyntheticNet
 from .perceptual import EncoderOnly, FeatureDistance
-from .training import CheckpointError, load_state_strict, read_trained
 
 TRAINED_ROLES = ("classifier", "oracle", "identity", "perceptual", "simsiam", "fid_features", "ddpm", "pmf")
 
 
-class MissingModelError(FileNotFoundError):
+class MissingModelError(UserError, FileNotFoundError):
     """A trained network that has not been produced yet; the message says which command makes it."""
-
-
-class AttributeClassifier(nn.Module):
-    """``oracle(x) -> (N, A)`` attribute logits, with ``attribute_names`` and ``name``."""
-
-    def __init__(self, net: nn.Module, attribute_names: list[str], name: str = ""):
-        super().__init__()
-        self.net, self.attribute_names, self.name = net, list(attribute_names), name
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.net(x)
 
 
 class Embedding(nn.Module):

@@ -1,15 +1,20 @@
-"""``train_role``: train one network role of a dataset into ``resources/models/<dataset>/<role>/``.
+"""Each trainable role's recipe (its defaults and trainer, ``TRAINERS``), and training a role of a dataset.
 
+``train_role`` trains one network role of a dataset into ``resources/models/<dataset>/<role>/``.
 Models are per dataset (one multi-attribute classifier serves every task of the dataset); the
 task only picks the dataset. ``ddpm`` and ``pmf`` dispatch to :mod:`vcebench.models.ddpm` and
-:mod:`vcebench.models.pmf`.
+:mod:`vcebench.models.pmf`, with the dataset's trained networks their quality numbers compare against
+(``generative_references``); ``evaluate_generative`` re-evaluates such a folder later.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from torch import Tensor
 
 from ..config import ConfigError, settings_errors
 from ..protocol import resolve_method
@@ -20,6 +25,7 @@ from .identity import IDENTITY_DEFAULTS, train_identity
 from .oracle import ORACLE_DEFAULTS, train_oracle
 from .perceptual import PERCEPTUAL_DEFAULTS, train_perceptual
 from .simsiam import SIMSIAM_DEFAULTS, train_simsiam
+from .training import to_float_images
 from .zoo import check_settings, role_spec
 
 TRAINERS = {
@@ -111,3 +117,45 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
 
     write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tensor,
+                        feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
+                        reference_ddpm_dir: str | Path | None = None, seed: int = 0, n_images: int = 256,
+                        n_samples: int = 64, write: bool = True) -> dict[str, Any]:
+    """Re-evaluate a trained ``ddpm`` / ``pmf`` folder with a feature network (FID) and, for the pmf,
+    against the dataset's DDPM (the pmf quality gate); merged into ``model_dir/metrics.json``
+    under ``"eval_fid"`` (and ``"quality_gate"``) when ``write``. Returns the new entries.
+
+    For the zoo: call it once ``fid_features`` (and the ``ddpm``) of the dataset exist, e.g.
+    ``evaluate_generative("pmf", dir, val.images, fidnet, name, reference_ddpm_dir=ddpm_dir)``.
+    """
+    import json
+
+    from vcebench.io import write_json
+
+    model_dir = Path(model_dir)
+    val = to_float_images(val_images_uint8[:n_images], f"evaluate_generative({role}): val_images_uint8")
+    if role == "ddpm":
+        from .ddpm import DiffusersDDPM, evaluate_ddpm
+
+        model = DiffusersDDPM.from_pretrained_dir(model_dir)
+        ev, _ = evaluate_ddpm(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name)
+        new: dict[str, Any] = {"eval_fid": ev}
+    elif role == "pmf":
+        from .ddpm import DiffusersDDPM
+        from .generative_eval import gate
+        from .pmf import PixelMeanFlow, evaluate_pmf
+
+        model = PixelMeanFlow.load(model_dir)
+        ref = DiffusersDDPM.from_pretrained_dir(reference_ddpm_dir) if reference_ddpm_dir else None
+        ev, _ = evaluate_pmf(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name,
+                             ddpm=ref)
+        new = {"eval_fid": ev, "quality_gate": gate(ev)}
+    else:
+        raise ValueError(f"evaluate_generative: role must be 'ddpm' or 'pmf', got {role!r}")
+    if write:
+        path = model_dir / "metrics.json"
+        old = json.loads(path.read_text()) if path.is_file() else {}
+        write_json(path, {**old, **new})
+    return new

@@ -1,24 +1,27 @@
-"""Time `vcebench evaluate` on N synthetic counterfactuals (a benchmark, not a test).
+"""Stand-in networks and counterfactuals: random weights where trained ones are not needed.
 
-    python -m metrics.benchmark --task synthfaces_smile --n 1000            # tiny random stand-in networks
-    python -m metrics.benchmark --task synthfaces_smile --n 1000 --trained  # resources/models (trained zoo)
+- :func:`standin_models` / :func:`arch_standin_models`: every evaluation role, tiny or with the synthetic
+  zoo's architectures, and a classifier that thresholds mean brightness (so that counterfactuals can flip
+  it); for timing ``vcebench evaluate`` (``vcebench benchmark``) and for the metric tests.
+- :func:`fake_counterfactuals`: a counterfactuals.npz whose images are the inputs with a brightened or
+  darkened patch.
+- :func:`tiny_standins`: the method roles (classifier, ddpm, pmf, perceptual) as one-layer networks behind
+  the paper-scale wrappers, to count the real methods' network calls at paper settings in seconds.
 
-Counterfactuals are stand-ins too: each original with a random 8 x 8 patch brightened, so
-the timing covers every metric of the task on realistic shapes. Rendering the splits is
-done (and timed) separately, as the workflow reads them from the rendered cache.
+The numbers these networks produce mean nothing; their shapes and call counts are the point.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
+
+from vcebench.models.base import BinaryHead, freeze
+from vcebench.paper_nets import CELEBA, EpsUNet, PMFNet, VGGPerceptual
 
 
 class _TinyNet(nn.Module):
@@ -132,68 +135,59 @@ def fake_counterfactuals(x: torch.Tensor, sample_ids: torch.Tensor, classifier: 
              steps=torch.ones(n, dtype=torch.long), failed=torch.zeros(n, dtype=torch.bool))
 
 
-def main(argv: list[str] | None = None) -> int:
-    from vcebench.commands.evaluate import evaluate_task
-    from vcebench.config import load_config
-    from vcebench.data import eval_split_name, load_split
-    from vcebench.runtime import setup_torch
-    from vcebench.tasks import get_task
+class _TinyClassifier(nn.Module):
+    def __init__(self, channels: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, 4, 3, padding=1)
+        self.fc = nn.Linear(4, 1)
 
-    from .fid import compute_reference
-
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="synthfaces_smile")
-    p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--trained", action="store_true", help="use the trained networks in --models")
-    p.add_argument("--tiny", action="store_true", help="tiny random networks instead of random networks with "
-                                                        "the synthetic zoo's architectures")
-    p.add_argument("--models", default="resources/models")
-    p.add_argument("--data", default=None, help="rendered dataset cache (default: render in memory)")
-    p.add_argument("--config", action="append", default=None)
-    p.add_argument("--out", default=None, help="write the metrics.json here")
-    args = p.parse_args(argv)
-
-    cfg = load_config(args.config)
-    setup_torch(cfg.get("threads"))
-    task = get_task(cfg, args.task)
-    t0 = time.perf_counter()
-    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), args.data)
-    load_split(cfg, task.dataset, "train", args.data)  # memoised for CD
-    t_data = time.perf_counter() - t0
-    if len(split) < args.n:
-        raise SystemExit(f"evaluation split has {len(split)} images < --n {args.n}")
-    if args.trained:
-        from metrics import required_roles
-        from vcebench.models import load_task_models
-
-        models = load_task_models(cfg, task, roles=required_roles(task), model_dir=args.models)
-    x = split.float_images(slice(0, args.n))
-    if not args.trained:
-        build = standin_models if args.tiny else arch_standin_models
-        models = build(split.attribute_names, split.images.shape[1], threshold=float(x.flatten(1).mean(1).median()))
-    with tempfile.TemporaryDirectory() as tmp:
-        cfs, ref = Path(tmp) / "counterfactuals.npz", Path(tmp) / "fid_ref.npz"
-        fake_counterfactuals(x, split.sample_ids[:args.n], models.classifier, cfs)
-        t1 = time.perf_counter()
-        bs = int(cfg["metrics"]["batch_size"])
-        compute_reference((split.float_images(slice(s, s + bs)) for s in range(0, len(split), bs)),
-                          split.sample_ids, models.fid_features, models.names["fid_features"]).save(ref)
-        t_ref = time.perf_counter() - t1
-        t2, c2 = time.perf_counter(), time.process_time()
-        result = evaluate_task(cfg, task, "benchmark", str(cfs), fid_ref=str(ref), data_dir=args.data,
-                               models=models)
-        t_eval, c_eval = time.perf_counter() - t2, time.process_time() - c2
-    result["benchmark"] = {"n": args.n, "seconds_data": t_data, "seconds_reference": t_ref,
-                           "n_reference": len(split), "seconds_evaluate": t_eval,
-                           "cpu_seconds_evaluate": c_eval, "threads": torch.get_num_threads(),
-                           "models": "trained" if args.trained else ("tiny" if args.tiny else "arch") + " stand-ins"}
-    if args.out:
-        from vcebench.io import write_json
-
-        write_json(args.out, result)
-    print(json.dumps({k: result[k] for k in ("metrics", "n", "seconds", "benchmark")}, indent=1))
-    return 0
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc(torch.tanh(self.conv(x)).mean((2, 3)))
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+class _TinyTimeNet(nn.Module):
+    """z, t -> image-shaped output (a stand-in UNet / PMF network: one conv, time as a bias)."""
+
+    def __init__(self, channels: int = 3, out_channels: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, out_channels, 3, padding=1)
+
+    def forward(self, z: Tensor, t: Tensor, h: Tensor | None = None) -> Tensor:
+        return self.conv(z) * 0.1 + 0.01 * t.float().view(-1, 1, 1, 1)
+
+
+class _Sample:
+    def __init__(self, sample: Tensor):
+        self.sample = sample
+
+
+class _TinyUNetLike(nn.Module):
+    def __init__(self, out_channels: int):
+        super().__init__()
+        self.net = _TinyTimeNet(3, out_channels)
+
+    def forward(self, z: Tensor, t: Tensor, class_labels: Tensor | None = None) -> _Sample:
+        return _Sample(self.net(z, t))
+
+
+def tiny_standins(seed: int = 0) -> Any:
+    """TaskModels of tiny random networks with the paper-scale wrappers (EpsUNet, PMFNet, VGGPerceptual).
+
+    For counting calls (NFE) of the real methods at paper settings in seconds; the numbers they
+    produce mean nothing.
+    """
+    from vcebench.models.base import TaskModels
+
+    g = torch.random.fork_rng()
+    with g:
+        torch.manual_seed(seed)
+        models = TaskModels(
+            classifier=BinaryHead(_TinyClassifier(), kind="1logit", index=0),
+            ddpm=EpsUNet(_TinyUNetLike(out_channels=6), CELEBA.num_train_timesteps),
+            pmf=PMFNet(_TinyUNetLike(out_channels=3), "unet"),
+            perceptual=VGGPerceptual(nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU())),
+            names={"classifier": "tiny stand-in", "ddpm": "tiny stand-in", "pmf": "tiny stand-in",
+                   "perceptual": "tiny stand-in"})
+    for role in ("classifier", "ddpm", "pmf", "perceptual"):
+        freeze(getattr(models, role))
+    return models

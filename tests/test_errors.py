@@ -1,0 +1,58 @@
+"""Every error that is the user's to fix derives from one base class, which the CLI prints as one line."""
+
+import pytest
+
+from vcebench.errors import ConfigError, UserError
+
+
+def _user_error_classes():
+    from metrics.base import InsufficientSamples, MetricError
+    from vcebench.commands.explain import ShardError
+    from vcebench.commands.import_cf import ImportFolderError
+    from vcebench.data.base import DatasetError
+    from vcebench.models.checkpoints import CheckpointError
+    from vcebench.models.unet import RoleConfigError
+    from vcebench.models.zoo import MissingModelError
+
+    return [ConfigError, DatasetError, CheckpointError, RoleConfigError, MissingModelError, ShardError,
+            MetricError, InsufficientSamples, ImportFolderError]
+
+
+def test_user_errors_share_one_base_and_keep_their_builtin_class():
+    for cls in _user_error_classes():
+        assert issubclass(cls, UserError), cls
+        assert issubclass(cls, (ValueError, FileNotFoundError)), cls  # callers catching the built-in still do
+    from vcebench.config import ConfigError as FromConfig
+
+    assert FromConfig is ConfigError
+
+
+def test_cli_prints_a_user_error_as_one_line(monkeypatch, capsys):
+    from vcebench import cli
+    from vcebench.models.checkpoints import CheckpointError
+
+    def boom(args):
+        raise CheckpointError("role 'classifier': weights.pt is missing")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser.set_defaults(func=boom)
+    for action in parser._subparsers._group_actions[0].choices.values():
+        action.set_defaults(func=boom)
+    assert cli.main(["report", "--task", "synthfaces_smile"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "vcebench report: CheckpointError: role 'classifier': weights.pt is missing"
+
+
+def test_cli_lets_a_programming_error_through(monkeypatch):
+    from vcebench import cli
+
+    def boom(args):
+        raise ValueError("a bug, not the user's")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    for action in parser._subparsers._group_actions[0].choices.values():
+        action.set_defaults(func=boom)
+    with pytest.raises(ValueError, match="a bug"):
+        cli.main(["report", "--task", "synthfaces_smile"])
