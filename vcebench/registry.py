@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import ConfigError
+from .errors import ConfigError
 
 METHOD_GROUP = "vcebench.methods"
 METRIC_GROUP = "vcebench.metrics"
