@@ -47,6 +47,7 @@ def test_fire_and_ddpm_follow_one_rule(cfg):
     assert r["noise_rule"] == "paper" and p["t"] == pytest.approx(0.4) and r["tuned"] is False
     new = copy.deepcopy(cfg)
     new["tuned"] = {}
+    new["tasks"]["synthfaces_age"]["params"]["dime"] = {"respacing": 100}
     fire = resolve_method(new, "synthfaces_age", "fire")[1]
     dime = resolve_method(new, "synthfaces_age", "dime")[1]
     dime_paper = resolve_method(new, "synthfaces_age", "dime_paper")[1]
