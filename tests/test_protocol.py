@@ -130,7 +130,7 @@ def test_tuned_file_is_read_after_the_task_and_before_a_variant(cfg, tmp_path):
     (tmp_path / "tuned").mkdir()
     (tmp_path / "tuned" / "synthfaces_smile.yaml").write_text(yaml.safe_dump(
         {"date": "2026-01-02", "settings": {"fire": {"rho": 0.5, "log_snr_offset": -1.0, "K": 3},
-                                            "maskdime": {"scales": [1.0, 2.0]}}}))
+                                            "maskdime": {"scales": [1.0, 2.0]}, "dime": {}}}))
     attach_tuned(new, tmp_path)
     p, r = resolve_method(new, "synthfaces_smile", "fire")
     assert p["rho"] == 0.5 and r["tuned"] and r["tuned_file"] == "tuned/synthfaces_smile.yaml"
@@ -142,5 +142,9 @@ def test_tuned_file_is_read_after_the_task_and_before_a_variant(cfg, tmp_path):
     assert pp["rho"] == 0.02 and not rp["tuned"] and pp["t"] == pytest.approx(0.4)
     assert resolve_method(new, "synthfaces_smile", "maskdime")[0]["scales"] == [1.0, 2.0]
     assert not resolve_method(new, "synthfaces_age", "maskdime")[1]["tuned"]  # no file for that task
+    # the tuning picked DiME's untuned setting ({}): the row is tuned, its settings are the untuned ones
+    pd_, rd = resolve_method(new, "synthfaces_smile", "dime")
+    assert rd["tuned"] and pd_ == resolve_method({**new, "tuned": {}}, "synthfaces_smile", "dime")[0]
+    assert not resolve_method(new, "synthfaces_smile", "fastdime")[1]["tuned"]  # not in the file
     new["protocol"]["use_tuned"] = False
     assert not resolve_method(new, "synthfaces_smile", "fire")[1]["tuned"]

@@ -111,7 +111,8 @@ def method_layers(cfg: dict, task: Task, method: str,
         layers.append(("tune:candidate", dict(candidate)))
     elif use_tuned and base in (tuned.get("settings") or {}):
         layers.append((f"tuned:{tuned.get('file', '?')}", tuned["settings"][base]))
-    return [(name, over) for name, over in layers + on_top if over]
+    # the tuned layer stays when it is empty: the tuning picked the untuned setting, and the row is still tuned
+    return [(name, over) for name, over in layers + on_top if over or name.startswith("tuned:")]
 
 
 def method_params(cfg: dict, task: Task, method: str, candidate: dict[str, Any] | None = None) -> dict[str, Any]:
