@@ -247,14 +247,19 @@ _plugins_loaded = False
 
 # ----------------------------------------------------------------------------- registration
 
+def _check_new_name(what: str, table: dict, spec) -> None:
+    """A RegistryError when ``table`` already holds another ``what`` (method / metric) of ``spec``'s name."""
+    old = table.get(spec.name)
+    if old is not None and old != spec:
+        kind = f"the built-in {what}" if old.source == "vcebench" else f"the {what} of {old.source}"
+        raise RegistryError(f"{what} {spec.name!r} of {spec.source} clashes with {kind} {spec.name!r}; "
+                            f"rename the plug-in's {what}")
+
+
 def register_method(spec: MethodSpec) -> MethodSpec:
     """Add a method (a plug-in's); its name must be new. Registering the same spec twice is a no-op."""
     _check_method(spec)
-    old = _METHODS.get(spec.name)
-    if old is not None and old != spec:
-        kind = "the built-in method" if old.source == "vcebench" else f"the method of {old.source}"
-        raise RegistryError(f"method {spec.name!r} of {spec.source} clashes with {kind} {spec.name!r}; "
-                            f"rename the plug-in's method")
+    _check_new_name("method", _METHODS, spec)
     _METHODS[spec.name] = spec
     return spec
 
@@ -262,11 +267,7 @@ def register_method(spec: MethodSpec) -> MethodSpec:
 def register_metric(spec: MetricSpec) -> MetricSpec:
     """Add a metric (a plug-in's); its name and its columns must be new."""
     _check_metric(spec)
-    old = _METRICS.get(spec.name)
-    if old is not None and old != spec:
-        kind = "the built-in metric" if old.source == "vcebench" else f"the metric of {old.source}"
-        raise RegistryError(f"metric {spec.name!r} of {spec.source} clashes with {kind} {spec.name!r}; "
-                            f"rename the plug-in's metric")
+    _check_new_name("metric", _METRICS, spec)
     for other in _METRICS.values():
         if other.name == spec.name:
             continue
