@@ -34,18 +34,16 @@ Each variant's error is measured against ``fp32``: the relative L2 error of ever
 output (PMF clean prediction, UNet eps, classifier logits and input gradient, perceptual loss) on
 one random batch, and the relative difference of FiRe's edits ``x_cf - x`` on the first batch.
 
-Run: ``python -m vcebench.paper_timing --out results/reference`` (on a GPU machine);
+Run: ``vcebench profile gpu --out results/reference`` (on a GPU machine);
 ``--tiny`` builds small networks so the code path runs on a CPU in seconds (tests).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -315,7 +313,7 @@ def format_markdown(r: dict[str, Any]) -> str:
     lines = [f"# FiRe and MaskDiME wall time at paper scale ({r['setting']} {r['resolution']} px, random weights)",
              "", f"Device: **{r['device']}**; torch {r['torch']}, CUDA {r['cuda']}, cuDNN {r.get('cudnn')}. "
              f"Paper (Fig. 2): 6.37 min per 1,000 CFs at batch 5 = {r['paper_sec_per_cf']:.3f} s/CF.", "",
-             "Produced by `python -m vcebench.paper_timing` (module docstring: variants, what random weights change). "
+             "Produced by `vcebench profile gpu` (vcebench.paper_timing: variants, what random weights change). "
              "es = early stopping; FiRe with es=0 runs all K = 15 updates (upper bound). MaskDiME runs one "
              "classifier scale (8) here: 60 of 200 guided steps. TFLOPs/CF from the measured NFE x per-call FLOPs. "
              "s/CF is the median of the timed passes over the n inputs (after one warm-up batch), "
@@ -351,39 +349,15 @@ def format_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vcebench.paper_timing", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="results/reference", help="folder for gpu_profile.{json,md}")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--tiny", action="store_true", help="small networks (a CPU smoke run of the code path)")
-    ap.add_argument("--plan", default=None, help="JSON list of {method, variant, batch, n, early_stop, params} "
-                    "(default: default_plan())")
-    ap.add_argument("--name", default="gpu_profile", help="output file stem")
-    ap.add_argument("--time-limit", type=float, default=float("inf"),
-                    help="skip the remaining plan entries after this many seconds")
-    ap.add_argument("--repeats", type=int, default=3, help="timed passes per row (median and spread reported)")
-    ap.add_argument("--compile-mode", default="reduce-overhead", help="torch.compile mode of the +compile variants")
-    ap.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: a CPU check)")
-    args = ap.parse_args(argv)
-    s = TINY if args.tiny else CELEBA
-    plan = None
-    if args.tiny:
-        plan = [{"method": "fire", "variant": "fp32", "batch": 2, "n": 2, "early_stop": False,
+def load_plan(path: str | None, tiny: bool = False) -> list[dict[str, Any]] | None:
+    """The plan of `vcebench profile gpu`: the JSON list at ``path`` (shrunk with ``tiny``), else the tiny
+    smoke plan with ``tiny``, else None (:func:`default_plan`)."""
+    if path:
+        plan = json.loads(Path(path).read_text())
+        return shrink(plan) if tiny else plan
+    if tiny:
+        return [{"method": "fire", "variant": "fp32", "batch": 2, "n": 2, "early_stop": False,
                  "params": {"K": 2, "smoothgrad_n": 2}},
                 {"method": "maskdime", "variant": "fp32", "batch": 2, "n": 2,
                  "params": {"scales": [8.0], "start_step": 2, "respacing": 10}}]
-    if args.plan:
-        plan = json.loads(Path(args.plan).read_text())
-        if args.tiny:
-            plan = shrink(plan)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device: run with --device cpu --tiny for a smoke run", file=sys.stderr)
-        return 2
-    run(Path(args.out), s, args.device, plan, time_limit=args.time_limit, name=args.name,
-        log=lambda m: print(m, flush=True), repeats=args.repeats, compile_mode=args.compile_mode,
-        compile_backend=args.compile_backend)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return None
