@@ -126,7 +126,7 @@ def paper_scale_report(dataset: str = "celeba", attempts: float = 1.0,
     analytic counts.
     """
     if dataset not in SETTINGS:
-        raise ValueError(f"--paper-scale supports {', '.join(SETTINGS)}, got {dataset!r}")
+        raise ValueError(f"vcebench profile paper-scale supports {', '.join(SETTINGS)}, got {dataset!r}")
     s = SETTINGS[dataset]
     calls_by_pmf: dict[str, dict[str, dict[str, Any]]] = {}
     for pmf in ("unet", "dit_b16"):
