@@ -199,6 +199,28 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
     return row, outs[0].images.float().cpu()
 
 
+def _report_head(device: str, repeats: int, compile_mode: str, s: PaperSetting,
+                 calls: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The report before its first row: the machine, the setting, the per-call GFLOPs."""
+    return {
+        "device": device, "repeats": repeats, "compile_mode": compile_mode,
+        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+        "setting": s.dataset, "resolution": s.resolution,
+        "paper_sec_per_cf": PAPER_SEC_PER_CF, "rows": [], "errors": {}, "skipped": [],
+        "per_call_gflops": {k: {"fwd": c["fwd_flops"] / 1e9, "bwd": c["bwd_flops"] / 1e9} for k, c in calls.items()},
+    }
+
+
+def _compare_to_fp32(row: dict[str, Any], ref_cf: dict[tuple, Tensor], key: tuple, variant: str, first: Tensor,
+                     b0: Tensor) -> None:
+    """Keep fp32's edits of ``key``; another variant's row gets its edits' relative difference from them."""
+    if variant == "fp32" and key not in ref_cf:
+        ref_cf[key] = first
+    if variant != "fp32" and key in ref_cf and len(ref_cf[key]) == len(first):
+        d_ref, d = ref_cf[key] - b0[: len(first)], first - b0[: len(first)]
+        row["edit_rel_diff_vs_fp32"] = float((d - d_ref).norm() / d_ref.norm().clamp_min(1e-30))
+
+
 def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[dict[str, Any]] | None = None,
         seed: int = 0, time_limit: float = float("inf"), log=print, name: str = "gpu_profile", repeats: int = 3,
         compile_mode: str = "reduce-overhead", compile_backend: str = "inductor") -> dict[str, Any]:
@@ -220,13 +242,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
     x_all = _inputs(s, n_max, dev)
     with torch.no_grad(), precision("fp32", dev):
         target_all = 1 - base.classifier(x_all).argmax(1)
-    report: dict[str, Any] = {
-        "device": device_name(dev), "repeats": repeats, "compile_mode": compile_mode,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-        "setting": s.dataset, "resolution": s.resolution,
-        "paper_sec_per_cf": PAPER_SEC_PER_CF, "rows": [], "errors": {}, "skipped": [],
-        "per_call_gflops": {k: {"fwd": c["fwd_flops"] / 1e9, "bwd": c["bwd_flops"] / 1e9} for k, c in calls.items()},
-    }
+    report = _report_head(device_name(dev), repeats, compile_mode, s, calls)
     ref_cf: dict[tuple[str, bool, bool], Tensor] = {}  # fp32 edits by (method, early stop, GPU noise)
     out.mkdir(parents=True, exist_ok=True)
     for i, p in enumerate(plan):
@@ -247,12 +263,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
             row, first = time_method(p["method"], params, models, x, target, p["batch"], v, dev, seed, calls,
                                      repeats=int(p.get("repeats", repeats)))
             key = (p["method"], bool(params.get("early_stop", True)), v["gpu_noise"])
-            b0 = x[: p["batch"]].float().cpu()
-            if v["name"] == "fp32" and key not in ref_cf:
-                ref_cf[key] = first
-            if v["name"] != "fp32" and key in ref_cf and len(ref_cf[key]) == len(first):
-                d_ref, d = ref_cf[key] - b0[: len(first)], first - b0[: len(first)]
-                row["edit_rel_diff_vs_fp32"] = float((d - d_ref).norm() / d_ref.norm().clamp_min(1e-30))
+            _compare_to_fp32(row, ref_cf, key, v["name"], first, x[: p["batch"]].float().cpu())
         except Exception as e:  # one failed configuration must not lose the others
             row = {**p, "error": f"{type(e).__name__}: {e}"}
         finally:

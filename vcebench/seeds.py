@@ -57,7 +57,8 @@ def seed_table(tables: dict[int, pd.DataFrame]) -> pd.DataFrame:
 
 def seed_markdown(task: str, spread: pd.DataFrame, seeds: list[int]) -> str:
     """One row per method, one column per metric: ``mean ± sd [min, max]`` over the seeds."""
-    from .report import _fmt, method_label
+    from .report.tables import format_value as fv
+    from .report.tables import method_label
 
     metrics = list(dict.fromkeys(spread["metric"]))
     lines = [f"### {task}: spread over generation seeds {seeds}", "",
@@ -70,7 +71,7 @@ def seed_markdown(task: str, spread: pd.DataFrame, seeds: list[int]) -> str:
                 cells.append("--")
                 continue
             r = sub.loc[c]
-            cells.append(f"{_fmt(r['mean'])} ± {_fmt(r['sd'])} [{_fmt(r['min'])}, {_fmt(r['max'])}]")
+            cells.append(f"{fv(r['mean'])} ± {fv(r['sd'])} [{fv(r['min'])}, {fv(r['max'])}]")
         lines.append(f"| {method_label(m)} | " + " | ".join(cells) + " |")
     lines += ["", "mean ± sd (ddof 1) [min, max] over the seeds; each seed reruns generation and evaluation on the "
               "same trained networks (`snakemake seeds`)."]

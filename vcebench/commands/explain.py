@@ -130,6 +130,44 @@ def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_sha
     return generate(method, load_images, ids, models, cfg, out, device, stream=method_name)
 
 
+def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], row_ids: torch.Tensor,
+                unreadable: dict[int, str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(fail reason, prediction, target) of a batch: 0 for the rows a method can start from, else the code of
+    why not (an unreadable image, listed into ``unreadable`` by sample id; a non-finite input or logit)."""
+    import torch
+
+    from methods.base import FAIL_NONFINITE_INPUT, FAIL_NONFINITE_INPUT_LOGITS, FAIL_UNREADABLE_INPUT, nonfinite
+
+    reason = torch.zeros(len(row_ids), dtype=torch.int64)
+    reason[nonfinite(logits).cpu()] = FAIL_NONFINITE_INPUT_LOGITS
+    reason[nonfinite(x).cpu()] = FAIL_NONFINITE_INPUT
+    for k, why in errors.items():
+        reason[k] = FAIL_UNREADABLE_INPUT
+        unreadable[int(row_ids[k])] = why
+    pred = torch.where(reason == 0, logits.argmax(1).cpu(), torch.full_like(reason, -1))
+    target = torch.where(reason == 0, 1 - pred, torch.ones_like(pred))
+    return reason, pred, target
+
+
+def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, inputs_u8: list) -> dict:
+    """The shard npz's arrays from the batches' counterfactuals, predictions, targets and uint8 inputs."""
+    import torch
+
+    from methods.base import cat_counterfactuals
+    from vcebench.io import input_fingerprint
+
+    cf = cat_counterfactuals(parts)
+    cf_u8 = to_uint8(cf.images)
+    arrays = {"sample_id": ids.numpy().astype(np.int64), "cf": cf_u8,
+              "target": torch.cat(targets).numpy().astype(np.int64),
+              "pred": torch.cat(preds).numpy().astype(np.int64),
+              "flipped": cf.flipped.numpy().astype(bool), "steps": cf.steps.numpy().astype(np.int64),
+              "failed": cf.info.get("failed", torch.zeros(len(ids), dtype=torch.bool)).numpy().astype(bool),
+              "input_hash": input_fingerprint(np.concatenate(inputs_u8), cf_u8)}
+    arrays.update({f"info_{k}": v.cpu().numpy() for k, v in cf.info.items() if k != "failed"})
+    return arrays
+
+
 def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Path,
              device: torch.device | str = "cpu", stream: str = "") -> dict:
     """Run ``method`` over ``ids`` in batches of ``cfg['batch_size']``; write the shard npz + timing json.
@@ -145,14 +183,6 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
     import torch
     from tqdm import tqdm
 
-    from methods.base import (
-        FAIL_NONFINITE_INPUT,
-        FAIL_NONFINITE_INPUT_LOGITS,
-        FAIL_UNREADABLE_INPUT,
-        cat_counterfactuals,
-        nonfinite,
-    )
-    from vcebench.io import input_fingerprint
     from vcebench.rng import SampleGenerators
     from vcebench.runtime import noise_device
 
@@ -169,14 +199,7 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
         t0 = time.perf_counter()
         with torch.no_grad():
             logits = models.classifier(x)
-        reason = torch.zeros(len(idx), dtype=torch.int64)
-        reason[nonfinite(logits).cpu()] = FAIL_NONFINITE_INPUT_LOGITS
-        reason[nonfinite(x).cpu()] = FAIL_NONFINITE_INPUT
-        for k, why in errors.items():
-            reason[k] = FAIL_UNREADABLE_INPUT
-            unreadable[int(ids[idx][k])] = why
-        pred = torch.where(reason == 0, logits.argmax(1).cpu(), torch.full_like(reason, -1))
-        target = torch.where(reason == 0, 1 - pred, torch.ones_like(pred))
+        reason, pred, target = _start_rows(x, logits, errors, ids[idx], unreadable)
         ok = reason == 0
         cf = None
         if bool(ok.any()):
@@ -190,25 +213,15 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
         preds.append(pred)
         targets.append(target)
     if unreadable:
+        from methods.base import FAIL_UNREADABLE_INPUT
+
         print(f"vcebench explain: {len(unreadable)} unreadable input image(s) failed (fail_reason "
               f"{FAIL_UNREADABLE_INPUT}): " + "; ".join(f"{k}: {v}" for k, v in list(unreadable.items())[:5]),
               file=sys.stderr)
     record = {"seconds": seconds, "n": len(ids), "batch_size": bs, "method": method.name,
               "device": str(device), "sec_per_cf": seconds / max(1, len(ids)),
               "unreadable": {str(k): v for k, v in unreadable.items()}}
-    if parts:
-        cf = cat_counterfactuals(parts)
-        cf_u8 = to_uint8(cf.images)
-        arrays = {"sample_id": ids.numpy().astype(np.int64), "cf": cf_u8,
-                  "target": torch.cat(targets).numpy().astype(np.int64),
-                  "pred": torch.cat(preds).numpy().astype(np.int64),
-                  "flipped": cf.flipped.numpy().astype(bool), "steps": cf.steps.numpy().astype(np.int64),
-                  "failed": cf.info.get("failed", torch.zeros(len(ids), dtype=torch.bool)).numpy().astype(bool),
-                  "input_hash": input_fingerprint(np.concatenate(inputs_u8), cf_u8)}
-        arrays.update({f"info_{k}": v.cpu().numpy() for k, v in cf.info.items() if k != "failed"})
-    else:
-        arrays = _empty_shard()
-    save_npz(out, **arrays)
+    save_npz(out, **(_shard_arrays(parts, ids, preds, targets, inputs_u8) if parts else _empty_shard()))
     write_json(timing_path(out), record)
     return record
 

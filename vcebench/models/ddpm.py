@@ -165,7 +165,8 @@ class UNetDDPM(EpsDDPM):
         for all levels, so with ``num_heads`` on levels of different widths the saved copy would differ."""
         from diffusers import DDPMScheduler
 
-        from vcebench.models.guided_unet import GuidedUNet, to_diffusers
+        from vcebench.models.guided_diffusers import to_diffusers
+        from vcebench.models.guided_unet import GuidedUNet
 
         if not isinstance(self.unet, GuidedUNet):
             raise TypeError(f"to_diffusers converts a guided-diffusion UNet, not {type(self.unet).__name__}")

@@ -155,6 +155,28 @@ def lr_at(step: int, base: float, warmup: int, total: int) -> float:
     return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
 
+def _resume(model: nn.Module, opt: torch.optim.Optimizer, ema: EMA, state: dict[str, Any] | None
+            ) -> tuple[int, list[float]]:
+    """Load a resume ``state`` (if any) into model, optimiser and EMA; (its step, its losses), else (0, [])."""
+    if state is None:
+        return 0, []
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    ema.shadow = state["ema"]
+    return int(state["step"]), state["losses"].tolist()
+
+
+def _optimiser_step(model: nn.Module, opt: torch.optim.Optimizer, ema: EMA, loss: Tensor, grad_clip: Any,
+                    step: int) -> None:
+    """Backward, clip the gradient norm to ``grad_clip`` (when set), step, update the EMA."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), float(grad_clip))
+    opt.step()
+    ema.update(model, step)
+
+
 def train_generative(model: nn.Module,
                      loss_fn: Callable[[nn.Module, Tensor, torch.Generator, int], Tensor | tuple[Tensor, Tensor]],
                      cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True
@@ -183,14 +205,8 @@ def train_generative(model: nn.Module,
     opt = torch.optim.AdamW(model.parameters(), lr=base_lr, betas=(0.9, 0.99),
                             weight_decay=float(cfg.get("weight_decay", 0.0)))
     ema = EMA(model, float(cfg.get("ema_decay", 0.999)))
-    start, losses = 0, []
     fp = fingerprint({"role": role, "seed": int(seed), "settings": cfg, "images": data_fingerprint(images)})
-    state = load_resume_state(ckpt, fp, f"train {role}")
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        ema.shadow = state["ema"]
-        start, losses = int(state["step"]), state["losses"].tolist()
+    start, losses = _resume(model, opt, ema, load_resume_state(ckpt, fp, f"train {role}"))
     model.train()
     t0 = time.perf_counter()
     bar = tqdm(range(start, steps), initial=start, total=steps, desc=f"train {role}", disable=not progress,
@@ -204,12 +220,7 @@ def train_generative(model: nn.Module,
             x = x.contiguous(memory_format=torch.channels_last)
         loss = loss_fn(model, x, g, step)
         loss, logged = loss if isinstance(loss, tuple) else (loss, loss)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.get("grad_clip"):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
-        opt.step()
-        ema.update(model, step)
+        _optimiser_step(model, opt, ema, loss, cfg.get("grad_clip"), step)
         losses.append(float(logged.detach()))
         if step % 20 == 0:
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
