@@ -210,7 +210,7 @@ def test_paper_scale_report_is_consistent_with_its_own_table():
 def tiny_load(monkeypatch, cfg):
     """Replace data + trained-model loading by tiny stand-ins (the profile logic is what is tested)."""
     from methods import get_method
-    from vcebench.commands import profile as cmd
+    from vcebench import task_profile as cmd
     from vcebench.standins import tiny_standins
     from vcebench.tasks import get_task
 
