@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from ..io import from_uint8
 from ..rng import step_generator, step_seed
 from .checkpoints import CHECKPOINT, data_fingerprint, fingerprint, load_resume_state, save_resume_state
+from .distributed import Shard, args_of
 from .unet import require
 
 # ----------------------------------------------------------------------------- data helpers
@@ -108,7 +109,8 @@ def count_params(m: nn.Module) -> int:
 TRAIN_SETTINGS: dict[str, Any] = {"steps": int, "batch_size": int, "lr": float, "warmup_steps": int,
                                   "ema_decay": float, "grad_clip": float, "weight_decay": float,
                                   "checkpoint_every": int, "hflip": bool, "channels_last": bool,
-                                  "seed": int, "weights": str | None, "format": str | None}
+                                  "seed": int, "weights": str | None, "format": str | None,
+                                  "amp": Literal["bf16", "none"]}
 
 
 def to_float_images(images_uint8: Tensor, what: str = "images") -> Tensor:
@@ -157,8 +159,8 @@ def lr_at(step: int, base: float, warmup: int, total: int) -> float:
 
 def train_generative(model: nn.Module,
                      loss_fn: Callable[[nn.Module, Tensor, torch.Generator, int], Tensor | tuple[Tensor, Tensor]],
-                     cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True
-                     ) -> tuple[dict[str, Tensor], dict[str, Any]]:
+                     cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True,
+                     shard: Shard | None = None) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Run ``cfg['steps']`` optimiser steps of ``loss_fn(model, x, generator, step)`` on uint8 ``images``.
 
     ``loss_fn`` returns the loss to minimise, or (that loss, the number to log), e.g. when an adaptive
@@ -167,7 +169,14 @@ def train_generative(model: nn.Module,
     Resumes from ``out_dir/checkpoint/state.pt`` (written atomically every ``checkpoint_every``
     steps) only if it was written with the same settings, seed, role and training images (a settings
     fingerprint, ``checkpoints.load_resume_state``: a stale or corrupt state is set aside
-    and reported). Returns the EMA state dict and training statistics (budget, wall time, loss curve).
+    and reported). Returns the EMA state dict (on the CPU) and training statistics (budget, wall time,
+    images per second, loss curve; on CUDA the peak GPU memory).
+
+    ``shard`` (``vcebench.models.distributed``): the device, the rank and the number of processes. On
+    a GPU or with several processes, ``loss_fn`` is called with ``shard=`` as well: it draws its noise
+    for the whole batch ``x`` (on the CPU), then keeps ``shard.take(...)`` of it; the forward and loss run
+    under the recipe's ``amp`` (bf16 autocast by default on CUDA); the optimiser, EMA and gradient
+    clipping stay fp32. Without one (or on the CPU in one process) nothing differs from a plain run.
     """
     steps, bs = int(require(cfg, "steps", role)), int(require(cfg, "batch_size", role))
     base_lr = float(require(cfg, "lr", role))
@@ -176,25 +185,29 @@ def train_generative(model: nn.Module,
     hflip = bool(cfg.get("hflip", False))
     channels_last = bool(cfg.get("channels_last", True))
     ckpt = Path(out_dir) / "checkpoint" / "state.pt"
+    shard = (shard or Shard()).with_amp(cfg.get("amp"))
 
     torch.manual_seed(seed)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
+    if shard.active:
+        model = model.to(shard.device)
     opt = torch.optim.AdamW(model.parameters(), lr=base_lr, betas=(0.9, 0.99),
                             weight_decay=float(cfg.get("weight_decay", 0.0)))
     ema = EMA(model, float(cfg.get("ema_decay", 0.999)))
     start, losses = 0, []
     fp = fingerprint({"role": role, "seed": int(seed), "settings": cfg, "images": data_fingerprint(images)})
-    state = load_resume_state(ckpt, fp, f"train {role}")
+    state = shard.rank0_first(lambda: load_resume_state(ckpt, fp, f"train {role}"))
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
-        ema.shadow = state["ema"]
+        ema.shadow = {k: v.to(shard.device) for k, v in state["ema"].items()} if shard.active else state["ema"]
         start, losses = int(state["step"]), state["losses"].tolist()
+    net = shard.wrap(model)
     model.train()
     t0 = time.perf_counter()
-    bar = tqdm(range(start, steps), initial=start, total=steps, desc=f"train {role}", disable=not progress,
-               mininterval=2.0)
+    bar = tqdm(range(start, steps), initial=start, total=steps, desc=f"train {role}",
+               disable=not (progress and shard.writer), mininterval=2.0)
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, base_lr, warmup, steps)
@@ -202,7 +215,8 @@ def train_generative(model: nn.Module,
         x = batch_at(images, bs, g, hflip)
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        loss = loss_fn(model, x, g, step)
+        with shard.autocast():
+            loss = loss_fn(net, x, g, step, **args_of(shard))
         loss, logged = loss if isinstance(loss, tuple) else (loss, loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -210,17 +224,36 @@ def train_generative(model: nn.Module,
             torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
         opt.step()
         ema.update(model, step)
-        losses.append(float(logged.detach()))
+        losses.append(float(shard.mean(logged.detach())))
         if step % 20 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
-        if (step + 1) % every == 0 and step + 1 < steps:
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}",
+                            img_s=f"{(step + 1 - start) * bs / max(time.perf_counter() - t0, 1e-9):.0f}")
+        if (step + 1) % every == 0 and step + 1 < steps and shard.writer:
             save_resume_state(ckpt, {"model": model.state_dict(), "ema": ema.shadow, "opt": opt.state_dict(),
                                      "step": torch.tensor(step + 1),
                                      "losses": torch.tensor(losses, dtype=torch.float64), "fingerprint": fp})
-    stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": time.perf_counter() - t0,
-             "resumed_from_step": start, "threads": torch.get_num_threads(), **_loss_stats(losses, steps)}
+    shard.synchronize()
+    seconds = time.perf_counter() - t0
+    stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": seconds,
+             "resumed_from_step": start, "threads": torch.get_num_threads(),
+             **throughput(steps - start, bs, seconds, shard), **_loss_stats(losses, steps)}
     shadow = {k: v.contiguous() for k, v in ema.shadow.items()}
+    if shard.active:  # the caller evaluates and saves on the CPU
+        model.to("cpu")
+        shadow = {k: v.cpu().contiguous() for k, v in shadow.items()}
     return shadow, stats
+
+
+def throughput(steps: int, batch_size: int, seconds: float, shard: Shard | None = None) -> dict[str, Any]:
+    """Training images per second over ``steps`` steps of this run (resumed steps excluded), and where
+    the run computed: device, processes, autocast and (on CUDA) this process's peak GPU memory."""
+    shard = shard or Shard()
+    out: dict[str, Any] = {"images_per_second": round(steps * batch_size / max(seconds, 1e-9), 2),
+                           "device": str(shard.device), "processes": shard.world, "amp": shard.amp}
+    peak = shard.peak_memory_mib()
+    if peak is not None:
+        out["peak_gpu_memory_mib"] = peak
+    return out
 
 
 def _mean(xs: list[float]) -> float:
