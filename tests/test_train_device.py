@@ -110,3 +110,20 @@ def test_two_torchrun_processes_train_as_one(tmp_path):
             torch.testing.assert_close(out["shadow"][k], v, rtol=1e-4, atol=1e-4)
         assert not (tmp_path / name / "writer1").exists()  # rank 1 never writes a checkpoint
     assert (tmp_path / "ddp" / "writer0").read_text().split() == ["2", "4"]
+
+
+def test_dry_run_launches_torchrun_with_the_gpu_resource(tmp_path):
+    """`device: cuda`, `gpus_per_train: 2`: the ddpm / pmf jobs run under torchrun and request 2 GPUs."""
+    pre = tmp_path / "gpus.yaml"
+    pre.write_text("device: cuda\ngpus_per_train: 2\n")
+    exe = Path(sys.executable).parent / "snakemake"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([str(exe), "resources/models/synthfaces/pmf/metrics.json", "-n", "-p", "--forceall",
+                        "--configfile", str(pre)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    jobs = r.stdout.split("rule ")
+    pmf = next(j for j in jobs if "role=pmf" in j)
+    assert "gpu=2" in pmf
+    assert "torchrun --standalone --nproc_per_node 2 --no-python vcebench train pmf" in pmf
+    classifier = next(j for j in jobs if "role=classifier" in j)
+    assert "Shell command: vcebench train classifier" in classifier and "gpu=0" in classifier

@@ -9,6 +9,7 @@ task only picks the dataset. ``ddpm`` and ``pmf`` dispatch to :mod:`vcebench.mod
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -83,7 +84,7 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
 
     ``shard`` (``vcebench.models.distributed.start_processes``): the device and the process of a
     ``ddpm`` / ``pmf`` run (one GPU, or one rank of a torchrun launch). The other roles are small
-    networks trained by one CPU process; they refuse several processes."""
+    networks trained by one CPU process (a note says so on a GPU); they refuse several processes."""
     from ..data import load_split
 
     task = get_task(cfg, task) if isinstance(task, str) else task
@@ -115,6 +116,9 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
         with settings_errors(f"config key `models.{ds}.{role}`"):
             return fn(spec, train.images, out, int(spec.get("seed", cfg.get("seed", 0))),
                       val_images_uint8=val.images, progress=progress, **refs, **({"shard": shard} if shard else {}))
+    if shard is not None and shard.device.type != "cpu" and progress:
+        print(f"[train {role}] the small networks train on the CPU; device {shard.device} is used by "
+              f"{' and '.join(GENERATIVE)}", file=sys.stderr)
     defaults, fn = TRAINERS[role]
     settings = check_settings(role, ds, spec, defaults)
     splits = {s: load_split(cfg, ds, s, data_dir) for s in ("train", "val", "test")}
