@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.ddp_train import CFG, tiny_pmf
+from tests.ddp_train import tiny_pmf
 from vcebench.models.distributed import Shard, training_amp
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,8 +22,8 @@ from torch import Tensor, nn
 
 from ..io import write_json
 from .checkpoints import remove_checkpoint, replace_dir
-from .generative_eval import batched, generative_quality, save_grid
 from .distributed import Shard
+from .generative_eval import batched, generative_quality, save_grid
 from .training import TRAIN_SETTINGS, to_float_images, train_generative
 from .unet import build_unet, check_role_keys, require, unet_kwargs
 

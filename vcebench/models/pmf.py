@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from ..io import atomic_path, write_json
 from .checkpoints import remove_checkpoint
 from .ddpm import matched_timestep
+from .distributed import Shard, full_precision, unwrap
 from .generative_eval import (
     batched,
     gate,
@@ -42,7 +43,6 @@ from .generative_eval import (
     sharpness_ratio,
     write_pmf_grids,
 )
-from .distributed import Shard, full_precision, unwrap
 from .training import TRAIN_SETTINGS, to_float_images, train_generative
 from .unet import RoleConfigError, build_unet, check_role_keys, require, unet_kwargs, use_explicit_groupnorm
 

@@ -22,12 +22,12 @@ from ..protocol import resolve_method
 from ..runtime import GENERATIVE  # trained by ``training.train_generative``: any device, several processes
 from ..tasks import Task, get_task
 from .classifier import CLASSIFIER_DEFAULTS, train_classifier
+from .distributed import Shard
 from .features import FID_DEFAULTS, train_fid_features
 from .identity import IDENTITY_DEFAULTS, train_identity
 from .oracle import ORACLE_DEFAULTS, train_oracle
 from .perceptual import PERCEPTUAL_DEFAULTS, train_perceptual
 from .simsiam import SIMSIAM_DEFAULTS, train_simsiam
-from .distributed import Shard
 from .training import to_float_images
 from .zoo import check_settings, role_spec
 
