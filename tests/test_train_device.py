@@ -127,3 +127,17 @@ def test_dry_run_launches_torchrun_with_the_gpu_resource(tmp_path):
     assert "torchrun --standalone --nproc_per_node 2 --no-python vcebench train pmf" in pmf
     classifier = next(j for j in jobs if "role=classifier" in j)
     assert "Shell command: vcebench train classifier" in classifier and "gpu=0" in classifier
+
+
+def test_classifier_loop_reports_images_per_second(tmp_path):
+    from vcebench.models.training import train_loop
+
+    net = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x = torch.randn(16, 4)
+
+    def step(_: int) -> torch.Tensor:
+        return net(x[torch.randint(0, 16, (8,))]).pow(2).mean()
+
+    hist = train_loop(net, opt, step, 5, tmp_path, 0, {"batch": 8}, "tiny", lr=0.1, progress=False)
+    assert hist["images_per_second"] > 0 and len(hist["losses"]) == 5

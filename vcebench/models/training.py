@@ -58,7 +58,8 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
     """Run ``steps`` optimisation steps of ``step_fn(step) -> loss``, resuming from ``out_dir/checkpoint.pt``.
 
     The checkpoint is reused only if it was written with the same settings (fingerprint).
-    Returns ``{"losses": [...], "train_seconds": float, "resumed_from": int}``; losses cover all steps.
+    Returns ``{"losses": [...], "train_seconds": float, "resumed_from": int, "images_per_second": float}``;
+    losses cover all steps; images per second (``settings["batch"]`` per step) cover this run's steps.
     """
     out_dir = Path(out_dir)
     ckpt_path = out_dir / CHECKPOINT
@@ -75,6 +76,7 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
     t0 = time.perf_counter()
     bar = tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not progress,
                mininterval=2.0)
+    batch = int(settings.get("batch", 0))
     for step in bar:
         torch.manual_seed(step_seed(seed, step))
         for group in optimizer.param_groups:
@@ -85,13 +87,16 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
         optimizer.step()
         losses.append(float(loss.detach()))
         if step % 20 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}",
+                            img_s=f"{(step + 1 - start) * batch / max(time.perf_counter() - t0, 1e-9):.0f}")
         if (step + 1) % ckpt_every == 0 and step + 1 < steps:
             save_resume_state(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                           "step": step + 1, "losses": losses,
                                           "seconds": seconds + time.perf_counter() - t0, "fingerprint": fp})
     model.eval()
-    return {"losses": losses, "train_seconds": seconds + time.perf_counter() - t0, "resumed_from": start}
+    run_seconds = time.perf_counter() - t0
+    return {"losses": losses, "train_seconds": seconds + run_seconds, "resumed_from": start,
+            "images_per_second": throughput(steps - start, batch, run_seconds)["images_per_second"]}
 
 
 def loss_summary(losses: list[float], k: int = 50) -> dict[str, float]:
