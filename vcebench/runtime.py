@@ -19,7 +19,8 @@ def setup_torch(threads: int | None = None, device: str = "cpu", cuda: dict | No
     """Set torch threads to exactly ``threads`` (never oversubscribe), flush denormals.
 
     ``threads`` defaults to ``$VCEBENCH_THREADS`` or the number of usable cores. On ``cuda``, the
-    config's ``cuda`` section sets TF32 and cuDNN autotuning (both default on).
+    config's ``cuda`` section sets TF32 and cuDNN autotuning (both default on); ``cuda`` without a
+    visible GPU raises ``ConfigError``.
     """
     if threads is None:
         threads = int(os.environ.get("VCEBENCH_THREADS", 0)) or len(os.sched_getaffinity(0))
@@ -35,7 +36,9 @@ def setup_torch(threads: int | None = None, device: str = "cpu", cuda: dict | No
 
     threadpool_limits(threads)
     if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested (config key `device`) but no CUDA device is available")
+        from .errors import ConfigError  # one line from the CLI, never a silent CPU run
+
+        raise ConfigError("device 'cuda' requested (config key `device`) but no CUDA device is available")
     if device == "cuda":
         opts = cuda or {}
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(opts.get("tf32", True))
