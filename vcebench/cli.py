@@ -2,7 +2,7 @@
 
 Examples::
 
-    vcebench data render synthfaces --split test --n 64 --out resources/data/synthfaces
+    vcebench data render synthfaces --splits train test --out resources/data/synthfaces
     vcebench data show synthfaces --n 64 --out grid.png
     vcebench data check celeba --root /data/celeba
     vcebench train classifier --task synthfaces_smile
