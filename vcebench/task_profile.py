@@ -73,7 +73,7 @@ def _load(cfg: dict, task_name: str, method_name: str, *, n: int, device: torch.
     method = get_method(method_name, params)
     roles = tuple(getattr(method, "roles", ()) or _roles(method_name))
     models = accelerate_from_config(load_task_models(cfg, task, roles=roles, device=device, model_dir=model_dir),
-                                    cfg, device)
+                                    cfg.get("cuda"), device)
     split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
     k = min(n, len(split))
     idx = torch.arange(k)
@@ -98,7 +98,7 @@ def _method_call(cfg: dict, task_name: str, method_name: str, **load_kw):
 
     task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, **load_kw)
     seed = int(cfg["seed"])
-    gen_device = noise_device(cfg, x.device)
+    gen_device = noise_device(cfg.get("cuda"), x.device)
 
     def call(xb, tb, idb):
         return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name, device=gen_device))

@@ -34,6 +34,8 @@ from vcebench.registry import builtin_method_names
 if TYPE_CHECKING:
     import torch
 
+    from vcebench.run_settings import RunSettings
+
 SHARD_RE = re.compile(r"shard-(\d+)-of-(\d+)\.npz$")
 
 
@@ -72,16 +74,17 @@ def run(args: argparse.Namespace) -> int:
         raise ShardError("needs --task and --method (or --merge)")
     if not 0 <= args.shard < args.n_shards:
         raise ShardError(f"--shard must be in [0, --n-shards={args.n_shards}), got {args.shard}")
+    from vcebench.run_settings import RunSettings
     from vcebench.settings import load_settings
 
     cfg = load_settings(args.config)
-    if args.seed is not None:
+    if args.seed is not None:  # in the config too: the loaders read the whole of it
         cfg["seed"] = int(args.seed)
     if args.n_eval is not None:
         cfg["n_eval"] = int(args.n_eval)
+    settings = RunSettings.resolve(cfg, args.task, args.method, data_dir=args.data, model_dir=args.models)
     out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
-    explain_shard(cfg, args.task, args.method, args.shard, args.n_shards, out, data_dir=args.data,
-                  model_dir=args.models)
+    explain_shard(settings, args.shard, args.n_shards, out)
     return 0
 
 
@@ -99,35 +102,34 @@ def shard_ids(all_ids: torch.Tensor, n_eval: int, shard: int, n_shards: int) -> 
     return ids[shard::n_shards]
 
 
-def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_shards: int, out: Path,
-                  data_dir: str | None = None, model_dir: str = "resources/models") -> dict:
-    """Load the task's networks and evaluation split, generate this shard's counterfactuals, write them."""
-    import methods
-    from vcebench.data import eval_split_name, load_split
+def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -> dict:
+    """Load the task's networks and evaluation split, generate this shard's counterfactuals, write them.
+
+    The loaders read whole sections of the configuration (datasets, the model zoo, the DDPM schedule): they
+    get ``settings.config``, the read-only view of it."""
+    from vcebench.data import load_split
     from vcebench.io import check_writable
     from vcebench.models import load_task_models
-    from vcebench.protocol import check_ddpm_schedule, resolve_method
+    from vcebench.protocol import check_ddpm_schedule
     from vcebench.runtime import accelerate_from_config, setup_torch
-    from vcebench.tasks import get_task
 
     check_writable(Path(out).parent, "the counterfactuals")  # before any work, not after generation
-    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
-    task = get_task(cfg, task_name)
-    params, record = resolve_method(cfg, task, method_name)
-    method = methods.get_method(method_name, params)
-    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
-    ids = shard_ids(split.sample_ids, int(cfg["n_eval"]), shard, n_shards)
-    models = load_task_models(cfg, task, roles=method.roles, device=str(device), model_dir=model_dir)
+    rt, task, cfg = settings.runtime, settings.task, settings.config
+    device = setup_torch(rt.threads, rt.device, rt.cuda)
+    method = settings.build_method()
+    split = load_split(cfg, task.dataset, settings.split, data_dir=settings.data_dir)
+    ids = shard_ids(split.sample_ids, settings.n_eval, shard, n_shards)
+    models = load_task_models(cfg, task, roles=method.roles, device=str(device), model_dir=settings.model_dir)
     if "ddpm" in method.roles:  # the start step was derived from this schedule
         check_ddpm_schedule(cfg, task.dataset, models.ddpm.alphas_cumprod.cpu().numpy())
-    models = accelerate_from_config(models, cfg, device)
+    models = accelerate_from_config(models, rt.cuda, device)
     rows = split.index_of(ids)
 
     def load_images(idx):  # an unreadable image fails its sample, not the shard
         errors: dict[int, str] = {}
         return split.float_images(rows[idx], errors=errors), errors
 
-    return generate(method, load_images, ids, models, cfg, out, device, stream=method_name)
+    return generate(method, load_images, ids, models, settings, out, device)
 
 
 def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], row_ids: torch.Tensor,
@@ -168,9 +170,12 @@ def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, in
     return arrays
 
 
-def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Path,
-             device: torch.device | str = "cpu", stream: str = "") -> dict:
-    """Run ``method`` over ``ids`` in batches of ``cfg['batch_size']``; write the shard npz + timing json.
+def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettings, out: Path,
+             device: torch.device | str = "cpu") -> dict:
+    """Run ``method`` over ``ids`` in batches of ``settings.batch_size``; write the shard npz + timing json.
+
+    Each sample's noise comes from its own stream (``vcebench.rng``) of ``settings.seed`` and
+    ``settings.method``, on the device of ``settings.runtime.cuda`` (``vcebench.runtime.noise_device``).
 
     ``load_images(idx)`` returns the [-1, 1] images of positions ``idx`` of ``ids``, or (those images,
     {position in the batch: reason} of images that could not be read). Target = 1 - classifier
@@ -186,8 +191,8 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
     from vcebench.rng import SampleGenerators
     from vcebench.runtime import noise_device
 
-    bs = int(cfg["batch_size"])
-    gen_device = noise_device(cfg, device)
+    bs, seed, stream = settings.batch_size, settings.seed, settings.method
+    gen_device = noise_device(settings.runtime.cuda, device)
     parts, preds, targets, inputs_u8, seconds = [], [], [], [], 0.0
     unreadable: dict[int, str] = {}
     for start in tqdm(range(0, len(ids), bs), desc=f"{method.name} {out.name}", unit="batch"):
@@ -205,7 +210,7 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
         if bool(ok.any()):
             sel = ok.nonzero().squeeze(1)
             cf = method(x[sel.to(x.device)], target[sel].to(x.device), models,
-                        SampleGenerators(cfg["seed"], ids[idx][sel], stream=stream, device=gen_device))
+                        SampleGenerators(seed, ids[idx][sel], stream=stream, device=gen_device))
         if torch.cuda.is_available() and str(device).startswith("cuda"):
             torch.cuda.synchronize()
         seconds += time.perf_counter() - t0
