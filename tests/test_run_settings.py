@@ -50,3 +50,12 @@ def test_a_bad_hyperparameter_fails_when_resolved(cfg):
     with pytest.raises(ConfigError, match="rhoo") as e:
         RunSettings.resolve({**cfg, "tasks": {**cfg["tasks"], "synthfaces_smile": task}}, "synthfaces_smile", "fire")
     assert "\n" not in str(e.value)
+
+
+def test_a_tune_setting_resolves_its_candidate_on_its_split(cfg):
+    from vcebench.protocol import resolve_method
+
+    cand = {"rho": 0.07}
+    s = RunSettings.resolve(cfg, "synthfaces_smile", "fire", candidate=cand, split="val")
+    assert dict(s.params) == resolve_method(cfg, "synthfaces_smile", "fire", candidate=cand)[0]
+    assert s.params["rho"] == 0.07 and s.split == "val"
