@@ -29,16 +29,16 @@ regression: install  ## rerun the quick preset and compare with results/referenc
 		--configfile config/presets/quick.yaml
 
 reference: install  ## accept the current quick-preset results as the new reference
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/vcebench report --update-reference --reference $(abspath results/reference/quick) --out-dir runs/quick/results \
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/vcebench report accept --reference $(abspath results/reference/quick) --out-dir runs/quick/results \
 		--config config/config.yaml --config config/presets/quick.yaml
 
 speed: install  ## after `make benchmark`: FiRe vs MaskDiME / FastDiME at the paper's 60-of-200 DDPM steps, and compaction
 	mkdir -p results/speed
-	$(BIN)/vcebench profile --task synthfaces_smile --method fire --method maskdime --method fastdime --n 32 \
+	$(BIN)/vcebench profile task --task synthfaces_smile --method fire --method maskdime --method fastdime --n 32 \
 		--flop-n 4 --data resources/data/synthfaces --out 'results/speed/synthfaces_smile/{method}.json' \
 		--config config/config.yaml --config config/presets/paper_protocol.yaml 2>/dev/null \
 		| tee results/speed/synthfaces_smile.md
-	$(BIN)/vcebench profile --task synthfaces_age --method fire --compare-compaction --n 32 --flop-n 4 \
+	$(BIN)/vcebench profile compaction --task synthfaces_age --method fire --n 32 --flop-n 4 \
 		--data resources/data/synthfaces --out results/speed/synthfaces_age_compaction.json 2>/dev/null \
 		| tee results/speed/synthfaces_age_compaction.txt
 

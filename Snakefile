@@ -36,6 +36,15 @@ os.environ["PATH"] = (
     os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 )
 CFG = wf.config_args(workflow.configfiles, workflow.basedir)
+# A local run starts at most as many GPU jobs at once as GPUs are visible (`--resources gpu=N` overrides;
+# cluster jobs are not limited here: each requests its GPUs from the scheduler).
+if (
+    config["device"] == "cuda"
+    and workflow.local_exec
+    and "gpu" not in workflow.global_resources
+    and wf.visible_gpus() > 0
+):
+    workflow.global_resources["gpu"] = wf.visible_gpus()
 REFERENCE = wf.reference_dir(config, workflow.basedir)
 # `snakemake tune` writes here; the default run reads it
 TUNED_DIR = wf.tuned_dir(config, workflow.basedir)

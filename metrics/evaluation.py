@@ -105,6 +105,27 @@ def _finite(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _update_all(metrics: Sequence[Metric], batches: Iterable[EvalBatch], sizes: dict[str, int],
+                seconds: dict[str, float]) -> set[int]:
+    """Update every metric with every batch, counting each subset's size into ``sizes`` and each metric's
+    time into ``seconds``; the sample ids seen (a duplicate id is a MetricError)."""
+    ids_seen: set[int] = set()
+    for batch in batches:
+        ids = batch.sample_id.tolist()
+        if ids_seen.intersection(ids) or len(set(ids)) != len(ids):
+            raise MetricError("duplicate sample ids in the evaluation stream")
+        ids_seen.update(ids)
+        for s in SUBSETS:
+            if s.startswith("correct") and bool((batch.label < 0).any()):
+                continue
+            sizes[s] += int(batch.subset(s).sum())
+        for m in metrics:
+            t0 = time.perf_counter()
+            m.update(batch)
+            seconds[m.name] += time.perf_counter() - t0
+    return ids_seen
+
+
 def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progress: bool = False,
                 strict: bool = False, bootstrap: dict | None = None) -> dict:
     """Update every metric with every batch, then compute.
@@ -125,24 +146,11 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
     """
     sizes = dict.fromkeys(SUBSETS, 0)
     seconds = {m.name: 0.0 for m in metrics}
-    ids_seen: set[int] = set()
     if progress:
         from tqdm import tqdm
 
         batches = tqdm(batches, desc="evaluate", unit="batch")
-    for batch in batches:
-        ids = batch.sample_id.tolist()
-        if ids_seen.intersection(ids) or len(set(ids)) != len(ids):
-            raise MetricError("duplicate sample ids in the evaluation stream")
-        ids_seen.update(ids)
-        for s in SUBSETS:
-            if s.startswith("correct") and bool((batch.label < 0).any()):
-                continue
-            sizes[s] += int(batch.subset(s).sum())
-        for m in metrics:
-            t0 = time.perf_counter()
-            m.update(batch)
-            seconds[m.name] += time.perf_counter() - t0
+    ids_seen = _update_all(metrics, batches, sizes, seconds)
     out: dict = {"metrics": {}, "higher_is_better": {}, "n": {}, "subsets": {"sizes": sizes}, "roles": {},
                  "skipped": {}, "seconds": seconds}
     for m in metrics:

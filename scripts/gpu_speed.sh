@@ -2,7 +2,7 @@
 # The GPU speed measurement in one command (under 8 minutes on one H100 / H200); docs/internals.md
 # ("GPU speed check") says what it measures.
 #   scripts/gpu_speed.sh [--tiny]     results in $OUT (default results/speed_gpu)
-# 1. python -m vcebench.paper_timing on the plan scripts/gpu_speed_plan.json: FiRe's worst case
+# 1. vcebench profile gpu (vcebench/paper_timing.py) on the plan scripts/gpu_speed_plan.json: FiRe's worst case
 #    (all K = 15 updates, batch 5) and MaskDiME (one scale, 60 of 200 steps, batch 5), each with the
 #    workflow's GPU defaults, with bf16 UNets, and with every network call compiled; 3 timed passes a row.
 # 2. the quick DAG with device: cuda (its own workdir), and its s/CF per method beside the CPU
@@ -19,14 +19,14 @@ mkdir -p "$OUT"
 } > "$OUT/machine.txt" 2>&1
 
 if [[ $TINY == 1 ]]; then
-  python -m vcebench.paper_timing --tiny --device cpu --plan scripts/gpu_speed_plan.json --repeats 1 \
+  vcebench profile gpu --tiny --device cpu --plan scripts/gpu_speed_plan.json --repeats 1 \
     --compile-backend aot_eager --out "$OUT" --name gpu_speed
   snakemake -n --quiet --configfile config/presets/quick.yaml --config device=cuda workdir=runs/quick_cuda \
     > "$OUT/quick_cuda_dryrun.txt"
   WORK=results/reference/quick  # compares the reference with itself: exercises the table code
 else
-  timeout 330 python -m vcebench.paper_timing --plan scripts/gpu_speed_plan.json --repeats 3 \
-    --time-limit 210 --out "$OUT" --name gpu_speed || echo "paper_timing stopped: $?"
+  timeout 330 vcebench profile gpu --plan scripts/gpu_speed_plan.json --repeats 3 \
+    --time-limit 210 --out "$OUT" --name gpu_speed || echo "profile gpu stopped: $?"
   timeout 120 snakemake --cores 16 --resources gpu=1 --configfile config/presets/quick.yaml \
     --config device=cuda workdir=runs/quick_cuda > "$OUT/quick_cuda.log" 2>&1 || echo "quick DAG stopped: $?"
   WORK=runs/quick_cuda/results

@@ -65,7 +65,7 @@ def test_rules_run_from_a_path_with_spaces_and_shell_characters(tmp_path):
     r = subprocess.run([SNAKEMAKE, "regression", "-n", "-p", *common], cwd=repo, env=_env(repo),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
-    line = next(ln for ln in r.stdout.splitlines() if "vcebench report --regression" in ln)
+    line = next(ln for ln in r.stdout.splitlines() if "vcebench report regression" in ln)
     cmd = line[line.index("vcebench"):]
     words = shlex.split(cmd)
     assert words[words.index("--reference") + 1] == str(repo / "results/reference/quick$(touch injected)")
@@ -330,6 +330,7 @@ def test_nonfinite_input_logits_fail_that_sample_with_their_own_code(tmp_path, c
     import methods
     from methods.base import FAIL_NONFINITE_INPUT_LOGITS
     from vcebench.commands.explain import generate
+    from vcebench.run_settings import RunSettings
 
     x, _ = toy_images(5)
     x[2] = 1.0
@@ -338,6 +339,7 @@ def test_nonfinite_input_logits_fail_that_sample_with_their_own_code(tmp_path, c
     models.classifier = _NaNOnWhite()
     c = {**cfg, "batch_size": 5, "seed": 0}
     method = methods.get_method("fire", FIRE_TOY)
+    c = RunSettings.resolve(c, "synthfaces_smile", "fire")
     generate(method, lambda idx: x[idx], ids, models, c, tmp_path / "shard-0-of-1.npz")
     z = load_npz(tmp_path / "shard-0-of-1.npz")
     assert z["info_fail_reason"][2] == FAIL_NONFINITE_INPUT_LOGITS and z["failed"][2] and not z["flipped"][2]
@@ -378,6 +380,7 @@ def test_an_unreadable_image_fails_its_sample_not_the_shard(tmp_path, cfg, monke
     from tests.fakes import make_celeba
     from vcebench.commands.explain import explain_shard
     from vcebench.data import load_split
+    from vcebench.run_settings import RunSettings
 
     root = make_celeba(tmp_path / "celeba", n=24)
     c = _celeba_cfg(cfg, root)
@@ -387,7 +390,7 @@ def test_an_unreadable_image_fails_its_sample_not_the_shard(tmp_path, cfg, monke
     (root / "img_align_celeba" / f"{bad_id:06d}.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a JPEG")
     monkeypatch.setattr(vcebench.models, "load_task_models", lambda *a, **k: toy_models(), raising=False)
     out = tmp_path / "shard-0-of-1.npz"
-    explain_shard(c, "celeba_smile", "fire", 0, 1, out)
+    explain_shard(RunSettings.resolve(c, "celeba_smile", "fire"), 0, 1, out)
     z = load_npz(out)
     row = int(np.nonzero(z["sample_id"] == bad_id)[0][0])
     assert len(z["sample_id"]) == 6 and z["info_fail_reason"][row] == FAIL_UNREADABLE_INPUT and z["failed"][row]

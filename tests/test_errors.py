@@ -27,6 +27,14 @@ def test_user_errors_share_one_base_and_keep_their_builtin_class():
     assert FromConfig is ConfigError
 
 
+def _set_every_func(parser, func) -> None:
+    """Make every command of ``parser`` (verbs and their subverbs) run ``func``."""
+    parser.set_defaults(func=func)
+    if parser._subparsers is not None:
+        for sub in parser._subparsers._group_actions[0].choices.values():
+            _set_every_func(sub, func)
+
+
 def test_cli_prints_a_user_error_as_one_line(monkeypatch, capsys):
     from vcebench import cli
     from vcebench.models.checkpoints import CheckpointError
@@ -36,12 +44,12 @@ def test_cli_prints_a_user_error_as_one_line(monkeypatch, capsys):
 
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
-    parser.set_defaults(func=boom)
-    for action in parser._subparsers._group_actions[0].choices.values():
-        action.set_defaults(func=boom)
-    assert cli.main(["report", "--task", "synthfaces_smile"]) == 2
+    _set_every_func(parser, boom)
+    assert cli.main(["report", "task", "--task", "synthfaces_smile"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "vcebench report: CheckpointError: role 'classifier': weights.pt is missing"
+    assert err == "vcebench report task: CheckpointError: role 'classifier': weights.pt is missing"
+    assert cli.main(["train", "classifier", "--task", "synthfaces_smile"]) == 2
+    assert capsys.readouterr().err.startswith("vcebench train: CheckpointError")
 
 
 def test_cli_lets_a_programming_error_through(monkeypatch):
@@ -52,7 +60,6 @@ def test_cli_lets_a_programming_error_through(monkeypatch):
 
     parser = cli.build_parser()
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
-    for action in parser._subparsers._group_actions[0].choices.values():
-        action.set_defaults(func=boom)
+    _set_every_func(parser, boom)
     with pytest.raises(ValueError, match="a bug"):
-        cli.main(["report", "--task", "synthfaces_smile"])
+        cli.main(["report", "task", "--task", "synthfaces_smile"])

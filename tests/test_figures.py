@@ -48,7 +48,7 @@ def test_efficiency_figure_with_an_unprofiled_method(tmp_path):
 
 
 def test_gallery_command_shares_one_scale_and_reports_probabilities(tmp_path, monkeypatch):
-    """`vcebench report --gallery`: one PNG per method, the same |diff| scale for all, p(target) of the
+    """`vcebench report gallery`: one PNG per method, the same |diff| scale for all, p(target) of the
     task's classifier on the input and on the counterfactual."""
     import torch
 
@@ -76,7 +76,7 @@ def test_gallery_command_shares_one_scale_and_reports_probabilities(tmp_path, mo
     calls = []
     real = figs.gallery_figure
     monkeypatch.setattr(figs, "gallery_figure", lambda *a, **k: (calls.append((a, k)), real(*a, **k)))
-    assert main(["report", "--task", "synthfaces_smile", "--gallery", "--methods", "a", "b", "--results", str(res),
+    assert main(["report", "gallery", "--task", "synthfaces_smile", "--methods", "a", "b", "--results", str(res),
                  "--out-dir", str(res), "--n-gallery", "4", *config]) == 0
     assert [c[0][1] for c in calls] == ["a", "b"]
     assert calls[0][0][8] == calls[1][0][8] > 0  # one vmax for both methods

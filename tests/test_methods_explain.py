@@ -14,6 +14,7 @@ from tests.toy import toy_images, toy_models
 from vcebench.cli import main
 from vcebench.commands.explain import ShardError, explain_shard, merge_shards, shard_ids
 from vcebench.io import load_npz
+from vcebench.run_settings import RunSettings
 
 FIRE_TOY = {"rho": 0.05, "dilation": 1, "feather": 2, "K": 3, "smoothgrad_n": 4}
 
@@ -54,9 +55,9 @@ def test_explain_shards_merge_equal_one_shot(fake_world, tmp_path):
     cfg, split = fake_world
     outs = [tmp_path / f"shards/shard-{i}-of-2.npz" for i in range(2)]
     for i, out in enumerate(outs):
-        explain_shard(cfg, "synthfaces_smile", "fire", i, 2, out)
+        explain_shard(RunSettings.resolve(cfg, "synthfaces_smile", "fire"), i, 2, out)
     one = tmp_path / "one/shard-0-of-1.npz"
-    explain_shard({**cfg, "batch_size": 7}, "synthfaces_smile", "fire", 0, 1, one)
+    explain_shard(RunSettings.resolve({**cfg, "batch_size": 7}, "synthfaces_smile", "fire"), 0, 1, one)
     merged = tmp_path / "counterfactuals.npz"
     assert main(["explain", "--merge", *map(str, outs[::-1]), "--out", str(merged)]) == 0
     a, b = load_npz(merged), load_npz(one)
@@ -93,9 +94,9 @@ def test_explain_config_errors(fake_world, tmp_path):
     from vcebench.config import ConfigError
 
     with pytest.raises(ConfigError, match="unknown method"):
-        explain_shard(cfg, "synthfaces_smile", "fires", 0, 1, tmp_path / "x.npz")
+        RunSettings.resolve(cfg, "synthfaces_smile", "fires")
     bad = {**cfg, "tasks": {**cfg["tasks"], "synthfaces_smile": {**cfg["tasks"]["synthfaces_smile"],
                                                                   "params": {"fire": {"rhoo": 0.1}}}}}
     with pytest.raises(ConfigError, match="rhoo"):
-        explain_shard(bad, "synthfaces_smile", "fire", 0, 1, tmp_path / "x.npz")
+        RunSettings.resolve(bad, "synthfaces_smile", "fire")
     assert main(["explain", "--task", "synthfaces_smile", "--method", "fire", "--shard", "2", "--n-shards", "2"]) == 2

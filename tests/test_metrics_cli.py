@@ -124,6 +124,7 @@ def test_do_nothing_row_metrics(patched, small):
     from vcebench.commands.explain import generate
     from vcebench.config import load_config
     from vcebench.data import load_split
+    from vcebench.run_settings import RunSettings
 
     d, config, _ = patched
     _, _, models = small
@@ -131,7 +132,7 @@ def test_do_nothing_row_metrics(patched, small):
     split = load_split(cfg, "synthfaces", "test")
     ids = split.sample_ids[:40]
     generate(methods.get_method("input", {}), lambda idx: split.float_images(idx), ids, models,
-             {**cfg, "batch_size": 16}, Path(d / "input.npz"))
+             RunSettings.resolve({**cfg, "batch_size": 16}, TASK, "input"), Path(d / "input.npz"))
     z = load_npz(d / "input.npz")
     assert not z["flipped"].any() and (z["info_nfe_classifier_fwd"] == 1).all()
     out = d / "input_metrics.json"

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from vcebench import registry
+from vcebench import registry, specs
 from vcebench.config import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,9 +74,9 @@ def test_builtins_pass_the_plugin_checks_and_roles_are_the_models():
 
     assert registry.MODEL_ROLES == ROLES
     for s in registry.BUILTIN_METHODS:
-        registry._check_method(s)
+        specs.check_method(s)
     for s in registry.BUILTIN_METRICS:
-        registry._check_metric(s)
+        specs.check_metric(s)
     assert registry.builtin_method_names() == ("fire", "dime", "fastdime", "fastdime2", "fastdime2plus",
                                                 "maskdime", "input")
     assert registry.baseline_methods() == ("input",)

@@ -210,7 +210,7 @@ def test_paper_scale_report_is_consistent_with_its_own_table():
 def tiny_load(monkeypatch, cfg):
     """Replace data + trained-model loading by tiny stand-ins (the profile logic is what is tested)."""
     from methods import get_method
-    from vcebench.commands import profile as cmd
+    from vcebench import task_profile as cmd
     from vcebench.standins import tiny_standins
     from vcebench.tasks import get_task
 
@@ -235,8 +235,8 @@ def test_profile_command_writes_every_field(tiny_load, tmp_path):
     out = tmp_path / "profile.json"
     timing = tmp_path / "timing-0-of-1.json"
     timing.write_text(json.dumps({"seconds": 3.0, "n": 6, "batch_size": 2}))
-    assert main(["profile", "--task", "synthfaces_smile", "--method", "fire", "--n", "3", "--batch-size", "2",
-                 "--out", str(out), "--timings", str(timing)]) == 0
+    assert main(["profile", "task", "--task", "synthfaces_smile", "--method", "fire", "--n", "3",
+                 "--batch-size", "2", "--out", str(out), "--timings", str(timing)]) == 0
     d = json.loads(out.read_text())
     for key in REQUIRED:
         assert key in d, key
@@ -256,19 +256,20 @@ def test_profile_command_profiles_several_methods_in_one_process(tiny_load, tmp_
         t.write_text(json.dumps({"seconds": sec, "n": 6, "batch_size": 2, "method": m}))
         timings.append(str(t))
     common = ["--task", "synthfaces_smile", "--n", "3", "--batch-size", "2", "--timings", *timings]
-    assert main(["profile", "--method", "fire", "--method", "fire_K5", *common,
+    assert main(["profile", "task", "--method", "fire", "--method", "fire_K5", *common,
                  "--out", str(tmp_path / "out" / "{method}.json")]) == 0
     both = {m: json.loads((tmp_path / "out" / f"{m}.json").read_text()) for m in ("fire", "fire_K5")}
     assert both["fire"]["sec_per_cf"] == pytest.approx(0.5) and both["fire_K5"]["sec_per_cf"] == pytest.approx(0.25)
     assert both["fire"]["method"] == "fire" and both["fire_K5"]["method"] == "fire_K5"
-    assert main(["profile", "--method", "fire", "--task", "synthfaces_smile", "--n", "3", "--batch-size", "2",
-                 "--out", str(tmp_path / "alone.json")]) == 0
+    assert main(["profile", "task", "--method", "fire", "--task", "synthfaces_smile", "--n", "3",
+                 "--batch-size", "2", "--out", str(tmp_path / "alone.json")]) == 0
     alone = json.loads((tmp_path / "alone.json").read_text())
     assert alone["flops_per_cf"] == both["fire"]["flops_per_cf"] and alone["nfe_per_cf"] == both["fire"]["nfe_per_cf"]
     # several methods need {method} in --out; a method without a timing file is named
-    assert main(["profile", "--method", "fire", "--method", "fire_K5", *common, "--out", str(tmp_path / "x.json")]) == 2
-    assert main(["profile", "--method", "fire", "--method", "fire_K10", "--task", "synthfaces_smile", "--n", "3",
-                 "--timings", *timings, "--out", str(tmp_path / "{method}.json")]) == 2
+    assert main(["profile", "task", "--method", "fire", "--method", "fire_K5", *common,
+                 "--out", str(tmp_path / "x.json")]) == 2
+    assert main(["profile", "task", "--method", "fire", "--method", "fire_K10", "--task", "synthfaces_smile",
+                 "--n", "3", "--timings", *timings, "--out", str(tmp_path / "{method}.json")]) == 2
 
 
 def test_cli_parses_without_importing_torch():
@@ -285,8 +286,8 @@ def test_compare_compaction_runs_both_settings(tiny_load, tmp_path):
     from vcebench.cli import main
 
     out = tmp_path / "compaction.json"
-    assert main(["profile", "--task", "synthfaces_smile", "--method", "fire", "--n", "3", "--batch-size", "3",
-                 "--compare-compaction", "--out", str(out)]) == 0
+    assert main(["profile", "compaction", "--task", "synthfaces_smile", "--method", "fire", "--n", "3",
+                 "--batch-size", "3", "--out", str(out)]) == 0
     d = json.loads(out.read_text())
     assert d["with_compaction"]["compaction"] is True and d["without_compaction"]["compaction"] is False
     # Without compaction finished samples still ride along: never fewer FLOPs.
@@ -296,7 +297,10 @@ def test_compare_compaction_runs_both_settings(tiny_load, tmp_path):
 def test_profile_command_needs_task_and_method():
     from vcebench.cli import main
 
-    assert main(["profile", "--method", "fire"]) == 2
+    for argv in (["profile", "task", "--method", "fire"], ["profile", "task", "--task", "synthfaces_smile"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
 
 
 # --------------------------------------------------------------------------- paper-scale timing (GPU script)

@@ -109,9 +109,9 @@ def test_cuda_settings_apply_only_on_cuda():
 
     cfg = load_config()
     assert cfg["cuda"]["noise_on_device"] is True
-    assert noise_device(cfg, "cpu") == torch.device("cpu")
-    assert noise_device(cfg, torch.device("cuda", 0)) == torch.device("cuda", 0)
-    assert noise_device({**cfg, "cuda": {"noise_on_device": False}}, "cuda") == torch.device("cpu")
+    assert noise_device(cfg["cuda"], "cpu") == torch.device("cpu")
+    assert noise_device(cfg["cuda"], torch.device("cuda", 0)) == torch.device("cuda", 0)
+    assert noise_device({"noise_on_device": False}, "cuda") == torch.device("cpu")
     before = torch.backends.cudnn.benchmark
     setup_torch(torch.get_num_threads(), "cpu", {"cudnn_benchmark": not before})
     assert torch.backends.cudnn.benchmark == before

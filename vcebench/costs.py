@@ -44,7 +44,7 @@ def flops_per_sample(nfe: dict[str, dict[str, np.ndarray]], per_call: dict[str, 
             continue
         if net not in per_call:
             raise KeyError(f"profile.json has no per-call FLOPs of network {net!r} (flops_per_call: "
-                           f"{sorted(per_call)}); rerun `vcebench profile`")
+                           f"{sorted(per_call)}); rerun `vcebench profile task`")
         f = d["fwd"] * float(per_call[net]["fwd_flops"]) + d["bwd"] * float(per_call[net]["bwd_flops"])
         total = f if total is None else total + f
     return total if total is not None else np.zeros(len(next(iter(nfe.values()))["fwd"]) if nfe else 0)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .io import atomic_path
-from .report import method_label
+from .report.tables import method_label
 
 DIFF_CMAP = "inferno"
 

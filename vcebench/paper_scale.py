@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vcebench.paper_nets import SETTINGS, build_networks
+from vcebench.paper_nets import SETTINGS, PaperSetting, build_networks
 from vcebench.paper_nfe import NFE, ddpm_family_nfe, fire_nfe, fire_nfe_per_update
 from vcebench.profiling import FLOP_CONVENTION, FVCORE_CONVENTION, count_flops, fvcore_forward_macs
 
@@ -126,19 +126,9 @@ def paper_scale_report(dataset: str = "celeba", attempts: float = 1.0,
     analytic counts.
     """
     if dataset not in SETTINGS:
-        raise ValueError(f"--paper-scale supports {', '.join(SETTINGS)}, got {dataset!r}")
+        raise ValueError(f"vcebench profile paper-scale supports {', '.join(SETTINGS)}, got {dataset!r}")
     s = SETTINGS[dataset]
-    calls_by_pmf: dict[str, dict[str, dict[str, Any]]] = {}
-    for pmf in ("unet", "dit_b16"):
-        include = ("unet", "pmf", "classifier", "perceptual") if pmf == "unet" else ("pmf",)
-        nets = build(s, device="meta", pmf=pmf, include=include)
-        calls_by_pmf[pmf] = per_call_flops(nets, s.resolution)
-        if fvcore:
-            cpu_nets = build(s, device="cpu", pmf=pmf, include=include)
-            macs = fvcore_forward_table(cpu_nets, s.resolution)
-            del cpu_nets
-            for k, v in macs.items():
-                calls_by_pmf[pmf][k]["fvcore_fwd_macs"] = v
+    calls_by_pmf = _calls_by_pmf(s, fvcore, build)
     calls = calls_by_pmf["unet"]
     calls_dit = {**calls, "pmf": calls_by_pmf["dit_b16"]["pmf"]}
 
@@ -151,21 +141,8 @@ def paper_scale_report(dataset: str = "celeba", attempts: float = 1.0,
                                   "pflops_per_1000": f * 1000 / 1e15}
 
     maskdime = methods["maskdime"]["tflops_per_cf"] * 1e12
-    paper_fire = PAPER_TOTAL_PFLOPS_1000 * 1e15 / 1000
-    profiles = {"K=15 updates for every CF (upper bound)": float(s.fire_K),
-                "paper: >99% of successful CFs stop within 10 updates (mean <= ~10)": 0.99 * 10 + 0.01 * s.fire_K}
-    profiles.update(measured_fire_steps or {})
-    fire_rows, per_update, fixed, implied = [], {}, {}, {}
-    for pmf, c in (("unet", calls), ("dit_b16", calls_dit)):
-        fixed[pmf] = flops_from_nfe(fire_nfe(0.0, s.smoothgrad_n), c)
-        per_update[pmf] = flops_from_nfe(fire_nfe(1.0, s.smoothgrad_n), c) - fixed[pmf]
-        implied[pmf] = {"mean_updates_for_1.28_PFLOPs": (paper_fire - fixed[pmf]) / per_update[pmf],
-                        "mean_updates_for_8x_vs_maskdime": (maskdime / PAPER_RATIO - fixed[pmf]) / per_update[pmf]}
-    for label, steps in profiles.items():
-        for pmf in ("unet", "dit_b16"):
-            f = fixed[pmf] + steps * per_update[pmf]
-            fire_rows.append({"profile": label, "pmf": pmf, "mean_updates": steps, "tflops_per_cf": f / 1e12,
-                              "pflops_per_1000": f * 1000 / 1e15, "maskdime_over_fire": maskdime / f})
+    fire_rows, per_update, fixed, implied = _fire_flops(s, {"unet": calls, "dit_b16": calls_dit}, maskdime,
+                                                        measured_fire_steps)
 
     return {
         "dataset": dataset,
@@ -185,6 +162,46 @@ def paper_scale_report(dataset: str = "celeba", attempts: float = 1.0,
         "paper": {"fire_pflops_per_1000": PAPER_TOTAL_PFLOPS_1000, "maskdime_over_fire": PAPER_RATIO,
                   "fire_minutes_per_1000": PAPER_MINUTES_1000},
     }
+
+
+def _calls_by_pmf(s: PaperSetting, fvcore: bool, build: Callable[..., dict[str, nn.Module]]
+                  ) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per-call FLOPs of the networks with each PMF (``unet``: all four networks; ``dit_b16``: the PMF),
+    with fvcore's forward MACs beside them when ``fvcore``."""
+    calls_by_pmf: dict[str, dict[str, dict[str, Any]]] = {}
+    for pmf in ("unet", "dit_b16"):
+        include = ("unet", "pmf", "classifier", "perceptual") if pmf == "unet" else ("pmf",)
+        nets = build(s, device="meta", pmf=pmf, include=include)
+        calls_by_pmf[pmf] = per_call_flops(nets, s.resolution)
+        if fvcore:
+            cpu_nets = build(s, device="cpu", pmf=pmf, include=include)
+            macs = fvcore_forward_table(cpu_nets, s.resolution)
+            del cpu_nets
+            for k, v in macs.items():
+                calls_by_pmf[pmf][k]["fvcore_fwd_macs"] = v
+    return calls_by_pmf
+
+
+def _fire_flops(s: PaperSetting, calls: dict[str, dict[str, dict[str, Any]]], maskdime: float,
+                measured_fire_steps: dict[str, float] | None) -> tuple[list[dict], dict, dict, dict]:
+    """FiRe's FLOPs per CF by PMF: (rows per steps profile, per update, fixed per CF, the mean updates the
+    paper's figures imply)."""
+    paper_fire = PAPER_TOTAL_PFLOPS_1000 * 1e15 / 1000
+    profiles = {"K=15 updates for every CF (upper bound)": float(s.fire_K),
+                "paper: >99% of successful CFs stop within 10 updates (mean <= ~10)": 0.99 * 10 + 0.01 * s.fire_K}
+    profiles.update(measured_fire_steps or {})
+    fire_rows, per_update, fixed, implied = [], {}, {}, {}
+    for pmf, c in calls.items():
+        fixed[pmf] = flops_from_nfe(fire_nfe(0.0, s.smoothgrad_n), c)
+        per_update[pmf] = flops_from_nfe(fire_nfe(1.0, s.smoothgrad_n), c) - fixed[pmf]
+        implied[pmf] = {"mean_updates_for_1.28_PFLOPs": (paper_fire - fixed[pmf]) / per_update[pmf],
+                        "mean_updates_for_8x_vs_maskdime": (maskdime / PAPER_RATIO - fixed[pmf]) / per_update[pmf]}
+    for label, steps in profiles.items():
+        for pmf in calls:
+            f = fixed[pmf] + steps * per_update[pmf]
+            fire_rows.append({"profile": label, "pmf": pmf, "mean_updates": steps, "tflops_per_cf": f / 1e12,
+                              "pflops_per_1000": f * 1000 / 1e15, "maskdime_over_fire": maskdime / f})
+    return fire_rows, per_update, fixed, implied
 
 
 def format_markdown(r: dict[str, Any]) -> str:
@@ -236,15 +253,21 @@ def format_markdown(r: dict[str, Any]) -> str:
         lines.append(f"- PMF {pmf}: {d['mean_updates_for_1.28_PFLOPs']:.2f} updates for 1.28 PFLOPs / 1000 CFs; "
                      f"{d['mean_updates_for_8x_vs_maskdime']:.2f} updates for 8x fewer FLOPs than MaskDiME")
     if r.get("measured_nfe"):
-        lines += ["", "## Cross-check: NFE per CF from the methods' own counters", "",
-                  "The real `methods/` code run with the paper hyperparameters on tiny random stand-in networks "
-                  "(their classifier never flips, so all 3 scales / all K updates run); the analytic counts above "
-                  "evaluated at the same attempts / updates.", "",
-                  "| method | mean steps | network | counted fwd | counted bwd | analytic fwd | analytic bwd | match |",
-                  "|---|---:|---|---:|---:|---:|---:|---|"]
-        for m, d in r["measured_nfe"].items():
-            for net, c in d["nfe"].items():
-                a = d["analytic"].get(net, {"fwd": 0.0, "bwd": 0.0})
-                lines.append(f"| {m} | {d['mean_steps']:.1f} | {net} | {c['fwd']:.0f} | {c['bwd']:.0f} | "
-                             f"{a['fwd']:.0f} | {a['bwd']:.0f} | {'yes' if d['match'] else 'NO'} |")
+        lines += _cross_check_lines(r["measured_nfe"])
     return "\n".join(lines) + "\n"
+
+
+def _cross_check_lines(measured_nfe: dict[str, Any]) -> list[str]:
+    """The report's section comparing the methods' counted NFE with the analytic counts."""
+    lines = ["", "## Cross-check: NFE per CF from the methods' own counters", "",
+             "The real `methods/` code run with the paper hyperparameters on tiny random stand-in networks "
+             "(their classifier never flips, so all 3 scales / all K updates run); the analytic counts above "
+             "evaluated at the same attempts / updates.", "",
+             "| method | mean steps | network | counted fwd | counted bwd | analytic fwd | analytic bwd | match |",
+             "|---|---:|---|---:|---:|---:|---:|---|"]
+    for m, d in measured_nfe.items():
+        for net, c in d["nfe"].items():
+            a = d["analytic"].get(net, {"fwd": 0.0, "bwd": 0.0})
+            lines.append(f"| {m} | {d['mean_steps']:.1f} | {net} | {c['fwd']:.0f} | {c['bwd']:.0f} | "
+                         f"{a['fwd']:.0f} | {a['bwd']:.0f} | {'yes' if d['match'] else 'NO'} |")
+    return lines

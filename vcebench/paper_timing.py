@@ -34,18 +34,16 @@ Each variant's error is measured against ``fp32``: the relative L2 error of ever
 output (PMF clean prediction, UNet eps, classifier logits and input gradient, perceptual loss) on
 one random batch, and the relative difference of FiRe's edits ``x_cf - x`` on the first batch.
 
-Run: ``python -m vcebench.paper_timing --out results/reference`` (on a GPU machine);
+Run: ``vcebench profile gpu --out results/reference`` (on a GPU machine);
 ``--tiny`` builds small networks so the code path runs on a CPU in seconds (tests).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -201,6 +199,28 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
     return row, outs[0].images.float().cpu()
 
 
+def _report_head(device: str, repeats: int, compile_mode: str, s: PaperSetting,
+                 calls: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The report before its first row: the machine, the setting, the per-call GFLOPs."""
+    return {
+        "device": device, "repeats": repeats, "compile_mode": compile_mode,
+        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+        "setting": s.dataset, "resolution": s.resolution,
+        "paper_sec_per_cf": PAPER_SEC_PER_CF, "rows": [], "errors": {}, "skipped": [],
+        "per_call_gflops": {k: {"fwd": c["fwd_flops"] / 1e9, "bwd": c["bwd_flops"] / 1e9} for k, c in calls.items()},
+    }
+
+
+def _compare_to_fp32(row: dict[str, Any], ref_cf: dict[tuple, Tensor], key: tuple, variant: str, first: Tensor,
+                     b0: Tensor) -> None:
+    """Keep fp32's edits of ``key``; another variant's row gets its edits' relative difference from them."""
+    if variant == "fp32" and key not in ref_cf:
+        ref_cf[key] = first
+    if variant != "fp32" and key in ref_cf and len(ref_cf[key]) == len(first):
+        d_ref, d = ref_cf[key] - b0[: len(first)], first - b0[: len(first)]
+        row["edit_rel_diff_vs_fp32"] = float((d - d_ref).norm() / d_ref.norm().clamp_min(1e-30))
+
+
 def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[dict[str, Any]] | None = None,
         seed: int = 0, time_limit: float = float("inf"), log=print, name: str = "gpu_profile", repeats: int = 3,
         compile_mode: str = "reduce-overhead", compile_backend: str = "inductor") -> dict[str, Any]:
@@ -222,13 +242,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
     x_all = _inputs(s, n_max, dev)
     with torch.no_grad(), precision("fp32", dev):
         target_all = 1 - base.classifier(x_all).argmax(1)
-    report: dict[str, Any] = {
-        "device": device_name(dev), "repeats": repeats, "compile_mode": compile_mode,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-        "setting": s.dataset, "resolution": s.resolution,
-        "paper_sec_per_cf": PAPER_SEC_PER_CF, "rows": [], "errors": {}, "skipped": [],
-        "per_call_gflops": {k: {"fwd": c["fwd_flops"] / 1e9, "bwd": c["bwd_flops"] / 1e9} for k, c in calls.items()},
-    }
+    report = _report_head(device_name(dev), repeats, compile_mode, s, calls)
     ref_cf: dict[tuple[str, bool, bool], Tensor] = {}  # fp32 edits by (method, early stop, GPU noise)
     out.mkdir(parents=True, exist_ok=True)
     for i, p in enumerate(plan):
@@ -249,12 +263,7 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
             row, first = time_method(p["method"], params, models, x, target, p["batch"], v, dev, seed, calls,
                                      repeats=int(p.get("repeats", repeats)))
             key = (p["method"], bool(params.get("early_stop", True)), v["gpu_noise"])
-            b0 = x[: p["batch"]].float().cpu()
-            if v["name"] == "fp32" and key not in ref_cf:
-                ref_cf[key] = first
-            if v["name"] != "fp32" and key in ref_cf and len(ref_cf[key]) == len(first):
-                d_ref, d = ref_cf[key] - b0[: len(first)], first - b0[: len(first)]
-                row["edit_rel_diff_vs_fp32"] = float((d - d_ref).norm() / d_ref.norm().clamp_min(1e-30))
+            _compare_to_fp32(row, ref_cf, key, v["name"], first, x[: p["batch"]].float().cpu())
         except Exception as e:  # one failed configuration must not lose the others
             row = {**p, "error": f"{type(e).__name__}: {e}"}
         finally:
@@ -315,7 +324,7 @@ def format_markdown(r: dict[str, Any]) -> str:
     lines = [f"# FiRe and MaskDiME wall time at paper scale ({r['setting']} {r['resolution']} px, random weights)",
              "", f"Device: **{r['device']}**; torch {r['torch']}, CUDA {r['cuda']}, cuDNN {r.get('cudnn')}. "
              f"Paper (Fig. 2): 6.37 min per 1,000 CFs at batch 5 = {r['paper_sec_per_cf']:.3f} s/CF.", "",
-             "Produced by `python -m vcebench.paper_timing` (module docstring: variants, what random weights change). "
+             "Produced by `vcebench profile gpu` (vcebench.paper_timing: variants, what random weights change). "
              "es = early stopping; FiRe with es=0 runs all K = 15 updates (upper bound). MaskDiME runs one "
              "classifier scale (8) here: 60 of 200 guided steps. TFLOPs/CF from the measured NFE x per-call FLOPs. "
              "s/CF is the median of the timed passes over the n inputs (after one warm-up batch), "
@@ -351,39 +360,15 @@ def format_markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m vcebench.paper_timing", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default="results/reference", help="folder for gpu_profile.{json,md}")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--tiny", action="store_true", help="small networks (a CPU smoke run of the code path)")
-    ap.add_argument("--plan", default=None, help="JSON list of {method, variant, batch, n, early_stop, params} "
-                    "(default: default_plan())")
-    ap.add_argument("--name", default="gpu_profile", help="output file stem")
-    ap.add_argument("--time-limit", type=float, default=float("inf"),
-                    help="skip the remaining plan entries after this many seconds")
-    ap.add_argument("--repeats", type=int, default=3, help="timed passes per row (median and spread reported)")
-    ap.add_argument("--compile-mode", default="reduce-overhead", help="torch.compile mode of the +compile variants")
-    ap.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: a CPU check)")
-    args = ap.parse_args(argv)
-    s = TINY if args.tiny else CELEBA
-    plan = None
-    if args.tiny:
-        plan = [{"method": "fire", "variant": "fp32", "batch": 2, "n": 2, "early_stop": False,
+def load_plan(path: str | None, tiny: bool = False) -> list[dict[str, Any]] | None:
+    """The plan of `vcebench profile gpu`: the JSON list at ``path`` (shrunk with ``tiny``), else the tiny
+    smoke plan with ``tiny``, else None (:func:`default_plan`)."""
+    if path:
+        plan = json.loads(Path(path).read_text())
+        return shrink(plan) if tiny else plan
+    if tiny:
+        return [{"method": "fire", "variant": "fp32", "batch": 2, "n": 2, "early_stop": False,
                  "params": {"K": 2, "smoothgrad_n": 2}},
                 {"method": "maskdime", "variant": "fp32", "batch": 2, "n": 2,
                  "params": {"scales": [8.0], "start_step": 2, "respacing": 10}}]
-    if args.plan:
-        plan = json.loads(Path(args.plan).read_text())
-        if args.tiny:
-            plan = shrink(plan)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("no CUDA device: run with --device cpu --tiny for a smoke run", file=sys.stderr)
-        return 2
-    run(Path(args.out), s, args.device, plan, time_limit=args.time_limit, name=args.name,
-        log=lambda m: print(m, flush=True), repeats=args.repeats, compile_mode=args.compile_mode,
-        compile_backend=args.compile_backend)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return None

@@ -144,32 +144,40 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
         record.update(log_snr_reference=lam_ref, log_snr_target=lam, log_snr=lam, t_reference=params.get("t", 0.4),
                       t=out["t"])
     elif noise == "ddpm":
-        abar, source = ddpm_schedule(cfg, task.dataset)
-        ref_r, ref_s = int(params.get("ref_respacing", 200)), int(params.get("ref_start_step", 60))
-        if not 1 <= ref_s < ref_r:
-            raise ConfigError(f"{task.name}/{method}: ref_start_step must be in [1, ref_respacing), got "
-                              f"{ref_s} of {ref_r}")
-        _, lam_ref_all = respaced_log_snr(abar, ref_r)
-        lam_ref = float(lam_ref_all[ref_s])
-        target = lam_ref + shift + offset
-        respacing = int(params.get("respacing", 200))
-        start = nearest_start_step(abar, respacing, target)
-        ts, lam_all = respaced_log_snr(abar, respacing)
-        out["start_step"] = start
-        if "warmup_fraction" in params:
-            if "warmup_steps" in params:
-                raise ConfigError(f"{task.name}/{method}: set `warmup_fraction` (of the start step), not "
-                                  f"`warmup_steps`, under the noise protocol")
-            out["warmup_steps"] = max(1, int(float(params["warmup_fraction"]) * start + 0.5))
-        record.update(log_snr_reference=lam_ref, log_snr_target=target, log_snr=float(lam_all[start]),
-                      reference_start=f"{ref_s} of {ref_r}", start_step=start, respacing=respacing,
-                      train_timestep=int(ts[start]), schedule=source)
+        _apply_ddpm_rule(cfg, task, method, params, (shift, offset), out, record)
     if "log_snr" not in record:  # a method that adds no noise (the do-nothing `input` row)
         record.update(log_snr=None, snr=None)
     else:
         record["snr"] = math.exp(record["log_snr"])
     record["params"] = out
     return out, record
+
+
+def _apply_ddpm_rule(cfg: dict, task: Task, method: str, params: dict[str, Any], shift_offset: tuple[float, float],
+                     out: dict[str, Any], record: dict[str, Any]) -> None:
+    """A DDPM's ``start_step`` (and ``warmup_steps`` from ``warmup_fraction``) at the reference log-SNR moved
+    by ``shift_offset`` (the resolution shift, the offset), into ``out``; how, into ``record``."""
+    shift, offset = shift_offset
+    abar, source = ddpm_schedule(cfg, task.dataset)
+    ref_r, ref_s = int(params.get("ref_respacing", 200)), int(params.get("ref_start_step", 60))
+    if not 1 <= ref_s < ref_r:
+        raise ConfigError(f"{task.name}/{method}: ref_start_step must be in [1, ref_respacing), got "
+                          f"{ref_s} of {ref_r}")
+    _, lam_ref_all = respaced_log_snr(abar, ref_r)
+    lam_ref = float(lam_ref_all[ref_s])
+    target = lam_ref + shift + offset
+    respacing = int(params.get("respacing", 200))
+    start = nearest_start_step(abar, respacing, target)
+    ts, lam_all = respaced_log_snr(abar, respacing)
+    out["start_step"] = start
+    if "warmup_fraction" in params:
+        if "warmup_steps" in params:
+            raise ConfigError(f"{task.name}/{method}: set `warmup_fraction` (of the start step), not "
+                              f"`warmup_steps`, under the noise protocol")
+        out["warmup_steps"] = max(1, int(float(params["warmup_fraction"]) * start + 0.5))
+    record.update(log_snr_reference=lam_ref, log_snr_target=target, log_snr=float(lam_all[start]),
+                  reference_start=f"{ref_s} of {ref_r}", start_step=start, respacing=respacing,
+                  train_timestep=int(ts[start]), schedule=source)
 
 
 def build_method(cfg: dict, task: Task | str, method: str):

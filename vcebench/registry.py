@@ -1,4 +1,5 @@
 """Every method, metric and task kind vcebench knows, in one place; the rest of the code reads it from here.
+What a spec is and the checks it passes: :mod:`vcebench.specs`; the built-ins: :mod:`vcebench.builtin_specs`.
 
 Torch-free: a method's hyperparameter dataclass and factory, and a metric's factory, are given as lazy
 ``"module:attribute"`` strings (or the objects themselves, for plug-ins that register with a decorator)
@@ -21,223 +22,39 @@ object a :class:`MethodSpec` / :class:`MetricSpec`, or a module that registers o
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import re
 import types
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
+from .builtin_specs import BUILTIN_METHODS, BUILTIN_METRICS, DATASETS
+from .specs import (
+    COST_COLUMNS,
+    EXTERNAL_PREFIX,
+    MODEL_ROLES,
+    NOISE_KINDS,
+    PROTOCOL_COLUMNS,
+    TASK_KINDS,
+    MethodSpec,
+    MetricSpec,
+    RegistryError,
+    check_method,
+    check_metric,
+    method_spec,
+    metric_spec,
+)
+
+# What the rest of the code and the plug-ins read from here (the specs and the built-ins are declared in
+# vcebench.specs and vcebench.builtin_specs).
+__all__ = ["BUILTIN_METHODS", "BUILTIN_METRICS", "COST_COLUMNS", "DATASETS", "EXTERNAL_PREFIX", "MODEL_ROLES",
+           "NOISE_KINDS", "PROTOCOL_COLUMNS", "TASK_KINDS", "MethodSpec", "MetricSpec", "RegistryError",
+           "baseline_methods", "builtin_method_names", "column_directions", "column_labels", "eval_roles",
+           "fill_schema", "get_method_spec", "get_metric_spec", "load_plugins", "method", "method_names",
+           "method_noise", "method_spec", "methods", "metric", "metric_names", "metric_roles", "metric_spec",
+           "metrics", "register_method", "register_metric", "table_columns", "unranked_columns"]
 
 METHOD_GROUP = "vcebench.methods"
 METRIC_GROUP = "vcebench.metrics"
-
-# network roles a method or metric may ask for (the same as vcebench.models.base.ROLES; a test checks)
-MODEL_ROLES = ("classifier", "ddpm", "pmf", "perceptual", "oracle", "identity", "simsiam", "fid_features")
-# how vcebench.protocol sets a method's starting noise: FiRe's flow time t, a DDPM's start step, or none
-NOISE_KINDS = ("flow", "ddpm", None)
-# datasets: name -> (task kind, synthetic). The task kind picks the metric protocol: `faces` (ACE) or
-# `xray` (FastDiME's medical protocol); synthetic datasets add the ground-truth metrics.
-DATASETS = {"synthfaces": ("faces", True), "synthxray": ("xray", True), "celeba": ("faces", False),
-            "celebahq": ("faces", False), "chexpert": ("xray", False)}
-TASK_KINDS = ("faces", "xray")
-# table columns that are no metric's (vcebench.report, vcebench.costs): costs of all n CFs, and how each
-# row's settings were made (metrics.json `protocol`: starting log-SNR, tuned file used or not)
-COST_COLUMNS = ("sec_per_cf", "tflops_per_cf", "nfe_per_cf", "peak_mem_mb", "mean_steps")
-PROTOCOL_COLUMNS = ("log_snr", "tuned")
-RESERVED_COLUMNS = ("method", "n", *COST_COLUMNS, *PROTOCOL_COLUMNS)
-EXTERNAL_PREFIX = "external_"  # `external_<name>`: results imported from another code base (vcebench.workflow)
-
-METHOD_NAME = re.compile(r"^[a-z][a-z0-9]*$")
-METRIC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
-
-
-class RegistryError(ConfigError):
-    """A method or metric that cannot be registered or found (bad name, clash, broken plug-in)."""
-
-
-def _resolve(obj: Any, what: str) -> Any:
-    """``"module:attribute"`` -> the attribute (imported now); anything else unchanged."""
-    if not isinstance(obj, str):
-        return obj
-    module, _, attr = obj.partition(":")
-    try:
-        out = importlib.import_module(module)
-        for part in attr.split(".") if attr else []:
-            out = getattr(out, part)
-    except (ImportError, AttributeError) as e:
-        raise RegistryError(f"{what}: cannot import {obj!r}: {type(e).__name__}: {e}") from e
-    return out
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """A method: ``factory(name, params, **factory_kwargs)`` builds it from its parsed dataclass ``params``.
-
-    ``roles``: every network it may use (the workflow provides these; an instance may use fewer);
-    ``label``: its name in tables and figures; ``baseline``: a reference row (like ``input``) that is
-    evaluated like every method but never tuned, ranked or put on a Pareto front; ``noise``: how the
-    protocol sets its starting noise (:data:`NOISE_KINDS`); ``source``: who registered it.
-    """
-
-    name: str
-    label: str
-    roles: tuple[str, ...]
-    params: Any
-    factory: Any
-    factory_kwargs: dict[str, Any] = field(default_factory=dict)
-    baseline: bool = False
-    noise: str | None = None
-    source: str = "vcebench"
-
-    def params_class(self) -> type:
-        cls = _resolve(self.params, f"method {self.name!r} ({self.source}): hyperparameter dataclass")
-        if not dataclasses.is_dataclass(cls):
-            raise RegistryError(f"method {self.name!r} ({self.source}): its hyperparameters {cls!r} are not a "
-                                f"dataclass")
-        return cls
-
-    def build(self, name: str, params: Any) -> Any:
-        return _resolve(self.factory, f"method {self.name!r} ({self.source}): factory")(name, params,
-                                                                                        **self.factory_kwargs)
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    """A metric family: ``factory(ctx)`` (``ctx``: a ``metrics.builders.MetricContext``) builds it.
-
-    ``columns``: its table columns in order, each with its direction (True: higher is better, False:
-    lower, None: shown but never ranked, e.g. the unedited input's floor); ``roles``: the networks it
-    needs; ``kinds``: the task kinds it is evaluated on (``synthetic_only``: only on synthetic tasks);
-    ``table_kinds``: where its columns are shown (default ``kinds``); ``labels``: column -> header.
-    """
-
-    name: str
-    columns: tuple[tuple[str, bool | None], ...]
-    factory: Any
-    roles: tuple[str, ...] = ()
-    kinds: tuple[str, ...] = TASK_KINDS
-    synthetic_only: bool = False
-    table_kinds: tuple[str, ...] | None = None
-    labels: tuple[tuple[str, str], ...] = ()
-    source: str = "vcebench"
-
-    def build(self, ctx: Any) -> Any:
-        return _resolve(self.factory, f"metric {self.name!r} ({self.source}): factory")(ctx)
-
-    def evaluated_on(self, kind: str, synthetic: bool) -> bool:
-        return kind in self.kinds and (synthetic or not self.synthetic_only)
-
-    def shown_on(self, kind: str, synthetic: bool) -> bool:
-        return self.evaluated_on(kind, synthetic) and kind in (self.table_kinds or self.kinds)
-
-
-def method_spec(name: str, label: str | None = None, *, roles: Iterable[str], params: Any, factory: Any,
-                baseline: bool = False, noise: str | None = None, source: str | None = None,
-                **factory_kwargs: Any) -> MethodSpec:
-    """A checked :class:`MethodSpec` (the form a plug-in's entry point can point at)."""
-    spec = MethodSpec(name=name, label=label or name, roles=tuple(roles), params=params, factory=factory,
-                      factory_kwargs=dict(factory_kwargs), baseline=bool(baseline), noise=noise,
-                      source=source or _module_of(factory))
-    _check_method(spec)
-    return spec
-
-
-def metric_spec(name: str, *, columns: dict[str, bool | None] | Iterable[tuple[str, bool | None]], factory: Any,
-                roles: Iterable[str] = (), kinds: Iterable[str] = TASK_KINDS, synthetic_only: bool = False,
-                table_kinds: Iterable[str] | None = None, labels: dict[str, str] | None = None,
-                source: str | None = None) -> MetricSpec:
-    """A checked :class:`MetricSpec` (``columns``: ``{column: higher_is_better}``, in table order)."""
-    cols = tuple(columns.items()) if isinstance(columns, dict) else tuple(tuple(c) for c in columns)
-    spec = MetricSpec(name=name, columns=cols, factory=factory, roles=tuple(roles), kinds=tuple(kinds),
-                      synthetic_only=bool(synthetic_only),
-                      table_kinds=None if table_kinds is None else tuple(table_kinds),
-                      labels=tuple((labels or {}).items()), source=source or _module_of(factory))
-    _check_metric(spec)
-    return spec
-
-
-def _module_of(obj: Any) -> str:
-    return obj.partition(":")[0] if isinstance(obj, str) else getattr(obj, "__module__", "?")
-
-
-def _check_method(s: MethodSpec) -> None:
-    where = f"method {s.name!r} ({s.source})"
-    if not isinstance(s.name, str) or not METHOD_NAME.match(s.name) or s.name + "_" == EXTERNAL_PREFIX:
-        raise RegistryError(f"{where}: a method name is lowercase letters and digits, starting with a letter "
-                            f"(`_` separates a variant: <method>_<variant>), and not 'external'")
-    bad = [r for r in s.roles if r not in MODEL_ROLES]
-    if bad or "classifier" not in s.roles:
-        raise RegistryError(f"{where}: roles must include 'classifier' and be among {', '.join(MODEL_ROLES)}; "
-                            f"got {list(s.roles)}")
-    if s.noise not in NOISE_KINDS:
-        raise RegistryError(f"{where}: noise must be one of {list(NOISE_KINDS)}, got {s.noise!r}")
-
-
-def _check_metric(s: MetricSpec) -> None:
-    where = f"metric {s.name!r} ({s.source})"
-    if not isinstance(s.name, str) or not METRIC_NAME.match(s.name):
-        raise RegistryError(f"{where}: a metric name is letters, digits and `_`, starting with a letter")
-    if not s.columns:
-        raise RegistryError(f"{where}: declares no table column")
-    for col, higher in s.columns:
-        if not isinstance(col, str) or not METRIC_NAME.match(col) or col in RESERVED_COLUMNS \
-                or col.endswith(("_lo", "_hi")):
-            raise RegistryError(f"{where}: bad column name {col!r} (letters, digits and `_`; not one of "
-                                f"{', '.join(RESERVED_COLUMNS)}; no `_lo` / `_hi` ending)")
-        if higher not in (True, False, None):
-            raise RegistryError(f"{where}: column {col!r}: higher_is_better must be true, false or null, "
-                                f"got {higher!r}")
-    bad = [r for r in s.roles if r not in MODEL_ROLES]
-    if bad:
-        raise RegistryError(f"{where}: unknown role(s) {bad}; known: {', '.join(MODEL_ROLES)}")
-    kinds = [k for k in (*s.kinds, *(s.table_kinds or ())) if k not in TASK_KINDS]
-    if kinds or not s.kinds:
-        raise RegistryError(f"{where}: kinds must be among {', '.join(TASK_KINDS)}, got {list(s.kinds)}")
-
-
-# ----------------------------------------------------------------------------- the built-ins
-
-_DDPM_ROLES = ("classifier", "ddpm", "perceptual")
-BUILTIN_METHODS: tuple[MethodSpec, ...] = (
-    MethodSpec("fire", "FiRe", ("classifier", "pmf", "perceptual"), "methods.fire:FireParams", "methods.fire:FiRe",
-               noise="flow"),
-    MethodSpec("dime", "DiME", _DDPM_ROLES, "methods.dime:DimeParams", "methods.dime:DiME", noise="ddpm"),
-    MethodSpec("fastdime", "FastDiME", _DDPM_ROLES, "methods.fastdime:FastDimeParams", "methods.fastdime:FastDiME",
-               {"passes": 1, "first_pass_mask": True}, noise="ddpm"),
-    MethodSpec("fastdime2", "FastDiME-2", _DDPM_ROLES, "methods.fastdime:FastDimeParams",
-               "methods.fastdime:FastDiME", {"passes": 2, "first_pass_mask": False}, noise="ddpm"),
-    MethodSpec("fastdime2plus", "FastDiME-2+", _DDPM_ROLES, "methods.fastdime:FastDimeParams",
-               "methods.fastdime:FastDiME", {"passes": 2, "first_pass_mask": True}, noise="ddpm"),
-    MethodSpec("maskdime", "MaskDiME", _DDPM_ROLES, "methods.maskdime:MaskDimeParams", "methods.maskdime:MaskDiME",
-               noise="ddpm"),
-    # the do-nothing row: the input as its own "counterfactual" (methods/identity.py)
-    MethodSpec("input", "Input (no edit)", ("classifier",), "methods.identity:IdentityParams",
-               "methods.identity:Identity", baseline=True),
-)
-
-# In evaluation order; the tables show each kind's metrics in this order, ranked columns first, then the
-# unranked ones (the ground-truth floors). Protocol and subsets: metrics/__init__.py, docs/protocol.md.
-_B = "metrics.builders:"
-BUILTIN_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("FID", (("FID", False),), _B + "fid", ("fid_features",)),
-    MetricSpec("sFID", (("sFID", False),), _B + "sfid", ("fid_features",), kinds=("faces",)),
-    MetricSpec("KID", (("KID", False),), _B + "kid", ("fid_features",)),
-    MetricSpec("FVA", (("FVA", True), ("FS", True)), _B + "fva", ("identity",), kinds=("faces",)),
-    MetricSpec("MNAC", (("MNAC", False),), _B + "mnac", ("oracle",), kinds=("faces",)),
-    MetricSpec("CD", (("CD", False),), _B + "cd", ("oracle",), kinds=("faces",)),
-    MetricSpec("COUT", (("COUT", True),), _B + "cout", ("classifier",), kinds=("faces",)),
-    MetricSpec("L1", (("L1", False),), _B + "l1", (), table_kinds=("xray",)),
-    MetricSpec("MAD", (("MAD", True),), _B + "mad", ("classifier",), kinds=("xray",)),
-    MetricSpec("S3", (("S3", True),), _B + "s3", ("simsiam",), kinds=("xray",), labels=(("S3", "S$^3$"),)),
-    MetricSpec("FR", (("FR", True),), _B + "fr", ("classifier",), labels=(("FR", "FR(%)"),)),
-    MetricSpec("GT", (("GT_L1", False), ("GT_L1_region", False), ("GT_precision", True), ("GT_recall", True),
-                      ("GT_L1_input", None), ("GT_L1_region_input", None)), _B + "ground_truth", (),
-               synthetic_only=True, labels=(("GT_L1_input", "GT_L1 (input)"),
-                                            ("GT_L1_region_input", "GT_L1_region (input)"))),
-    MetricSpec("FR_oracle", (("FR_oracle", True),), _B + "fr_oracle", ("oracle",), synthetic_only=True),
-)
 
 _METHODS: dict[str, MethodSpec] = {s.name: s for s in BUILTIN_METHODS}
 _METRICS: dict[str, MetricSpec] = {s.name: s for s in BUILTIN_METRICS}
@@ -258,7 +75,7 @@ def _check_new_name(what: str, table: dict, spec) -> None:
 
 def register_method(spec: MethodSpec) -> MethodSpec:
     """Add a method (a plug-in's); its name must be new. Registering the same spec twice is a no-op."""
-    _check_method(spec)
+    check_method(spec)
     _check_new_name("method", _METHODS, spec)
     _METHODS[spec.name] = spec
     return spec
@@ -266,7 +83,7 @@ def register_method(spec: MethodSpec) -> MethodSpec:
 
 def register_metric(spec: MetricSpec) -> MetricSpec:
     """Add a metric (a plug-in's); its name and its columns must be new."""
-    _check_metric(spec)
+    check_metric(spec)
     _check_new_name("metric", _METRICS, spec)
     for other in _METRICS.values():
         if other.name == spec.name:

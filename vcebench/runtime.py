@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +15,12 @@ if TYPE_CHECKING:
     from vcebench.models.base import TaskModels
 
 
-def setup_torch(threads: int | None = None, device: str = "cpu", cuda: dict | None = None) -> torch.device:
+def setup_torch(threads: int | None = None, device: str = "cpu", cuda: Mapping[str, Any] | None = None) -> torch.device:
     """Set torch threads to exactly ``threads`` (never oversubscribe), flush denormals.
 
     ``threads`` defaults to ``$VCEBENCH_THREADS`` or the number of usable cores. On ``cuda``, the
-    config's ``cuda`` section sets TF32 and cuDNN autotuning (both default on).
+    config's ``cuda`` section sets TF32 and cuDNN autotuning (both default on); ``cuda`` without a
+    visible GPU raises ``ConfigError``.
     """
     if threads is None:
         threads = int(os.environ.get("VCEBENCH_THREADS", 0)) or len(os.sched_getaffinity(0))
@@ -35,7 +36,9 @@ def setup_torch(threads: int | None = None, device: str = "cpu", cuda: dict | No
 
     threadpool_limits(threads)
     if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested (config key `device`) but no CUDA device is available")
+        from .errors import ConfigError  # one line from the CLI, never a silent CPU run
+
+        raise ConfigError("device 'cuda' requested (config key `device`) but no CUDA device is available")
     if device == "cuda":
         opts = cuda or {}
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = bool(opts.get("tf32", True))
@@ -43,11 +46,11 @@ def setup_torch(threads: int | None = None, device: str = "cpu", cuda: dict | No
     return torch.device(device)
 
 
-def noise_device(cfg: dict, device: torch.device | str) -> torch.device:
-    """Where the per-sample noise generators live: the GPU when ``device`` is CUDA and
-    ``cuda.noise_on_device`` (default), else the CPU (``vcebench.rng``)."""
+def noise_device(cuda: Mapping[str, Any] | None, device: torch.device | str) -> torch.device:
+    """Where the per-sample noise generators live: the GPU when ``device`` is CUDA and ``noise_on_device``
+    of the config's ``cuda`` section (``cuda``; default on), else the CPU (``vcebench.rng``)."""
     device = torch.device(device)
-    if device.type == "cuda" and bool((cfg.get("cuda") or {}).get("noise_on_device", True)):
+    if device.type == "cuda" and bool((cuda or {}).get("noise_on_device", True)):
         return device
     return torch.device("cpu")
 
@@ -94,12 +97,13 @@ def accelerate(models: TaskModels, *, compile: bool = False, mode: str = "defaul
     return dataclasses.replace(models, **roles)
 
 
-def accelerate_from_config(models: TaskModels, cfg: dict, device: torch.device | str) -> TaskModels:
-    """:func:`accelerate` with the config's ``cuda`` section (``compile``, ``compile_mode``,
+def accelerate_from_config(models: TaskModels, cuda: Mapping[str, Any] | None,
+                           device: torch.device | str) -> TaskModels:
+    """:func:`accelerate` with the config's ``cuda`` section (``cuda``: ``compile``, ``compile_mode``,
     ``compile_cache_dir``, ``bf16_generative``); used only when ``device`` is CUDA."""
     if torch.device(device).type != "cuda":
         return models
-    opts = cfg.get("cuda") or {}
+    opts = cuda or {}
     return accelerate(models, compile=bool(opts.get("compile", False)), mode=opts.get("compile_mode", "default"),
                       bf16_generative=bool(opts.get("bf16_generative", False)),
                       cache_dir=opts.get("compile_cache_dir"))

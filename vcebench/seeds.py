@@ -5,7 +5,7 @@ networks (``vcebench explain --seed``; the config's own seed is the main run). :
 the runs of one task side by side: per method and metric the mean, standard deviation, min and max over
 seeds (``results/<task>_seeds.{csv,md}``).
 
-:func:`derive_tolerances` turns the spread into the tolerances of ``vcebench report --regression``: the
+:func:`derive_tolerances` turns the spread into the tolerances of ``vcebench report regression``: the
 difference of two runs with independent noise has standard deviation ``sqrt(2) sd``; the tolerance of a
 metric is ``z sqrt(2)`` times its pooled standard deviation over every task and method (root mean of the
 per-cell variances), as an absolute number, or relative to the value (pooled coefficient of variation)
@@ -57,7 +57,8 @@ def seed_table(tables: dict[int, pd.DataFrame]) -> pd.DataFrame:
 
 def seed_markdown(task: str, spread: pd.DataFrame, seeds: list[int]) -> str:
     """One row per method, one column per metric: ``mean ± sd [min, max]`` over the seeds."""
-    from .report import _fmt, method_label
+    from .report.tables import format_value as fv
+    from .report.tables import method_label
 
     metrics = list(dict.fromkeys(spread["metric"]))
     lines = [f"### {task}: spread over generation seeds {seeds}", "",
@@ -70,7 +71,7 @@ def seed_markdown(task: str, spread: pd.DataFrame, seeds: list[int]) -> str:
                 cells.append("--")
                 continue
             r = sub.loc[c]
-            cells.append(f"{_fmt(r['mean'])} ± {_fmt(r['sd'])} [{_fmt(r['min'])}, {_fmt(r['max'])}]")
+            cells.append(f"{fv(r['mean'])} ± {fv(r['sd'])} [{fv(r['min'])}, {fv(r['max'])}]")
         lines.append(f"| {method_label(m)} | " + " | ".join(cells) + " |")
     lines += ["", "mean ± sd (ddof 1) [min, max] over the seeds; each seed reruns generation and evaluation on the "
               "same trained networks (`snakemake seeds`)."]
@@ -104,8 +105,8 @@ def tolerance_yaml(tol: dict[str, Any], seeds: list[int], tasks: list[str], z: f
     """The tolerances file with a header saying how it was derived and the pooled spread behind each number."""
     import yaml
 
-    head = ["# CI regression tolerances of `vcebench report --regression`, DERIVED (not set by hand) by",
-            "# `vcebench report --tolerances` from the seed spread of `snakemake seeds` (vcebench/seeds.py):",
+    head = ["# CI regression tolerances of `vcebench report regression`, DERIVED (not set by hand) by",
+            "# `vcebench report tolerances` from the seed spread of `snakemake seeds` (vcebench/seeds.py):",
             f"#   seeds {seeds}, tasks {tasks}; tolerance = max(floor, {z:g} * sqrt(2) * pooled sd over tasks and",
             "#   methods), relative (pooled coefficient of variation) for FID, sFID, TFLOPs, NFE (KID absolute).",
             "# A metric fails when it moves past its tolerance in its bad direction; improvements never fail.",

@@ -5,7 +5,9 @@ Logic lives here (importable, tested), not in the rule files (docs/style.md).
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 from pathlib import Path
 
 from . import registry
@@ -63,6 +65,47 @@ def shell_flags(flag: str, values) -> str:
 def shell_words(values) -> str:
     """Shell-quoted values joined by spaces (one argument each)."""
     return " ".join(shlex.quote(str(v)) for v in values)
+
+
+def train_processes(cfg: dict, role: str) -> int:
+    """Processes (GPUs) of one training job: config ``gpus_per_train`` for the ddpm / pmf on CUDA, else 1."""
+    if cfg.get("device") != "cuda":
+        return 1
+    from .runtime import GENERATIVE  # torch: imported for CUDA runs only
+
+    return int(cfg.get("gpus_per_train", 1)) if role in GENERATIVE else 1
+
+
+def train_gpus(cfg: dict, role: str) -> int:
+    """The ``gpu`` resource of a training job: its processes for the ddpm / pmf on CUDA, else 0 (the
+    other roles are small networks trained on the CPU, ``vcebench.models.recipes.train_role``)."""
+    if cfg.get("device") != "cuda":
+        return 0
+    from .runtime import GENERATIVE
+
+    return train_processes(cfg, role) if role in GENERATIVE else 0
+
+
+def train_launcher(cfg: dict, role: str) -> str:
+    """The command that starts ``vcebench`` for a training job: ``vcebench`` itself, or
+    ``torchrun --standalone --nproc_per_node N --no-python vcebench`` for N > 1 processes (shell-quoted)."""
+    n = train_processes(cfg, role)
+    if n == 1:
+        return "vcebench"
+    return shell_words(["torchrun", "--standalone", "--nproc_per_node", n, "--no-python", "vcebench"])
+
+
+def visible_gpus() -> int:
+    """GPUs this machine shows a local run: ``CUDA_VISIBLE_DEVICES`` when set, else ``nvidia-smi -L``
+    (0 without either); the Snakefile's local limit on concurrent GPU jobs."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
 
 
 def tuned_dir(cfg: dict, basedir: str | Path = ".") -> str:

@@ -84,6 +84,6 @@ rule profile:
         n=min(config.get("profile", {}).get("n", 8), config["n_eval"]),
         flop_n=config.get("profile", {}).get("flop_n", 2),
     shell:
-        "vcebench profile --task {wildcards.task} {params.methods} {params.data} "
+        "vcebench profile task --task {wildcards.task} {params.methods} {params.data} "
         "--n {params.n} --flop-n {params.flop_n} --no-warmup --timings {input.timings:q} "
         "--out 'results/{wildcards.task}/{{method}}/profile.json' {params.cfg} > {log:q} 2>&1"

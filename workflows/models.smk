@@ -17,16 +17,19 @@ rule train_model:
         "benchmarks/models/{dataset}/{role}.tsv"
     conda:
         "envs/vcebench.yaml"
-    threads: config["threads"]
+    # ddpm / pmf with `device: cuda` and `gpus_per_train: N > 1`: torchrun starts N processes, one per GPU
+    # (vcebench.models.distributed), each with `threads` threads
+    threads: lambda wc: config["threads"] * wf.train_processes(config, wc.role)
     resources:
         mem_mb=6000,
         runtime=120,
-        gpu=lambda wc: 1 if config["device"] == "cuda" else 0,
+        gpu=lambda wc: wf.train_gpus(config, wc.role),
     params:
+        launcher=lambda wc: wf.train_launcher(config, wc.role),
         cfg=CFG,
         settings=lambda wc: wf.settings_key(config, "model", wc.dataset, wc.role),
         task=lambda wc: wf.task_for_dataset(config, wc.dataset),
         data=lambda wc: data_arg(wc.dataset),
     shell:
-        "vcebench train {wildcards.role} --task {params.task:q} {params.data} "
+        "{params.launcher} train {wildcards.role} --task {params.task:q} {params.data} "
         "--out resources/models/{wildcards.dataset}/{wildcards.role} {params.cfg} > {log:q} 2>&1"

@@ -32,7 +32,7 @@ rule profile_one:
         n=min(config.get("profile", {}).get("n", 8), config["n_eval"]),
         flop_n=config.get("profile", {}).get("flop_n", 2),
     shell:
-        "vcebench profile --task {wildcards.task} --method {wildcards.method} {params.data} "
+        "vcebench profile task --task {wildcards.task} --method {wildcards.method} {params.data} "
         "--n {params.n} --flop-n {params.flop_n} --no-warmup --timings {input.timings:q} "
         "--out {output:q} {params.cfg} > {log:q} 2>&1"
 
@@ -65,7 +65,7 @@ rule pareto_task:
     params:
         cfg=CFG,
     shell:
-        "vcebench report --pareto --task {wildcards.task} --out-dir results {params.cfg} > {log:q} 2>&1"
+        "vcebench report pareto --task {wildcards.task} --out-dir results {params.cfg} > {log:q} 2>&1"
 
 
 rule pareto:

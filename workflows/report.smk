@@ -43,7 +43,7 @@ rule report_task:
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
         methods=wf.shell_words(METHODS),
     shell:
-        "vcebench report --task {wildcards.task} --methods {params.methods} {params.data} "
+        "vcebench report task --task {wildcards.task} --methods {params.methods} {params.data} "
         "--out-dir results {params.cfg} > {log:q} 2>&1"
 
 
@@ -78,7 +78,7 @@ rule gallery:
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
         methods=" ".join(METHODS),
     shell:
-        "vcebench report --task {wildcards.task} --gallery --methods {params.methods} {params.data} "
+        "vcebench report gallery --task {wildcards.task} --methods {params.methods} {params.data} "
         "--out-dir results {params.cfg} > {log:q} 2>&1"
 
 
@@ -110,7 +110,7 @@ rule paper_tables:
     params:
         cfg=CFG,
     shell:
-        "vcebench report --paper --out-dir results/paper {params.cfg} > {log:q} 2>&1"
+        "vcebench report paper --out-dir results/paper {params.cfg} > {log:q} 2>&1"
 
 
 rule paper:
@@ -139,5 +139,5 @@ rule regression:
         ref=REFERENCE,
         tasks=wf.shell_words(TASKS),
     shell:
-        "vcebench report --regression --reference {params.ref:q} --tasks {params.tasks} "
+        "vcebench report regression --reference {params.ref:q} --tasks {params.tasks} "
         "--out {output:q} {params.cfg} > {log:q} 2>&1"

@@ -25,7 +25,7 @@ ALL = SYNTHETIC_DATASETS + REAL_DATASETS
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="render / check / show datasets", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    verbs = p.add_subparsers(dest="data_verb", required=True)
+    verbs = p.add_subparsers(dest="subverb", required=True)
 
     r = verbs.add_parser("render", help="render a synthetic dataset to <out>/{train,val,test}.npz + attributes.csv")
     r.add_argument("dataset", choices=SYNTHETIC_DATASETS)
@@ -76,7 +76,7 @@ def _config(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     return {"render": _render, "check": _check, "show": _show, "bench": _bench,
-            "describe": _describe}[args.data_verb](args)
+            "describe": _describe}[args.subverb](args)
 
 
 def _render(args: argparse.Namespace) -> int:

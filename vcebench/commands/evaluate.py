@@ -124,6 +124,74 @@ def write_reference(cfg: dict, task, out: str, data_dir: str | None, model_dir: 
           f"{ref.features.shape[1]}-d) -> {out}")
 
 
+def _build_metrics(cfg: dict, task, names: list[str], models, ids: np.ndarray, fid_ref: str | None,
+                   data_dir: str | None) -> list:
+    """The metrics ``names`` of ``task``, with the FID reference (checked to cover ``ids``) and the training
+    labels where they need them."""
+    from metrics import build_metrics
+    from metrics.fid import FIDReference
+
+    from ..data import load_split
+
+    train = None
+    if "CD" in names:
+        train = load_split(cfg, task.dataset, "train", data_dir)
+    reference = FIDReference.load(fid_ref) if fid_ref and ({"FID", "sFID"} & set(names)) else None
+    if reference is not None:
+        reference.check_covers(ids)
+    return build_metrics(task, models, cfg, fid_reference=reference,
+                         train_labels=None if train is None else train.labels.numpy(),
+                         train_attribute_names=None if train is None else train.attribute_names, only=names)
+
+
+def _gt_counterfactuals(cfg: dict, task, ids: np.ndarray):
+    """Rows -> the ground-truth counterfactuals of those rows' samples, quantised like x and cf."""
+    import torch
+
+    from ..data import get_synthetic
+    from ..io import from_uint8, to_uint8
+
+    ds = get_synthetic(cfg, task.dataset)
+
+    def gt_of(r: np.ndarray) -> torch.Tensor:
+        return from_uint8(to_uint8(ds.gt_counterfactuals(torch.from_numpy(ids[r]), task.attribute)))
+
+    return gt_of
+
+
+def _input_reader(cfs_path: str, z, ids: np.ndarray, split, rows: np.ndarray):
+    """File rows -> their input images from the split, each checked against the file's ``input_hash`` (when it
+    has one; a warning when not)."""
+    from metrics.evaluation import check_inputs
+
+    if "input_hash" not in z:
+        print(f"vcebench evaluate: warning: {cfs_path} has no `input_hash` (written by an older vcebench "
+              f"explain): the rows cannot be checked against the dataset's images", file=sys.stderr)
+
+    def x_of(r: np.ndarray) -> torch.Tensor:
+        x = split.float_images(rows[r])
+        if "input_hash" in z:
+            check_inputs(cfs_path, z["input_hash"], r, x, z["cf"], ids)
+        return x
+
+    return x_of
+
+
+def _checked(batches, z, checks: dict[str, int]):
+    """The batches (file order), counting where they disagree with the file's ``pred`` / ``flipped`` and where
+    a target is not 1 - prediction into ``checks``."""
+    pos = 0
+    for b in batches:
+        r = np.arange(pos, pos + len(b.sample_id))
+        pos += len(r)
+        if "pred" in z:
+            checks["pred_disagreements"] += int((b.pred.cpu().numpy() != z["pred"][r]).sum())
+        if "flipped" in z:
+            checks["flipped_disagreements"] += int((b.flipped.cpu().numpy() != z["flipped"][r]).sum())
+        checks["target_not_1_minus_pred"] += int((b.target != 1 - b.pred).sum())
+        yield b
+
+
 def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str | None = None,
                   data_dir: str | None = None, model_dir: str = "resources/models", device="cpu",
                   only: list[str] | None = None, progress: bool = False, strict: bool = False,
@@ -132,13 +200,11 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
     ``split_name``: the split the counterfactuals' inputs come from, default the evaluation split)."""
     import torch
 
-    from metrics import build_metrics, metric_names, required_roles
+    from metrics import metric_names, required_roles
     from metrics.base import SUBSETS
-    from metrics.evaluation import check_inputs, load_counterfactuals, make_batches, run_metrics
-    from metrics.fid import FIDReference
+    from metrics.evaluation import load_counterfactuals, make_batches, run_metrics
 
-    from ..data import eval_split_name, get_synthetic, load_split
-    from ..io import from_uint8, to_uint8
+    from ..data import eval_split_name, load_split
 
     t0 = time.perf_counter()
     names = list(only) if only else metric_names(task)
@@ -148,9 +214,7 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
     split = load_split(cfg, task.dataset, split_name, data_dir)
     rows = split.index_of(torch.from_numpy(ids)).numpy()  # DatasetError names ids not in the split
     coverage = check_coverage(cfs_path, ids, split, int(cfg["n_eval"]), strict)
-    if "input_hash" not in z:
-        print(f"vcebench evaluate: warning: {cfs_path} has no `input_hash` (written by an older vcebench "
-              f"explain): the rows cannot be checked against the dataset's images", file=sys.stderr)
+    x_of = _input_reader(cfs_path, z, ids, split, rows)
     label = split.attribute(task.attribute)[rows].long().numpy()
     if models is None:
         from ..models import load_task_models
@@ -158,45 +222,12 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
         roles = tuple(r for r in required_roles(task) if r == "classifier" or
                       any(r in _roles_of(n) for n in names))
         models = load_task_models(cfg, task, roles=roles, device=device, model_dir=model_dir)
-    train = None
-    if "CD" in names:
-        train = load_split(cfg, task.dataset, "train", data_dir)
-    reference = FIDReference.load(fid_ref) if fid_ref and ({"FID", "sFID"} & set(names)) else None
-    if reference is not None:
-        reference.check_covers(ids)
-    metrics = build_metrics(task, models, cfg, fid_reference=reference,
-                            train_labels=None if train is None else train.labels.numpy(),
-                            train_attribute_names=None if train is None else train.attribute_names, only=names)
-    gt_of = None
-    if "GT" in names:
-        ds = get_synthetic(cfg, task.dataset)
-
-        def gt_of(r: np.ndarray) -> torch.Tensor:  # quantised like x and cf
-            return from_uint8(to_uint8(ds.gt_counterfactuals(torch.from_numpy(ids[r]), task.attribute)))
-
+    metrics = _build_metrics(cfg, task, names, models, ids, fid_ref, data_dir)
+    gt_of = _gt_counterfactuals(cfg, task, ids) if "GT" in names else None
     bs = int(cfg.get("metrics", {}).get("batch_size", 100))
     checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
-
-    def batches():  # file order: rows pos .. pos + len(batch)
-        pos = 0
-        def x_of(r: np.ndarray) -> torch.Tensor:  # each row checked against its input's fingerprint
-            x = split.float_images(rows[r])
-            if "input_hash" in z:
-                check_inputs(cfs_path, z["input_hash"], r, x, z["cf"], ids)
-            return x
-
-        for b in make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of,
-                              device=device):
-            r = np.arange(pos, pos + len(b.sample_id))
-            pos += len(r)
-            if "pred" in z:
-                checks["pred_disagreements"] += int((b.pred.cpu().numpy() != z["pred"][r]).sum())
-            if "flipped" in z:
-                checks["flipped_disagreements"] += int((b.flipped.cpu().numpy() != z["flipped"][r]).sum())
-            checks["target_not_1_minus_pred"] += int((b.target != 1 - b.pred).sum())
-            yield b
-
-    core = run_metrics(metrics, batches(), progress=progress, strict=strict,
+    batches = make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of, device=device)
+    core = run_metrics(metrics, _checked(batches, z, checks), progress=progress, strict=strict,
                        bootstrap=cfg.get("metrics", {}).get("bootstrap"))
     used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
     return {

@@ -34,6 +34,8 @@ from vcebench.registry import builtin_method_names
 if TYPE_CHECKING:
     import torch
 
+    from vcebench.run_settings import RunSettings
+
 SHARD_RE = re.compile(r"shard-(\d+)-of-(\d+)\.npz$")
 
 
@@ -72,16 +74,17 @@ def run(args: argparse.Namespace) -> int:
         raise ShardError("needs --task and --method (or --merge)")
     if not 0 <= args.shard < args.n_shards:
         raise ShardError(f"--shard must be in [0, --n-shards={args.n_shards}), got {args.shard}")
+    from vcebench.run_settings import RunSettings
     from vcebench.settings import load_settings
 
     cfg = load_settings(args.config)
-    if args.seed is not None:
+    if args.seed is not None:  # in the config too: the loaders read the whole of it
         cfg["seed"] = int(args.seed)
     if args.n_eval is not None:
         cfg["n_eval"] = int(args.n_eval)
+    settings = RunSettings.resolve(cfg, args.task, args.method, data_dir=args.data, model_dir=args.models)
     out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
-    explain_shard(cfg, args.task, args.method, args.shard, args.n_shards, out, data_dir=args.data,
-                  model_dir=args.models)
+    explain_shard(settings, args.shard, args.n_shards, out)
     return 0
 
 
@@ -99,40 +102,80 @@ def shard_ids(all_ids: torch.Tensor, n_eval: int, shard: int, n_shards: int) -> 
     return ids[shard::n_shards]
 
 
-def explain_shard(cfg: dict, task_name: str, method_name: str, shard: int, n_shards: int, out: Path,
-                  data_dir: str | None = None, model_dir: str = "resources/models") -> dict:
-    """Load the task's networks and evaluation split, generate this shard's counterfactuals, write them."""
-    import methods
-    from vcebench.data import eval_split_name, load_split
+def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -> dict:
+    """Load the task's networks and evaluation split, generate this shard's counterfactuals, write them.
+
+    The loaders read whole sections of the configuration (datasets, the model zoo, the DDPM schedule): they
+    get ``settings.config``, the read-only view of it."""
+    from vcebench.data import load_split
     from vcebench.io import check_writable
     from vcebench.models import load_task_models
-    from vcebench.protocol import check_ddpm_schedule, resolve_method
+    from vcebench.protocol import check_ddpm_schedule
     from vcebench.runtime import accelerate_from_config, setup_torch
-    from vcebench.tasks import get_task
 
     check_writable(Path(out).parent, "the counterfactuals")  # before any work, not after generation
-    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
-    task = get_task(cfg, task_name)
-    params, record = resolve_method(cfg, task, method_name)
-    method = methods.get_method(method_name, params)
-    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
-    ids = shard_ids(split.sample_ids, int(cfg["n_eval"]), shard, n_shards)
-    models = load_task_models(cfg, task, roles=method.roles, device=str(device), model_dir=model_dir)
+    rt, task, cfg = settings.runtime, settings.task, settings.config
+    device = setup_torch(rt.threads, rt.device, rt.cuda)
+    method = settings.build_method()
+    split = load_split(cfg, task.dataset, settings.split, data_dir=settings.data_dir)
+    ids = shard_ids(split.sample_ids, settings.n_eval, shard, n_shards)
+    models = load_task_models(cfg, task, roles=method.roles, device=str(device), model_dir=settings.model_dir)
     if "ddpm" in method.roles:  # the start step was derived from this schedule
         check_ddpm_schedule(cfg, task.dataset, models.ddpm.alphas_cumprod.cpu().numpy())
-    models = accelerate_from_config(models, cfg, device)
+    models = accelerate_from_config(models, rt.cuda, device)
     rows = split.index_of(ids)
 
     def load_images(idx):  # an unreadable image fails its sample, not the shard
         errors: dict[int, str] = {}
         return split.float_images(rows[idx], errors=errors), errors
 
-    return generate(method, load_images, ids, models, cfg, out, device, stream=method_name)
+    return generate(method, load_images, ids, models, settings, out, device)
 
 
-def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Path,
-             device: torch.device | str = "cpu", stream: str = "") -> dict:
-    """Run ``method`` over ``ids`` in batches of ``cfg['batch_size']``; write the shard npz + timing json.
+def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], row_ids: torch.Tensor,
+                unreadable: dict[int, str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(fail reason, prediction, target) of a batch: 0 for the rows a method can start from, else the code of
+    why not (an unreadable image, listed into ``unreadable`` by sample id; a non-finite input or logit)."""
+    import torch
+
+    from methods.base import FAIL_NONFINITE_INPUT, FAIL_NONFINITE_INPUT_LOGITS, FAIL_UNREADABLE_INPUT, nonfinite
+
+    reason = torch.zeros(len(row_ids), dtype=torch.int64)
+    reason[nonfinite(logits).cpu()] = FAIL_NONFINITE_INPUT_LOGITS
+    reason[nonfinite(x).cpu()] = FAIL_NONFINITE_INPUT
+    for k, why in errors.items():
+        reason[k] = FAIL_UNREADABLE_INPUT
+        unreadable[int(row_ids[k])] = why
+    pred = torch.where(reason == 0, logits.argmax(1).cpu(), torch.full_like(reason, -1))
+    target = torch.where(reason == 0, 1 - pred, torch.ones_like(pred))
+    return reason, pred, target
+
+
+def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, inputs_u8: list) -> dict:
+    """The shard npz's arrays from the batches' counterfactuals, predictions, targets and uint8 inputs."""
+    import torch
+
+    from methods.base import cat_counterfactuals
+    from vcebench.io import input_fingerprint
+
+    cf = cat_counterfactuals(parts)
+    cf_u8 = to_uint8(cf.images)
+    arrays = {"sample_id": ids.numpy().astype(np.int64), "cf": cf_u8,
+              "target": torch.cat(targets).numpy().astype(np.int64),
+              "pred": torch.cat(preds).numpy().astype(np.int64),
+              "flipped": cf.flipped.numpy().astype(bool), "steps": cf.steps.numpy().astype(np.int64),
+              "failed": cf.info.get("failed", torch.zeros(len(ids), dtype=torch.bool)).numpy().astype(bool),
+              "input_hash": input_fingerprint(np.concatenate(inputs_u8), cf_u8)}
+    arrays.update({f"info_{k}": v.cpu().numpy() for k, v in cf.info.items() if k != "failed"})
+    return arrays
+
+
+def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettings, out: Path,
+             device: torch.device | str = "cpu") -> dict:
+    """Run ``method`` over ``ids`` in batches of ``settings.batch_size``; write the shard npz + timing json.
+
+    Each sample's noise comes from its own stream (``vcebench.rng``) of ``settings.seed`` and
+    ``settings.method``, on the device of ``settings.runtime.cuda`` (``vcebench.runtime.noise_device``).
 
     ``load_images(idx)`` returns the [-1, 1] images of positions ``idx`` of ``ids``, or (those images,
     {position in the batch: reason} of images that could not be read). Target = 1 - classifier
@@ -145,19 +188,11 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
     import torch
     from tqdm import tqdm
 
-    from methods.base import (
-        FAIL_NONFINITE_INPUT,
-        FAIL_NONFINITE_INPUT_LOGITS,
-        FAIL_UNREADABLE_INPUT,
-        cat_counterfactuals,
-        nonfinite,
-    )
-    from vcebench.io import input_fingerprint
     from vcebench.rng import SampleGenerators
     from vcebench.runtime import noise_device
 
-    bs = int(cfg["batch_size"])
-    gen_device = noise_device(cfg, device)
+    bs, seed, stream = settings.batch_size, settings.seed, settings.method
+    gen_device = noise_device(settings.runtime.cuda, device)
     parts, preds, targets, inputs_u8, seconds = [], [], [], [], 0.0
     unreadable: dict[int, str] = {}
     for start in tqdm(range(0, len(ids), bs), desc=f"{method.name} {out.name}", unit="batch"):
@@ -169,20 +204,13 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
         t0 = time.perf_counter()
         with torch.no_grad():
             logits = models.classifier(x)
-        reason = torch.zeros(len(idx), dtype=torch.int64)
-        reason[nonfinite(logits).cpu()] = FAIL_NONFINITE_INPUT_LOGITS
-        reason[nonfinite(x).cpu()] = FAIL_NONFINITE_INPUT
-        for k, why in errors.items():
-            reason[k] = FAIL_UNREADABLE_INPUT
-            unreadable[int(ids[idx][k])] = why
-        pred = torch.where(reason == 0, logits.argmax(1).cpu(), torch.full_like(reason, -1))
-        target = torch.where(reason == 0, 1 - pred, torch.ones_like(pred))
+        reason, pred, target = _start_rows(x, logits, errors, ids[idx], unreadable)
         ok = reason == 0
         cf = None
         if bool(ok.any()):
             sel = ok.nonzero().squeeze(1)
             cf = method(x[sel.to(x.device)], target[sel].to(x.device), models,
-                        SampleGenerators(cfg["seed"], ids[idx][sel], stream=stream, device=gen_device))
+                        SampleGenerators(seed, ids[idx][sel], stream=stream, device=gen_device))
         if torch.cuda.is_available() and str(device).startswith("cuda"):
             torch.cuda.synchronize()
         seconds += time.perf_counter() - t0
@@ -190,25 +218,15 @@ def generate(method, load_images, ids: torch.Tensor, models, cfg: dict, out: Pat
         preds.append(pred)
         targets.append(target)
     if unreadable:
+        from methods.base import FAIL_UNREADABLE_INPUT
+
         print(f"vcebench explain: {len(unreadable)} unreadable input image(s) failed (fail_reason "
               f"{FAIL_UNREADABLE_INPUT}): " + "; ".join(f"{k}: {v}" for k, v in list(unreadable.items())[:5]),
               file=sys.stderr)
     record = {"seconds": seconds, "n": len(ids), "batch_size": bs, "method": method.name,
               "device": str(device), "sec_per_cf": seconds / max(1, len(ids)),
               "unreadable": {str(k): v for k, v in unreadable.items()}}
-    if parts:
-        cf = cat_counterfactuals(parts)
-        cf_u8 = to_uint8(cf.images)
-        arrays = {"sample_id": ids.numpy().astype(np.int64), "cf": cf_u8,
-                  "target": torch.cat(targets).numpy().astype(np.int64),
-                  "pred": torch.cat(preds).numpy().astype(np.int64),
-                  "flipped": cf.flipped.numpy().astype(bool), "steps": cf.steps.numpy().astype(np.int64),
-                  "failed": cf.info.get("failed", torch.zeros(len(ids), dtype=torch.bool)).numpy().astype(bool),
-                  "input_hash": input_fingerprint(np.concatenate(inputs_u8), cf_u8)}
-        arrays.update({f"info_{k}": v.cpu().numpy() for k, v in cf.info.items() if k != "failed"})
-    else:
-        arrays = _empty_shard()
-    save_npz(out, **arrays)
+    save_npz(out, **(_shard_arrays(parts, ids, preds, targets, inputs_u8) if parts else _empty_shard()))
     write_json(timing_path(out), record)
     return record
 

@@ -1,14 +1,15 @@
-"""`vcebench report`: task tables and figures, the paper's tables, and the CI metric regression.
+"""`vcebench report <subverb>`: task tables and figures, the paper's tables, and the CI metric regression.
 
 Examples::
 
-    vcebench report --task synthfaces_smile --methods fire dime maskdime --data resources/data/synthfaces
-    vcebench report --task synthfaces_smile --gallery --methods fire dime --data resources/data/synthfaces
-    vcebench report --paper --out-dir results/paper
-    vcebench report --regression --reference results/reference/quick --tasks synthfaces_smile --out r.md
-    vcebench report --update-reference --reference results/reference/quick --tasks synthfaces_smile
-    vcebench report --seeds --task synthfaces_smile          # results/synthfaces_smile_seeds.{csv,md}
-    vcebench report --tolerances --reference results/reference/quick   # tolerances.yaml from the seed spread
+    vcebench report task --task synthfaces_smile --methods fire dime maskdime --data resources/data/synthfaces
+    vcebench report gallery --task synthfaces_smile --methods fire dime --data resources/data/synthfaces
+    vcebench report paper --out-dir results/paper
+    vcebench report regression --reference results/reference/quick --tasks synthfaces_smile --out r.md
+    vcebench report accept --reference results/reference/quick --tasks synthfaces_smile
+    vcebench report seeds --task synthfaces_smile          # results/synthfaces_smile_seeds.{csv,md}
+    vcebench report pareto --task synthfaces_smile         # results/synthfaces_smile_pareto.{csv,png}
+    vcebench report tolerances --reference results/reference/quick   # tolerances.yaml from the seed spread
 """
 
 from __future__ import annotations
@@ -22,65 +23,114 @@ import numpy as np
 import yaml
 
 from .. import workflow as wf
-from ..cli import add_config_arg
+from ..cli import add_config_arg, add_subverb, add_subverbs
+from ..errors import UserError
+
+MOVED = {"--gallery": "gallery", "--paper": "paper", "--regression": "regression", "--update-reference": "accept",
+         "--seeds": "seeds", "--pareto": "pareto", "--tolerances": "tolerances", "": "task"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="tables, figures, paper tables, metric regression",
+    p = sub.add_parser("report", help="tables, figures, paper tables, metric regression (task, gallery, paper, "
+                       "regression, accept, seeds, pareto, tolerances)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arg(p)
-    p.add_argument("--task")
+    subs = add_subverbs(p, MOVED)
+    t = add_subverb(subs, "task", run_task, "a task's table (csv, md, tex), efficiency and qualitative figures")
+    _task_arg(t)
+    _methods_arg(t)
+    _data_arg(t)
+    _results_args(t)
+    t.add_argument("--n-qualitative", type=int, default=6, help="samples in the qualitative figure (default 6)")
+
+    g = add_subverb(subs, "gallery", run_gallery, "<out-dir>/<task>/<method>/gallery.png per method")
+    _task_arg(g)
+    _methods_arg(g)
+    _data_arg(g)
+    _results_args(g)
+    g.add_argument("--n-gallery", type=int, default=8, help="samples per gallery (default 8)")
+    g.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
+
+    pp = add_subverb(subs, "paper", run_paper, "the FiRe paper's Tables 1-6 and Figure 2")
+    _results_args(pp)
+
+    r = add_subverb(subs, "regression", run_regression, "compare <out-dir>/<task>.csv with the reference tables")
+    _reference_args(r)
+    _results_args(r)
+    r.add_argument("--out", help="the regression report (markdown)")
+
+    a = add_subverb(subs, "accept", run_accept, "copy the current task tables into the reference folder")
+    _reference_args(a)
+    _out_dir_arg(a, "folder holding the current <task>.{csv,md}")
+    add_config_arg(a)
+
+    sd = add_subverb(subs, "seeds", run_seeds, "the spread over config `seeds.seeds` of a task's table")
+    _task_arg(sd)
+    _methods_arg(sd)
+    _results_args(sd)
+
+    pa = add_subverb(subs, "pareto", run_pareto, "the Pareto table and figures of the variants of config `pareto`")
+    _task_arg(pa)
+    _results_args(pa)
+
+    to = add_subverb(subs, "tolerances", run_tolerances, "derive <reference>/tolerances.yaml from the seed spread")
+    _reference_args(to)
+    _out_dir_arg(to, "folder holding <task>_seeds.{csv,md}")
+    add_config_arg(to)
+
+
+def _task_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="task name (config key `tasks`)")
+
+
+def _methods_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", nargs="*", help="rows (default: config `methods`)")
-    p.add_argument("--data", help="rendered synthetic data folder (for the qualitative figure)")
-    p.add_argument("--results", default="results", help="results folder holding <task>/<method>/")
-    p.add_argument("--out-dir", default="results")
-    p.add_argument("--n-qualitative", type=int, default=6)
-    p.add_argument("--gallery", action="store_true",
-                   help="with --task: <out-dir>/<task>/<method>/gallery.png per method (needs the classifier)")
-    p.add_argument("--n-gallery", type=int, default=8, help="samples per gallery (default 8)")
-    p.add_argument("--models", default="resources/models", help="model folder (for --gallery)")
-    p.add_argument("--paper", action="store_true", help="the FiRe paper's Tables 1-6 and Figure 2")
-    p.add_argument("--regression", action="store_true", help="compare results/<task>.csv with --reference")
-    p.add_argument("--update-reference", action="store_true", help="copy current tables into --reference")
-    p.add_argument("--seeds", action="store_true",
-                   help="the spread over config `seeds.seeds` of --task's table (results/<task>_seeds.{csv,md})")
-    p.add_argument("--pareto", action="store_true",
-                   help="results/<task>_pareto.png and _pareto_snr.png from the variants of config `pareto`")
-    p.add_argument("--tolerances", action="store_true",
-                   help="derive <reference>/tolerances.yaml from results/<task>_seeds.csv of --tasks")
-    p.add_argument("--reference", default="results/reference/quick")
-    p.add_argument("--tasks", nargs="*")
-    p.add_argument("--out", help="regression report (markdown)")
-    p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _data_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="rendered synthetic data folder (the inputs the figures show)")
+
+
+def _out_dir_arg(p: argparse.ArgumentParser, what: str = "output folder") -> None:
+    p.add_argument("--out-dir", default="results", help=f"{what} (default results)")
+
+
+def _results_args(p: argparse.ArgumentParser) -> None:
+    """``--results`` (what the runs wrote), ``--out-dir`` (where the report goes) and ``--config``."""
+    p.add_argument("--results", default="results", help="results folder holding <task>/<method>/ (default results)")
+    _out_dir_arg(p)
+    add_config_arg(p)
+
+
+def _reference_args(p: argparse.ArgumentParser) -> None:
+    """``--reference`` and ``--tasks`` of the subverbs that compare with or write a reference."""
+    p.add_argument("--reference", default="results/reference/quick",
+                   help="reference folder (default results/reference/quick)")
+    p.add_argument("--tasks", nargs="*", help="tasks (default: config `run_tasks`)")
+
+
+def _config(args: argparse.Namespace) -> dict:
     from ..config import load_config
 
-    cfg = load_config(args.config)
-    if args.regression:
-        return _regression(cfg, args)
-    if args.update_reference:
-        return _update_reference(cfg, args)
-    if args.seeds:
-        return _seeds(cfg, args)
-    if args.pareto:
-        return _pareto(cfg, args)
-    if args.tolerances:
-        return _tolerances(cfg, args)
-    if args.paper:
-        return _paper(cfg, args)
-    if not args.task:
-        raise SystemExit("vcebench report: give --task, --paper, --regression or --update-reference")
-    if args.gallery:
-        from ..tasks import get_task
+    return load_config(args.config)
 
-        task = get_task(cfg, args.task)
-        _galleries(cfg, task, args.methods or cfg["methods"], Path(args.results), Path(args.out_dir), args.data,
-                   args.n_gallery, args.models)
-        return 0
+
+def run_task(args: argparse.Namespace) -> int:
+    """Writes <out-dir>/<task>.{csv,md,tex} from each method's metrics.json and profile.json, the efficiency
+    figure and the qualitative figure (inputs, ground truth on synthetic tasks, every method's CFs)."""
+    cfg = _config(args)
     _task_report(cfg, args.task, args.methods or cfg["methods"], Path(args.results), Path(args.out_dir),
                  args.data, args.n_qualitative)
+    return 0
+
+
+def run_gallery(args: argparse.Namespace) -> int:
+    """Writes one gallery per method: inputs, CFs and |difference| on one scale for all methods, with the
+    task classifier's p(target) before and after (needs the classifier)."""
+    from ..tasks import get_task
+
+    cfg = _config(args)
+    _galleries(cfg, get_task(cfg, args.task), args.methods or cfg["methods"], Path(args.results),
+               Path(args.out_dir), args.data, args.n_gallery, args.models)
     return 0
 
 
@@ -192,13 +242,15 @@ def _galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: in
                                class_names=names)
 
 
-def _paper(cfg, args) -> int:
-    """Tables 1-6 and Figure 2 for the configured tasks (synthetic analogues by default)."""
+def run_paper(args: argparse.Namespace) -> int:
+    """Writes <out-dir>/tables.{md,tex} and figure2.png for the configured tasks (synthetic analogues by
+    default), with the paper's reported numbers beside the measured rows."""
     import pandas as pd
 
     from .. import paper_numbers, report
     from ..tasks import get_task
 
+    cfg = _config(args)
     results, out = Path(args.results), Path(args.out_dir)
     methods = cfg["methods"]
     md, tex = ["# The FiRe paper's tables, regenerated by vcebench", ""], []
@@ -239,17 +291,20 @@ def _paper(cfg, args) -> int:
     return 0
 
 
-def _regression(cfg, args) -> int:
+def run_regression(args: argparse.Namespace) -> int:
+    """Compares each task's <out-dir>/<task>.csv with <reference>/<task>.csv within <reference>/tolerances.yaml;
+    exit status 1 when a metric regressed past its tolerance."""
     import pandas as pd
 
     from .. import report
     from ..tasks import get_task
 
+    cfg = _config(args)
     ref_dir = Path(args.reference)
     tol_file = ref_dir / "tolerances.yaml"
     if not tol_file.exists():
-        raise SystemExit(f"vcebench report: no tolerances at {tol_file}; create the reference with "
-                         f"`vcebench report --update-reference --reference {ref_dir}`")
+        raise UserError(f"no tolerances at {tol_file}; derive them with `vcebench report tolerances "
+                        f"--reference {ref_dir}` (after `snakemake seeds`)")
     tolerances = yaml.safe_load(tol_file.read_text()) or {}
     all_rows, failures = [], []
     for t in args.tasks or cfg["run_tasks"]:
@@ -276,13 +331,12 @@ def _regression(cfg, args) -> int:
 SEEDS_DEFAULTS = {"seeds": [0, 1, 2], "z": 3.0, "floors": {}}
 
 
-def _seeds(cfg, args) -> int:
-    """``results/<task>_seeds.{csv,md}``: each method's metrics over the generation seeds."""
+def run_seeds(args: argparse.Namespace) -> int:
+    """Writes <out-dir>/<task>_seeds.{csv,md}: each method's metrics over the generation seeds."""
     from .. import report, seeds
     from ..tasks import get_task
 
-    if not args.task:
-        raise SystemExit("vcebench report --seeds needs --task")
+    cfg = _config(args)
     sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
     task = get_task(cfg, args.task)
     methods = args.methods or cfg["methods"]
@@ -299,14 +353,14 @@ def _seeds(cfg, args) -> int:
     return 0
 
 
-def _pareto(cfg, args) -> int:
+def run_pareto(args: argparse.Namespace) -> int:
+    """Writes <out-dir>/<task>_pareto.{csv,png} and _pareto_snr.png from the variants of config `pareto`."""
     import pandas as pd
 
     from .. import report
     from ..tasks import get_task
 
-    if not args.task:
-        raise SystemExit("vcebench report --pareto needs --task")
+    cfg = _config(args)
     task = get_task(cfg, args.task)
     rows = wf.pareto_methods(cfg)
     df, higher = report.load_task_table(Path(args.results), args.task, [m for m, _, _ in rows], task.kind,
@@ -321,12 +375,14 @@ def _pareto(cfg, args) -> int:
     return 0
 
 
-def _tolerances(cfg, args) -> int:
-    """``<reference>/tolerances.yaml`` derived from the seed spreads of ``--tasks`` (vcebench/seeds.py)."""
+def run_tolerances(args: argparse.Namespace) -> int:
+    """Derives <reference>/tolerances.yaml from <out-dir>/<task>_seeds.csv of --tasks (vcebench/seeds.py)
+    and copies the seed tables beside it."""
     import pandas as pd
 
     from .. import report, seeds
 
+    cfg = _config(args)
     sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
     tasks = args.tasks or cfg["run_tasks"]
     spreads = {t: pd.read_csv(Path(args.out_dir) / f"{t}_seeds.csv") for t in tasks}
@@ -341,7 +397,9 @@ def _tolerances(cfg, args) -> int:
     return 0
 
 
-def _update_reference(cfg, args) -> int:
+def run_accept(args: argparse.Namespace) -> int:
+    """Accepts the current results as the reference: copies <out-dir>/<task>.{csv,md} into --reference."""
+    cfg = _config(args)
     ref_dir = Path(args.reference)
     ref_dir.mkdir(parents=True, exist_ok=True)
     for t in args.tasks or cfg["run_tasks"]:

@@ -5,6 +5,10 @@ Examples::
     vcebench train classifier --task synthfaces_smile --data resources/data/synthfaces
     vcebench train oracle --task synthfaces_smile        # after the classifier (measures transfer)
     vcebench train simsiam --task synthxray_pacemaker --out /tmp/simsiam
+    torchrun --standalone --nproc_per_node 4 --no-python vcebench train pmf --task synthfaces_smile
+
+The config's ``device`` applies (``cuda`` without a visible GPU is an error, never a silent CPU run).
+Under torchrun (ddpm / pmf) each process trains on its share of every batch; rank 0 writes.
 """
 
 from __future__ import annotations
@@ -33,16 +37,23 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..models.distributed import training_processes
     from ..models.recipes import train_role
     from ..runtime import setup_torch
     from ..settings import load_settings
 
     cfg = load_settings(args.config)
-    setup_torch(cfg["threads"], "cpu")
-    metrics = train_role(cfg, args.role, args.task, data_dir=args.data, out_dir=args.out,
-                         model_dir=args.model_dir, progress=not args.no_progress)
+    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))  # cuda without a GPU: ConfigError
+    with training_processes(device) as shard:
+        metrics = train_role(cfg, args.role, args.task, data_dir=args.data, out_dir=args.out,
+                             model_dir=args.model_dir, progress=not args.no_progress, shard=shard)
+    if not shard.writer:
+        return 0
     summary = {k: v for k, v in metrics.items() if k in ("name", "gates", "train_seconds", "test_accuracy",
                                                             "verification", "fooling", "knn10_test_accuracy",
                                                             "fid_train_vs_test", "distance_sanity")}
+    stats = metrics.get("training", metrics)
+    summary.update({k: stats[k] for k in ("images_per_second", "peak_gpu_memory_mib") if k in stats})
     print(json.dumps(summary, indent=1, default=str))
     return 0
+

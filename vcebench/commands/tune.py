@@ -113,15 +113,15 @@ def _wanted_metrics(tc: dict, rule: dict, known: dict) -> list[str]:
 def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any]) -> dict[str, Any]:
     """Run and score setting ``i`` (overrides ``cand``) of method ``name``; a finished setting of an interrupted
     sweep is reused when everything it depends on is the same."""
-    import methods
-
-    from ..protocol import resolve_method
+    from ..run_settings import RunSettings
     from .evaluate import evaluate_task
     from .explain import generate
 
     cfg = sw.cfg
-    params, rec = resolve_method(cfg, sw.task, name, candidate=cand)
-    method = methods.get_method(name, params)
+    settings = RunSettings.resolve(cfg, sw.task, name, candidate=cand, data_dir=sw.data_dir, model_dir=sw.model_dir,
+                                   split=sw.split_name)
+    params, rec = dict(settings.params), settings.protocol
+    method = settings.build_method()
     npz = sw.work / name / f"setting-{i}.npz"
     npz.parent.mkdir(parents=True, exist_ok=True)
     key = json.dumps({"params": params, "ids": sw.ids.tolist(), "metrics": sw.wanted, "seed": cfg.get("seed"),
@@ -130,8 +130,8 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any]) -> dict[str,
     cached = npz.with_suffix(".row.json")
     if cached.exists() and json.loads(cached.read_text()).get("key") == key:
         return json.loads(cached.read_text())["row"]
-    timing = generate(method, lambda idx: sw.split.float_images(sw.rows_idx[idx]), sw.ids, sw.models, cfg, npz,
-                      sw.device, stream=name)
+    timing = generate(method, lambda idx: sw.split.float_images(sw.rows_idx[idx]), sw.ids, sw.models, settings, npz,
+                      sw.device)
     # n_eval = the n tuning inputs: the coverage check expects exactly these ids
     res = evaluate_task({**cfg, "n_eval": len(sw.ids)}, sw.task, name, str(npz), fid_ref=str(sw.ref),
                         data_dir=sw.data_dir, model_dir=sw.model_dir, device=sw.device, only=sw.wanted,

@@ -46,6 +46,21 @@ def _read_csv(path: Path, key: str, columns: tuple[str, ...]) -> pd.DataFrame:
     return df
 
 
+def _read_pacemaker_csv(pm_path: Path) -> pd.DataFrame:
+    """The pacemaker labels (0 / 1; anything else is a DatasetError naming the row), indexed by path key."""
+    pm = _read_csv(pm_path, "pacemaker_csv", ("Path", "Pacemaker"))
+    values = pd.to_numeric(pm["Pacemaker"], errors="coerce")
+    bad = ~values.isin([0, 1])
+    if bad.any():
+        i = int(np.nonzero(bad.to_numpy())[0][0])
+        got = pm["Pacemaker"].iloc[i]
+        got = got.item() if isinstance(got, np.generic) else got  # 2, not np.int64(2)
+        raise DatasetError(f"{pm_path} (config key `datasets.chexpert.pacemaker_csv`), row {i + 2}: Pacemaker must "
+                           f"be 0 or 1, got {got!r}")
+    pm = pm.assign(Pacemaker=values)
+    return pm.assign(key=pm["Path"].map(_key)).drop_duplicates("key").set_index("key")
+
+
 def load_chexpert(dc: dict, split: str, seed: int = 0) -> Split:
     if split not in FRACTIONS:
         raise DatasetError(f"unknown CheXpert split {split!r}; known: {', '.join(FRACTIONS)}")
@@ -58,17 +73,7 @@ def load_chexpert(dc: dict, split: str, seed: int = 0) -> Split:
     meta = pd.concat([_read_csv(t, "root", ("Path", "Sex", "Frontal/Lateral")) for t in tables], ignore_index=True)
     meta = meta[meta["Frontal/Lateral"] == "Frontal"]
     meta = meta.assign(key=meta["Path"].map(_key)).drop_duplicates("key").set_index("key")
-    pm = _read_csv(pm_path, "pacemaker_csv", ("Path", "Pacemaker"))
-    values = pd.to_numeric(pm["Pacemaker"], errors="coerce")
-    bad = ~values.isin([0, 1])
-    if bad.any():
-        i = int(np.nonzero(bad.to_numpy())[0][0])
-        got = pm["Pacemaker"].iloc[i]
-        got = got.item() if isinstance(got, np.generic) else got  # 2, not np.int64(2)
-        raise DatasetError(f"{pm_path} (config key `datasets.chexpert.pacemaker_csv`), row {i + 2}: Pacemaker must "
-                           f"be 0 or 1, got {got!r}")
-    pm = pm.assign(Pacemaker=values)
-    pm = pm.assign(key=pm["Path"].map(_key)).drop_duplicates("key").set_index("key")
+    pm = _read_pacemaker_csv(pm_path)
     keys = sorted(set(pm.index) & set(meta.index))
     if not keys:
         raise DatasetError(f"no frontal image of {', '.join(str(t) for t in tables)} is listed in {pm_path} "

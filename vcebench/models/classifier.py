@@ -127,7 +127,8 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
         "train_rows": int(images.shape[0]), "data_half": settings.get("data_half") or "all",
         "steps": settings["steps"], "batch_size": settings["batch"],
         "samples_seen": settings["steps"] * settings["batch"], "params": count_params(net),
-        "train_seconds": round(hist["train_seconds"], 2), "threads": torch.get_num_threads(),
+        "train_seconds": round(hist["train_seconds"], 2),
+        "images_per_second": hist["images_per_second"], "threads": torch.get_num_threads(),
         **loss_summary(hist["losses"]),
     }
     return net, config, metrics

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from ..io import write_json
 from .checkpoints import remove_checkpoint, replace_dir
+from .distributed import Shard
 from .generative_eval import batched, generative_quality, save_grid
 from .training import TRAIN_SETTINGS, to_float_images, train_generative
 from .unet import build_unet, check_role_keys, require, unet_kwargs
@@ -165,7 +166,8 @@ class UNetDDPM(EpsDDPM):
         for all levels, so with ``num_heads`` on levels of different widths the saved copy would differ."""
         from diffusers import DDPMScheduler
 
-        from vcebench.models.guided_unet import GuidedUNet, to_diffusers
+        from vcebench.models.guided_diffusers import to_diffusers
+        from vcebench.models.guided_unet import GuidedUNet
 
         if not isinstance(self.unet, GuidedUNet):
             raise TypeError(f"to_diffusers converts a guided-diffusion UNet, not {type(self.unet).__name__}")
@@ -284,10 +286,13 @@ def evaluate_ddpm(ddpm: DiffusersDDPM, val: Tensor, seed: int, n_samples: int = 
 
 def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
                val_images_uint8: Tensor | None = None, progress: bool = True,
-               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None) -> dict:
+               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
+               shard: Shard | None = None) -> dict:
     """Train the ``ddpm`` role (epsilon loss, Ho et al. 2020, Eq. 14) and write ``out_dir``:
     ``unet/``, ``scheduler/`` (diffusers), ``config.json`` (training config), ``samples.png`` and
-    ``metrics.json`` (written last). Resumes from ``out_dir/checkpoint`` if interrupted."""
+    ``metrics.json`` (written last). Resumes from ``out_dir/checkpoint`` if interrupted.
+    ``shard``: device and process of the run (``train_generative``); ranks other than 0 return
+    their training statistics only."""
     out_dir = Path(out_dir)
     x_check = to_float_images(train_images_uint8[:1], "train_ddpm: train_images_uint8")
     channels, res = x_check.shape[1], x_check.shape[-1]
@@ -296,14 +301,19 @@ def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: 
     abar = ddpm.alphas_cumprod.float()
     T = ddpm.num_train_timesteps
 
-    def loss_fn(unet: nn.Module, x: Tensor, g: torch.Generator, step: int) -> Tensor:
+    def loss_fn(unet: nn.Module, x: Tensor, g: torch.Generator, step: int, shard: Shard | None = None) -> Tensor:
         t = torch.randint(0, T, (x.shape[0],), generator=g)
         eps = torch.randn(x.shape, generator=g)
         a = abar[t].reshape(-1, 1, 1, 1)
+        if shard is not None:  # this rank's rows, on its device
+            x, t, eps, a = shard.take(x, t, eps, a)
         z = a.sqrt() * x + (1 - a).sqrt() * eps
-        return F.mse_loss(unet(z, t).sample, eps)
+        return F.mse_loss(unet(z, t).sample.float(), eps)
 
-    shadow, stats = train_generative(ddpm.unet, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "ddpm", progress)
+    shadow, stats = train_generative(ddpm.unet, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "ddpm", progress,
+                                     shard=shard)
+    if shard is not None and not shard.writer:
+        return {"role": "ddpm", "training": stats}
     ddpm.unet.load_state_dict(shadow)
     ddpm.unet = ddpm.unet.to(memory_format=torch.contiguous_format).eval()
 

@@ -119,7 +119,8 @@ def train_identity(settings: dict, splits: dict, out_dir: str | Path, *, dataset
     metrics = {"role": "identity", "dataset": dataset, "name": name, "verification": ver,
                "train_identities": int(len(ids)), "steps": settings["steps"], "batch_size": settings["batch"],
                "samples_seen": settings["steps"] * settings["batch"], "params": count_params(net),
-               "train_seconds": round(hist["train_seconds"], 2), "threads": torch.get_num_threads(),
+               "train_seconds": round(hist["train_seconds"], 2),
+               "images_per_second": hist["images_per_second"], "threads": torch.get_num_threads(),
                **loss_summary(hist["losses"]),
                "gates": {f"verification.test_accuracy >= {GATE_VERIFICATION}":
                          ver["test_accuracy"] >= GATE_VERIFICATION}}

@@ -9,15 +9,13 @@ each task's classifier labels kept, for both. The pmf label gate is judged at ea
 operating noise: the PMF keeps at least the Tweedie rate less 2 points (``pmf.LABEL_MARGIN``). Nothing is
 retrained.
 
-    python -m vcebench.models.parity --dataset synthfaces --data resources/data/synthfaces \\
+    vcebench models parity --dataset synthfaces --data resources/data/synthfaces \\
         --out resources/models/synthfaces/parity.json
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,30 +115,3 @@ def to_markdown(res: dict[str, Any]) -> str:
         lines.append(f"| {k} | {v['log_snr']:.2f} | {100 * v['pmf']:.1f} | {100 * v['tweedie']:.1f} | "
                      f"{'pass' if v['passed'] else 'FAIL'} |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ..config import load_config
-    from ..io import write_json
-    from ..runtime import setup_torch
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", required=True)
-    ap.add_argument("--data", default=None)
-    ap.add_argument("--models", default="resources/models")
-    ap.add_argument("--n", type=int, default=256)
-    ap.add_argument("--out", required=True, help="JSON; a .md beside it holds the table")
-    ap.add_argument("--config", action="append", default=None)
-    args = ap.parse_args(argv)
-    cfg = load_config(args.config)
-    setup_torch(cfg["threads"], "cpu")
-    res = measure(cfg, args.dataset, args.models, args.data, args.n)
-    write_json(Path(args.out), res)
-    md = to_markdown(res)
-    Path(args.out).with_suffix(".md").write_text(md)
-    print(md)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -102,6 +102,7 @@ def train_perceptual(settings: dict, splits: dict, out_dir: str | Path, *, datas
                "distance_sanity": sanity(FeatureDistance(enc), test.images), "steps": settings["steps"],
                "batch_size": settings["batch"], "samples_seen": settings["steps"] * settings["batch"],
                "params": count_params(enc), "train_seconds": round(hist["train_seconds"], 2),
+               "images_per_second": hist["images_per_second"],
                "threads": torch.get_num_threads(), **loss_summary(hist["losses"])}
     save_trained(out_dir, enc, config, metrics)
     return metrics

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from ..io import atomic_path, write_json
 from .checkpoints import remove_checkpoint
 from .ddpm import matched_timestep
+from .distributed import Shard, full_precision, unwrap
 from .generative_eval import (
     batched,
     gate,
@@ -87,6 +88,10 @@ class PixelMeanFlow(nn.Module):
         c_skip = (1 - tt) * self.sigma_data**2 / s2
         c_out = tt * self.sigma_data * c_in
         return c_skip * z + c_out * self.net(c_in * z, t * self.time_scale, class_labels=h * self.time_scale).sample
+
+    def forward(self, z: Tensor, t: Tensor, h: Tensor) -> Tensor:
+        """:meth:`x_pred` (the call DistributedDataParallel wraps in training)."""
+        return self.x_pred(z, t, h)
 
     def u(self, z: Tensor, r: Tensor | float, t: Tensor | float) -> Tensor:
         """Average velocity over [r, t] (pMF: ``u = (z - x_u) / max(t, 0.05)``)."""
@@ -180,7 +185,7 @@ def du_dt(model: PixelMeanFlow, z: Tensor, t: Tensor, h: Tensor, v: Tensor, x_u:
     with the network's directional derivative ``dx_u`` from ``torch.func.jvp`` (``exact``) or a forward
     difference ``(net(z + e v, t + e, h + e) - x_u) / e`` (``fd``). ``x_u``: the primal output.
     """
-    with torch.no_grad():
+    with torch.no_grad(), full_precision(z.device.type):  # a finite difference needs fp32 under bf16 autocast
         ones = torch.ones_like(t)
         if mode == "exact":
             _, dx = torch.func.jvp(model.x_pred, (z, t, h), (v, ones, ones))
@@ -193,25 +198,30 @@ def du_dt(model: PixelMeanFlow, z: Tensor, t: Tensor, h: Tensor, v: Tensor, x_u:
         return (v - dx) / c - (z - x_u) * dc / c**2
 
 
-def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict, flow_matching_only: bool
-                  ) -> tuple[Tensor, Tensor]:
+def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict, flow_matching_only: bool,
+                  shard: Shard | None = None) -> tuple[Tensor, Tensor]:
     """Pixel MeanFlow loss (MeanFlow Eq. 9-10; pMF ``forward``): per-sample squared error of ``u``
     against ``stopgrad(v - (t - r) du/dt)`` summed over pixels, adaptive weight ``l / sg(l + 0.01)^p``.
-    Returns (weighted mean loss, unweighted per-sample loss)."""
+    Returns (weighted mean loss, unweighted per-sample loss). ``model`` may be wrapped in
+    DistributedDataParallel; with ``shard`` the noise is drawn for the whole batch ``x`` and the
+    rank's rows are kept (``vcebench.models.distributed``)."""
     n = x.shape[0]
     t, r = sample_tr(n, g, cfg, flow_matching_only)
     eps = torch.randn(x.shape, generator=g)
+    if shard is not None:
+        x, t, r, eps = shard.take(x, t, r, eps)
+    pmf = unwrap(model)
     tt = t.reshape(-1, 1, 1, 1)
     z = (1 - tt) * x + tt * eps
     v = eps - x
     h = t - r
-    x_u = model.x_pred(z, t, h)
-    u = (z - x_u) / t.clamp_min(model.t_clip).reshape(-1, 1, 1, 1)
+    x_u = model(z, t, h).float()
+    u = (z - x_u) / t.clamp_min(pmf.t_clip).reshape(-1, 1, 1, 1)
     target = v.clone()
     mf = h > 0
     if bool(mf.any()):
         idx = mf.nonzero().squeeze(1)
-        d = du_dt(model, z[idx], t[idx], h[idx], v[idx], x_u[idx].detach(), str(cfg.get("jvp", "fd")),
+        d = du_dt(pmf, z[idx], t[idx], h[idx], v[idx], x_u[idx].detach(), str(cfg.get("jvp", "fd")),
                   float(cfg.get("fd_eps", 1e-3)))
         target[idx] = v[idx] - h[idx].reshape(-1, 1, 1, 1) * d
     per_sample = (u - target.detach()).pow(2).sum(dim=(1, 2, 3))
@@ -291,13 +301,14 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
               val_images_uint8: Tensor | None = None, progress: bool = True, reference_ddpm: Any = None,
               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
               classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None,
-              fire_t: dict[str, float] | None = None) -> dict:
+              fire_t: dict[str, float] | None = None, shard: Shard | None = None) -> dict:
     """Train the ``pmf`` role and write ``out_dir``: ``model.safetensors`` (EMA weights), ``config.json``,
     ``samples.png``, ``predict_t0.4.png`` and ``metrics.json`` (written last). The first ``fm_warmup``
     share of the steps is flow matching only (r = t). Resumes from ``out_dir/checkpoint``.
     ``reference_ddpm`` (optional, same dataset): adds the Tweedie comparison / quality gate;
     ``feature_fn`` adds FIDs on that extractor, ``classifiers`` the label-kept rates (``fire_t``: also at
-    each task's FiRe noise level)."""
+    each task's FiRe noise level). ``shard``: device and process of the run (``train_generative``);
+    ranks other than 0 return their training statistics only."""
     out_dir = Path(out_dir)
     x_check = to_float_images(train_images_uint8[:1], "train_pmf: train_images_uint8")
     channels, res = x_check.shape[1], x_check.shape[-1]
@@ -309,11 +320,15 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     steps = int(require(cfg_role, "steps", "pmf"))
     warm = int(float(cfg_role.get("fm_warmup", 0.2)) * steps)
 
-    def loss_fn(model: nn.Module, x: Tensor, g: torch.Generator, step: int) -> tuple[Tensor, Tensor]:
-        loss, per_sample = meanflow_loss(model, x, g, cfg_role, flow_matching_only=step < warm)
+    def loss_fn(model: nn.Module, x: Tensor, g: torch.Generator, step: int,
+                shard: Shard | None = None) -> tuple[Tensor, Tensor]:
+        loss, per_sample = meanflow_loss(model, x, g, cfg_role, flow_matching_only=step < warm, shard=shard)
         return loss, per_sample.mean() / x[0].numel()  # logged: unweighted squared error of u per pixel
 
-    shadow, stats = train_generative(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress)
+    shadow, stats = train_generative(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress,
+                                     shard=shard)
+    if shard is not None and not shard.writer:
+        return {"role": "pmf", "training": stats}
     pmf = build_pmf(cfg_role, channels, res)  # plain GroupNorm, contiguous weights
     pmf.load_state_dict(shadow)
     pmf.eval()

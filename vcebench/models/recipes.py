@@ -9,6 +9,7 @@ task only picks the dataset. ``ddpm`` and ``pmf`` dispatch to :mod:`vcebench.mod
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +19,10 @@ from torch import Tensor
 
 from ..config import ConfigError, settings_errors
 from ..protocol import resolve_method
+from ..runtime import GENERATIVE  # trained by ``training.train_generative``: any device, several processes
 from ..tasks import Task, get_task
 from .classifier import CLASSIFIER_DEFAULTS, train_classifier
+from .distributed import Shard
 from .features import FID_DEFAULTS, train_fid_features
 from .identity import IDENTITY_DEFAULTS, train_identity
 from .oracle import ORACLE_DEFAULTS, train_oracle
@@ -36,7 +39,7 @@ TRAINERS = {
     "simsiam": (SIMSIAM_DEFAULTS, train_simsiam),
     "fid_features": (FID_DEFAULTS, train_fid_features),
 }
-TRAINABLE = (*TRAINERS, "ddpm", "pmf")
+TRAINABLE = (*TRAINERS, *GENERATIVE)
 
 
 def task_attributes(cfg: dict, dataset: str) -> list[str]:
@@ -76,8 +79,12 @@ def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> 
 
 def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | None = None,
                out_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
-               progress: bool = True) -> dict[str, Any]:
-    """Train ``role`` on ``task``'s dataset; writes weights, config.json and metrics.json; returns the metrics."""
+               progress: bool = True, shard: Shard | None = None) -> dict[str, Any]:
+    """Train ``role`` on ``task``'s dataset; writes weights, config.json and metrics.json; returns the metrics.
+
+    ``shard`` (``vcebench.models.distributed.start_processes``): the device and the process of a
+    ``ddpm`` / ``pmf`` run (one GPU, or one rank of a torchrun launch). The other roles are small
+    networks trained by one CPU process (a note says so on a GPU); they refuse several processes."""
     from ..data import load_split
 
     task = get_task(cfg, task) if isinstance(task, str) else task
@@ -95,7 +102,10 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
 
     check_writable(out, f"the trained {role}")  # before training, not after it
     t0 = time.perf_counter()
-    if role in ("ddpm", "pmf"):
+    if shard is not None and shard.world > 1 and role not in GENERATIVE:
+        raise ConfigError(f"role {role!r} trains in one process; several processes (torchrun, config key "
+                          f"`gpus_per_train`) are for {' and '.join(GENERATIVE)} only")
+    if role in GENERATIVE:
         if role == "ddpm":
             from .ddpm import train_ddpm as fn
         else:
@@ -105,7 +115,10 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
         refs = generative_references(cfg, task, role, Path(model_dir))
         with settings_errors(f"config key `models.{ds}.{role}`"):
             return fn(spec, train.images, out, int(spec.get("seed", cfg.get("seed", 0))),
-                      val_images_uint8=val.images, progress=progress, **refs)
+                      val_images_uint8=val.images, progress=progress, **refs, **({"shard": shard} if shard else {}))
+    if shard is not None and shard.device.type != "cpu" and progress:
+        print(f"[train {role}] the small networks train on the CPU; device {shard.device} is used by "
+              f"{' and '.join(GENERATIVE)}", file=sys.stderr)
     defaults, fn = TRAINERS[role]
     settings = check_settings(role, ds, spec, defaults)
     splits = {s: load_split(cfg, ds, s, data_dir) for s in ("train", "val", "test")}

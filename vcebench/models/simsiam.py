@@ -116,7 +116,8 @@ def train_simsiam(settings: dict, splits: dict, out_dir: str | Path, *, dataset:
         **invariance_check(net, test.images[:256], e_te, settings),
         "steps": settings["steps"], "batch_size": settings["batch"],
         "samples_seen": settings["steps"] * settings["batch"], "params": count_params(net),
-        "train_seconds": round(hist["train_seconds"], 2), "threads": torch.get_num_threads(),
+        "train_seconds": round(hist["train_seconds"], 2),
+        "images_per_second": hist["images_per_second"], "threads": torch.get_num_threads(),
         **loss_summary(hist["losses"]),
     }
     name = f"{dataset}-simsiam-{settings['arch']}{settings['width']}-v1"

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from ..io import from_uint8
 from ..rng import step_generator, step_seed
 from .checkpoints import CHECKPOINT, data_fingerprint, fingerprint, load_resume_state, save_resume_state
+from .distributed import Shard, args_of
 from .unet import require
 
 # ----------------------------------------------------------------------------- data helpers
@@ -57,7 +58,8 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
     """Run ``steps`` optimisation steps of ``step_fn(step) -> loss``, resuming from ``out_dir/checkpoint.pt``.
 
     The checkpoint is reused only if it was written with the same settings (fingerprint).
-    Returns ``{"losses": [...], "train_seconds": float, "resumed_from": int}``; losses cover all steps.
+    Returns ``{"losses": [...], "train_seconds": float, "resumed_from": int, "images_per_second": float}``;
+    losses cover all steps; images per second (``settings["batch"]`` per step) cover this run's steps.
     """
     out_dir = Path(out_dir)
     ckpt_path = out_dir / CHECKPOINT
@@ -74,6 +76,7 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
     t0 = time.perf_counter()
     bar = tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not progress,
                mininterval=2.0)
+    batch = int(settings.get("batch", 0))
     for step in bar:
         torch.manual_seed(step_seed(seed, step))
         for group in optimizer.param_groups:
@@ -84,13 +87,16 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
         optimizer.step()
         losses.append(float(loss.detach()))
         if step % 20 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}",
+                            img_s=f"{(step + 1 - start) * batch / max(time.perf_counter() - t0, 1e-9):.0f}")
         if (step + 1) % ckpt_every == 0 and step + 1 < steps:
             save_resume_state(ckpt_path, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                                           "step": step + 1, "losses": losses,
                                           "seconds": seconds + time.perf_counter() - t0, "fingerprint": fp})
     model.eval()
-    return {"losses": losses, "train_seconds": seconds + time.perf_counter() - t0, "resumed_from": start}
+    run_seconds = time.perf_counter() - t0
+    return {"losses": losses, "train_seconds": seconds + run_seconds, "resumed_from": start,
+            "images_per_second": throughput(steps - start, batch, run_seconds)["images_per_second"]}
 
 
 def loss_summary(losses: list[float], k: int = 50) -> dict[str, float]:
@@ -108,7 +114,8 @@ def count_params(m: nn.Module) -> int:
 TRAIN_SETTINGS: dict[str, Any] = {"steps": int, "batch_size": int, "lr": float, "warmup_steps": int,
                                   "ema_decay": float, "grad_clip": float, "weight_decay": float,
                                   "checkpoint_every": int, "hflip": bool, "channels_last": bool,
-                                  "seed": int, "weights": str | None, "format": str | None}
+                                  "seed": int, "weights": str | None, "format": str | None,
+                                  "amp": Literal["bf16", "none"]}
 
 
 def to_float_images(images_uint8: Tensor, what: str = "images") -> Tensor:
@@ -155,10 +162,33 @@ def lr_at(step: int, base: float, warmup: int, total: int) -> float:
     return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
 
+def _resume(model: nn.Module, opt: torch.optim.Optimizer, ema: EMA, state: dict[str, Any] | None,
+            shard: Shard) -> tuple[int, list[float]]:
+    """Load a resume ``state`` (if any) into model, optimiser and EMA (the EMA onto ``shard``'s device);
+    (its step, its losses), else (0, [])."""
+    if state is None:
+        return 0, []
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    ema.shadow = {k: v.to(shard.device) for k, v in state["ema"].items()} if shard.active else state["ema"]
+    return int(state["step"]), state["losses"].tolist()
+
+
+def _optimiser_step(model: nn.Module, opt: torch.optim.Optimizer, ema: EMA, loss: Tensor, grad_clip: Any,
+                    step: int) -> None:
+    """Backward, clip the gradient norm to ``grad_clip`` (when set), step, update the EMA."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), float(grad_clip))
+    opt.step()
+    ema.update(model, step)
+
+
 def train_generative(model: nn.Module,
                      loss_fn: Callable[[nn.Module, Tensor, torch.Generator, int], Tensor | tuple[Tensor, Tensor]],
-                     cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True
-                     ) -> tuple[dict[str, Tensor], dict[str, Any]]:
+                     cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True,
+                     shard: Shard | None = None) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Run ``cfg['steps']`` optimiser steps of ``loss_fn(model, x, generator, step)`` on uint8 ``images``.
 
     ``loss_fn`` returns the loss to minimise, or (that loss, the number to log), e.g. when an adaptive
@@ -167,7 +197,15 @@ def train_generative(model: nn.Module,
     Resumes from ``out_dir/checkpoint/state.pt`` (written atomically every ``checkpoint_every``
     steps) only if it was written with the same settings, seed, role and training images (a settings
     fingerprint, ``checkpoints.load_resume_state``: a stale or corrupt state is set aside
-    and reported). Returns the EMA state dict and training statistics (budget, wall time, loss curve).
+    and reported). Returns the EMA state dict (on the CPU) and training statistics (budget, wall time,
+    images per second, loss curve; on CUDA the peak GPU memory).
+
+    ``shard`` (``vcebench.models.distributed``): the device, the rank and the number of processes. On
+    a GPU or with several processes, ``loss_fn`` is called with ``shard=`` as well: it draws its noise
+    for the whole batch ``x`` (on the CPU), then keeps ``shard.take(...)`` of it; the forward and loss run
+    under the recipe's ``amp`` (bf16 autocast by default on CUDA); the optimiser, EMA and gradient
+    clipping stay fp32. Without one (or on the CPU in one process) nothing differs from a plain run.
+    (Over 60 lines only with this docstring: the body is one training loop, ~45 lines.)
     """
     steps, bs = int(require(cfg, "steps", role)), int(require(cfg, "batch_size", role))
     base_lr = float(require(cfg, "lr", role))
@@ -176,25 +214,21 @@ def train_generative(model: nn.Module,
     hflip = bool(cfg.get("hflip", False))
     channels_last = bool(cfg.get("channels_last", True))
     ckpt = Path(out_dir) / "checkpoint" / "state.pt"
+    shard = (shard or Shard()).with_amp(cfg.get("amp"))
 
     torch.manual_seed(seed)
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    model = _place(model, channels_last, shard)
     opt = torch.optim.AdamW(model.parameters(), lr=base_lr, betas=(0.9, 0.99),
                             weight_decay=float(cfg.get("weight_decay", 0.0)))
     ema = EMA(model, float(cfg.get("ema_decay", 0.999)))
-    start, losses = 0, []
     fp = fingerprint({"role": role, "seed": int(seed), "settings": cfg, "images": data_fingerprint(images)})
-    state = load_resume_state(ckpt, fp, f"train {role}")
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        ema.shadow = state["ema"]
-        start, losses = int(state["step"]), state["losses"].tolist()
+    start, losses = _resume(model, opt, ema, shard.rank0_first(lambda: load_resume_state(ckpt, fp, f"train {role}")),
+                            shard)
+    net = shard.wrap(model)
     model.train()
     t0 = time.perf_counter()
-    bar = tqdm(range(start, steps), initial=start, total=steps, desc=f"train {role}", disable=not progress,
-               mininterval=2.0)
+    bar = tqdm(range(start, steps), initial=start, total=steps, desc=f"train {role}",
+               disable=not (progress and shard.writer), mininterval=2.0)
     for step in bar:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, base_lr, warmup, steps)
@@ -202,25 +236,60 @@ def train_generative(model: nn.Module,
         x = batch_at(images, bs, g, hflip)
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        loss = loss_fn(model, x, g, step)
+        with shard.autocast():
+            loss = loss_fn(net, x, g, step, **args_of(shard))
         loss, logged = loss if isinstance(loss, tuple) else (loss, loss)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.get("grad_clip"):
-            torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg["grad_clip"]))
-        opt.step()
-        ema.update(model, step)
-        losses.append(float(logged.detach()))
+        _optimiser_step(model, opt, ema, loss, cfg.get("grad_clip"), step)
+        losses.append(float(shard.mean(logged.detach())))
         if step % 20 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}")
-        if (step + 1) % every == 0 and step + 1 < steps:
-            save_resume_state(ckpt, {"model": model.state_dict(), "ema": ema.shadow, "opt": opt.state_dict(),
-                                     "step": torch.tensor(step + 1),
-                                     "losses": torch.tensor(losses, dtype=torch.float64), "fingerprint": fp})
-    stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": time.perf_counter() - t0,
-             "resumed_from_step": start, "threads": torch.get_num_threads(), **_loss_stats(losses, steps)}
+            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}",
+                            img_s=f"{(step + 1 - start) * bs / max(time.perf_counter() - t0, 1e-9):.0f}")
+        if (step + 1) % every == 0 and step + 1 < steps and shard.writer:
+            _save(ckpt, model, opt, ema, step + 1, losses, fp)
+    shard.synchronize()
+    seconds = time.perf_counter() - t0
+    stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": seconds,
+             "resumed_from_step": start, "threads": torch.get_num_threads(),
+             **throughput(steps - start, bs, seconds, shard), **_loss_stats(losses, steps)}
+    return _ema_on_cpu(model, ema, shard), stats
+
+
+def _place(model: nn.Module, channels_last: bool, shard: Shard) -> nn.Module:
+    """The model in channels_last memory format (when set) and on ``shard``'s device (when not the CPU)."""
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if shard.active:
+        model = model.to(shard.device)
+    return model
+
+
+def _save(ckpt: Path, model: nn.Module, opt: torch.optim.Optimizer, ema: EMA, step: int, losses: list[float],
+          fp: str) -> None:
+    """Write the resume state after ``step`` steps (atomically; ``checkpoints.save_resume_state``)."""
+    save_resume_state(ckpt, {"model": model.state_dict(), "ema": ema.shadow, "opt": opt.state_dict(),
+                             "step": torch.tensor(step), "losses": torch.tensor(losses, dtype=torch.float64),
+                             "fingerprint": fp})
+
+
+def _ema_on_cpu(model: nn.Module, ema: EMA, shard: Shard) -> dict[str, Tensor]:
+    """The EMA weights, contiguous and on the CPU (the caller evaluates and saves there)."""
     shadow = {k: v.contiguous() for k, v in ema.shadow.items()}
-    return shadow, stats
+    if shard.active:
+        model.to("cpu")
+        shadow = {k: v.cpu().contiguous() for k, v in shadow.items()}
+    return shadow
+
+
+def throughput(steps: int, batch_size: int, seconds: float, shard: Shard | None = None) -> dict[str, Any]:
+    """Training images per second over ``steps`` steps of this run (resumed steps excluded), and where
+    the run computed: device, processes, autocast and (on CUDA) this process's peak GPU memory."""
+    shard = shard or Shard()
+    out: dict[str, Any] = {"images_per_second": round(steps * batch_size / max(seconds, 1e-9), 2),
+                           "device": str(shard.device), "processes": shard.world, "amp": shard.amp}
+    peak = shard.peak_memory_mib()
+    if peak is not None:
+        out["peak_gpu_memory_mib"] = peak
+    return out
 
 
 def _mean(xs: list[float]) -> float:

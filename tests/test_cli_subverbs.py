@@ -1,0 +1,162 @@
+"""`vcebench <verb> <subverb>`: each subverb parses only its own arguments, the former mode flags name the
+subverb that replaced them, `--help` lists the subverbs, and a user error names the subverb."""
+
+import pytest
+
+from vcebench import cli
+
+SUBVERBS = {
+    "profile": ("task", "compaction", "paper-scale", "gpu"),
+    "report": ("task", "gallery", "paper", "regression", "accept", "seeds", "pareto", "tolerances"),
+    "models": ("parity",),
+}
+
+# one command line per subverb, with an argument only that subverb takes; `func` is the function it runs
+PARSES = [
+    (["profile", "task", "--task", "t", "--method", "fire", "--method", "dime", "--timings", "a.json", "b.json",
+      "--no-compaction"], "run_task", {"method": ["fire", "dime"], "timings": ["a.json", "b.json"]}),
+    (["profile", "compaction", "--task", "t", "--method", "fire", "--flop-n", "2"], "run_compaction",
+     {"method": "fire", "flop_n": 2}),
+    (["profile", "paper-scale", "celeba", "--attempts", "2", "--no-fvcore"], "run_paper_scale",
+     {"setting": "celeba", "attempts": 2.0, "no_fvcore": True}),
+    (["profile", "paper-scale"], "run_paper_scale", {"setting": "celeba", "out_dir": "results/reference"}),
+    (["profile", "gpu", "--tiny", "--device", "cpu", "--plan", "p.json", "--repeats", "1"], "run_gpu",
+     {"tiny": True, "device": "cpu", "plan": "p.json", "repeats": 1, "name": "gpu_profile"}),
+    (["report", "task", "--task", "t", "--n-qualitative", "3"], "run_task", {"n_qualitative": 3, "out_dir": "results"}),
+    (["report", "gallery", "--task", "t", "--n-gallery", "4", "--models", "m"], "run_gallery",
+     {"n_gallery": 4, "models": "m"}),
+    (["report", "paper", "--out-dir", "results/paper"], "run_paper", {"out_dir": "results/paper"}),
+    (["report", "regression", "--reference", "r", "--tasks", "a", "b", "--out", "r.md"], "run_regression",
+     {"reference": "r", "tasks": ["a", "b"], "out": "r.md"}),
+    (["report", "accept", "--reference", "r", "--out-dir", "runs/quick/results"], "run_accept",
+     {"reference": "r", "out_dir": "runs/quick/results"}),
+    (["report", "seeds", "--task", "t", "--methods", "fire"], "run_seeds", {"methods": ["fire"]}),
+    (["report", "pareto", "--task", "t"], "run_pareto", {"task": "t"}),
+    (["report", "tolerances", "--reference", "r", "--tasks", "a"], "run_tolerances", {"tasks": ["a"]}),
+    (["models", "parity", "--dataset", "synthfaces", "--out", "p.json", "--n", "8"], "run_parity",
+     {"dataset": "synthfaces", "n": 8}),
+]
+
+
+@pytest.mark.parametrize("argv,func,values", PARSES, ids=[" ".join(p[0][:2]) for p in PARSES])
+def test_each_subverb_parses_its_arguments(argv, func, values):
+    args = cli.build_parser().parse_args(argv)
+    assert args.verb == argv[0] and args.subverb == argv[1] and args.func.__name__ == func
+    for key, value in values.items():
+        assert getattr(args, key) == value, key
+
+
+# (subverb command line, an argument of another subverb of the same verb)
+FOREIGN = [
+    (["profile", "task", "--task", "t", "--method", "m"], ["--attempts", "2"]),
+    (["profile", "compaction", "--task", "t", "--method", "m"], ["--timings", "a.json"]),
+    (["profile", "paper-scale"], ["--no-warmup"]),
+    (["profile", "gpu"], ["--method", "fire"]),
+    (["report", "task", "--task", "t"], ["--n-gallery", "4"]),
+    (["report", "gallery", "--task", "t"], ["--reference", "r"]),
+    (["report", "paper"], ["--task", "t"]),
+    (["report", "regression"], ["--methods", "fire"]),
+    (["report", "accept"], ["--out", "r.md"]),
+    (["report", "seeds", "--task", "t"], ["--tasks", "a"]),
+    (["report", "pareto", "--task", "t"], ["--methods", "fire"]),
+    (["report", "tolerances"], ["--results", "results"]),
+    (["models", "parity", "--dataset", "d", "--out", "o"], ["--task", "t"]),
+]
+
+
+@pytest.mark.parametrize("argv,foreign", FOREIGN, ids=[" ".join(p[0][:2]) for p in FOREIGN])
+def test_each_subverb_rejects_another_subverbs_argument(argv, foreign, capsys):
+    cli.build_parser().parse_args(argv)  # parses alone
+    with pytest.raises(SystemExit) as e:
+        cli.build_parser().parse_args(argv + foreign)
+    assert e.value.code == 2
+    assert f"unrecognized arguments: {' '.join(foreign)}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,subverb", [
+    (["report", "--task", "t", "--gallery"], "gallery"),
+    (["report", "--paper", "--out-dir", "results/paper"], "paper"),
+    (["report", "--regression", "--reference", "r"], "regression"),
+    (["report", "--update-reference", "--reference", "r"], "accept"),
+    (["report", "--seeds", "--task", "t"], "seeds"),
+    (["report", "--pareto", "--task", "t"], "pareto"),
+    (["report", "--tolerances", "--reference", "r"], "tolerances"),
+    (["report", "--task", "t", "--methods", "fire"], "task"),
+    (["profile", "--task", "t", "--method", "fire", "--compare-compaction"], "compaction"),
+    (["profile", "--paper-scale", "celeba"], "paper-scale"),
+    (["profile", "--paper-scale=celeba"], "paper-scale"),
+    (["profile", "--task", "t", "--method", "fire", "--timings", "a.json"], "task"),
+])
+def test_the_former_flag_forms_name_their_subverb(argv, subverb, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"`vcebench {argv[0]} {subverb} " in err and f"vcebench {argv[0]}: error:" in err
+
+
+def test_a_missing_subverb_lists_them(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["report"])
+    assert "{" + ",".join(SUBVERBS["report"]) + "}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb", SUBVERBS)
+def test_help_lists_the_subverbs(verb, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main([verb, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for sub in SUBVERBS[verb]:
+        assert f"\n    {sub} " in out, sub  # one line each, with its help
+
+
+def test_top_level_help_shows_the_new_forms(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    for verb, subs in SUBVERBS.items():
+        assert f"    {verb} " in out
+        for sub in subs:
+            assert f"vcebench {verb} {sub} " in out, (verb, sub)  # the docstring's examples
+
+
+def test_subverb_help_says_what_it_does(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["report", "regression", "--help"])
+    out = capsys.readouterr().out
+    assert "tolerances.yaml" in out and "--reference" in out and "--n-gallery" not in out
+
+
+def test_a_user_error_names_the_subverb(tmp_path, capsys):
+    """`report regression` without tolerances: one line naming the command, exit status 2."""
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    assert cli.main(["report", "regression", "--reference", str(ref), "--tasks", "synthfaces_smile"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vcebench report regression: UserError: no tolerances at ") and "\n" not in err
+    assert "vcebench report tolerances" in err
+
+
+def test_the_gpu_timing_plan_of_the_tiny_run(tmp_path):
+    """`profile gpu --tiny`: a two-row smoke plan, or the given plan shrunk to smoke-test size."""
+    import json
+
+    from vcebench import paper_timing as pt
+
+    assert pt.load_plan(None) is None
+    assert [p["method"] for p in pt.load_plan(None, tiny=True)] == ["fire", "maskdime"]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([{"method": "fire", "variant": "tf32", "batch": 5, "n": 20}]))
+    assert pt.load_plan(str(plan)) == [{"method": "fire", "variant": "tf32", "batch": 5, "n": 20}]
+    assert pt.load_plan(str(plan), tiny=True)[0]["n"] == 2
+
+
+def test_no_module_keeps_a_main_of_its_own():
+    """The command line is `vcebench`: the former `python -m` entry points are subverbs now."""
+    from vcebench import paper_timing
+    from vcebench.models import parity
+
+    for module in (paper_timing, parity):
+        assert not hasattr(module, "main")
+        assert 'if __name__ == "__main__"' not in open(module.__file__).read()

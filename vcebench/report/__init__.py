@@ -1,0 +1,18 @@
+"""Comparison tables (CSV / Markdown / LaTeX) and their footers, Pareto figures, and the metric-regression
+check used by CI (the paper's figures: :mod:`vcebench.figures`).
+
+- :mod:`.tables`: one row per method from the results, cell formatting, ranking marks, the writers;
+- :mod:`.footer`: the footer paragraphs of a task table;
+- :mod:`.pareto`: quality-vs-cost fronts of the budget / noise-level sweeps;
+- :mod:`.regression`: a table against its reference within tolerances.
+"""
+
+from ..io import atomic_path
+from .footer import load_metrics_json, task_footer
+from .pareto import pareto_figures, pareto_front
+from .regression import regression_check, regression_markdown
+from .tables import load_task_table, method_label, rank_marks, to_latex, to_markdown, write_task_tables, write_text
+
+__all__ = ["atomic_path", "load_metrics_json", "load_task_table", "method_label", "pareto_figures", "pareto_front",
+           "rank_marks", "regression_check", "regression_markdown", "task_footer", "to_latex", "to_markdown",
+           "write_task_tables", "write_text"]

@@ -1,0 +1,160 @@
+"""The footer of a task table, one function per paragraph: what ± means, the n behind each column, the
+protocol, where the cost columns come from, the do-nothing rows, and warnings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ..tasks import is_baseline
+from .tables import display_columns, format_value, method_label
+
+SUBSET_WORDS = {"all": "all inputs", "successful": "successful CFs", "correct": "correctly classified inputs",
+                "correct_successful": "correct and successful"}
+COSTS_LINE = ("Costs: NFE/CF and steps are means over all n CFs (counterfactuals.npz); TFLOPs/CF = each "
+              "network's FLOPs per call (profile run) × each CF's calls; s/CF: the explain run's generation "
+              "time over all n; Mem: the profile run.")
+PAPER_DEFAULTS = "paper defaults + config (`method_defaults`, `tasks.<task>.params`, variants)"
+
+
+def load_metrics_json(results: Path, task: str, methods: list[str]) -> dict[str, dict]:
+    """``{method: metrics.json}`` of the rows that have one."""
+    out = {}
+    for m in methods:
+        p = results / task / m / "metrics.json"
+        if p.exists():
+            out[m] = json.loads(p.read_text())
+    return out
+
+
+def _per_row(values: dict[str, object]) -> str:
+    """``16 for every row`` or ``FiRe 13, DiME 16, ...``."""
+    uniq = set(values.values())
+    if len(uniq) == 1:
+        return f"{format_value(next(iter(uniq)))} for every row"
+    return ", ".join(f"{method_label(m)} {format_value(v)}" for m, v in values.items())
+
+
+def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = None,
+                feature_dim: int | None = None) -> list[str]:
+    """Footer lines of a task table (markdown; ``to_latex`` turns them into a table note): what ± means, the
+    n behind each column, the protocol (noise rule, selection rule, n, seeds, feature extractor), where the
+    cost columns come from, and warnings (a DDPM row whose every sample flipped at its first guidance scale).
+    Reads what the rows' metrics.json hold and leaves out what they do not."""
+    boot = next((mj.get("bootstrap") for mj in metas.values() if mj.get("bootstrap")), None)
+    lines = [_interval_line(boot)] if boot else []
+    lines += _n_per_column_lines(df, metas)
+    lines.append(_protocol_line(metas, tuned, feature_dim, boot))
+    lines.append(COSTS_LINE)
+    lines += _baseline_lines(df)
+    lines += _warning_lines(metas)
+    return lines
+
+
+def _interval_line(boot: dict) -> str:
+    return (f"± = half-width of the 95 % percentile bootstrap interval over the n inputs ({boot['resamples']} "
+            f"resamples, FID/sFID/KID {boot['feature_resamples']}, seed {boot['seed']}; subsets follow the drawn "
+            "inputs); bounds in the csv (`<column>_lo`, `<column>_hi`). A resample repeats inputs, which adds to "
+            "FID's small-n bias: FID/sFID intervals can lie above the value; KID is unbiased at any n.")
+
+
+def _n_per_column_lines(df: pd.DataFrame, metas: dict[str, dict]) -> list[str]:
+    """The n per column, grouped by subset and counts (none when no metrics.json counts any)."""
+    groups: dict[tuple, list[str]] = {}
+    for c in display_columns(df)[1:]:
+        counts = {m: (mj.get("n") or {}).get(c) for m, mj in metas.items()}
+        if not any(v is not None for v in counts.values()):
+            continue
+        subset = next((mj.get("subsets", {}).get(c) for mj in metas.values() if mj.get("subsets", {}).get(c)), None)
+        key = (subset, tuple(counts.items()))
+        groups.setdefault(key, []).append(c)
+    if not groups:
+        return []
+    parts = []
+    for (subset, counts), cols in groups.items():
+        where = SUBSET_WORDS.get(subset, subset or "")
+        extra = " vs all n originals" if {"FID", "sFID", "KID"} & set(cols) else ""
+        parts.append(f"{', '.join(cols)} ({where}{extra}): {_per_row(dict(counts))}")
+    return ["n per column: " + "; ".join(parts) + "."]
+
+
+def _protocol_line(metas: dict[str, dict], tuned: dict | None, feature_dim: int | None, boot: dict | None) -> str:
+    """Noise rule, selection rule, n inputs, seeds, feature extractor."""
+    protos = {m: mj.get("protocol") for m, mj in metas.items() if mj.get("protocol")}
+    if protos:
+        bits = [_noise_rule_bit(protos), _selection_bit(protos, tuned)]
+    else:
+        bits = ["selection: paper defaults + config (no protocol record in metrics.json)"]
+    any_mj = next(iter(metas.values()), {})
+    n_inputs = {m: mj.get("n_inputs") for m, mj in metas.items()}
+    split = (any_mj.get("inputs") or {}).get("eval_split")
+    bits.append(f"n inputs: {_per_row(n_inputs)}" + (f" (the first n of the `{split}` split)" if split else ""))
+    seed_bits = [f"generation seed {any_mj.get('seed')}"] if any_mj.get("seed") is not None else []
+    if any_mj.get("seeds"):
+        seed_bits.append(f"sFID split seeds {any_mj['seeds']}")
+    if boot:
+        seed_bits.append(f"bootstrap seed {boot['seed']}")
+    if seed_bits:
+        bits.append(", ".join(seed_bits))
+    extractor = (any_mj.get("models") or {}).get("fid_features")
+    if extractor:
+        dim = f", {feature_dim}-d" if feature_dim and f"{feature_dim}-d" not in extractor else ""
+        kid = any_mj.get("kid") or {}
+        bits.append(f"FID/sFID/KID features: {extractor}{dim}" + (
+            f"; KID kernel {kid.get('kernel')}" if kid.get("kernel") else ""))
+    return "Protocol: " + "; ".join(bits) + "."
+
+
+def _noise_rule_bit(protos: dict[str, dict]) -> str:
+    """The rows grouped by the noise rule that set their starting log-SNR."""
+    rules: dict[str, list[str]] = {}
+    for m, p in protos.items():
+        if p.get("log_snr") is None:
+            continue
+        rule = p.get("noise_rule", "?")
+        if rule == "snr_matched":
+            rule += (f" (log-SNR {p.get('log_snr_shift', 0):+.2f}: {p.get('reference_resolution')} px → "
+                     f"{p.get('resolution')} px)")
+        rules.setdefault(rule, []).append(method_label(m))
+    return "noise rule " + "; ".join(f"{r}: {', '.join(ms)}" for r, ms in rules.items())
+
+
+def _selection_bit(protos: dict[str, dict], tuned: dict | None) -> str:
+    """Which rows run tuned settings (and the tuning rule), which the paper defaults."""
+    tuned_rows = [method_label(m) for m, p in protos.items() if p.get("tuned")]
+    if not tuned_rows:
+        return f"selection: {PAPER_DEFAULTS}; no tuned settings"
+    how = f"tuned settings ({next(p['tuned_file'] for p in protos.values() if p.get('tuned'))}"
+    if tuned and tuned.get("rule"):
+        r = tuned["rule"]
+        req = ", ".join(f"{k} ≥ {v}" for k, v in (r.get("require") or {}).items())
+        how += f"; lowest {r.get('minimize')}" + (f" subject to {req}" if req else "")
+        val = tuned.get("validation") or {}
+        if val:
+            how += f", on {val.get('n')} `{val.get('split')}` inputs never evaluated"
+    return f"selection: {how}) for {', '.join(tuned_rows)}; the other rows: {PAPER_DEFAULTS}"
+
+
+def _baseline_lines(df: pd.DataFrame) -> list[str]:
+    """What the do-nothing rows are (none when the table has none)."""
+    base = [method_label(m) for m in df["method"] if is_baseline(m)]
+    if not base:
+        return []
+    return [f"{', '.join(base)}: the input as its own CF, not ranked: FR = 0 by construction (target = "
+            "1 − f(x)), FR_oracle = share of inputs whose oracle query bit already disagrees with f(x) "
+            "(the floor of every row's FR_oracle); columns over successful CFs are empty (--)."]
+
+
+def _warning_lines(metas: dict[str, dict]) -> list[str]:
+    """A warning per DDPM row whose every sample flipped at its first guidance scale."""
+    lines = []
+    for m, mj in metas.items():
+        g = mj.get("guidance") or {}
+        if g.get("all_flipped_at_first_scale"):
+            scales = ((mj.get("protocol") or {}).get("params") or {}).get("scales")
+            lines.append(f"**Warning** {method_label(m)}: every sample flipped at its first guidance scale "
+                         f"({format_value(g.get('first_scale'))}); the retry schedule"
+                         + (f" {list(scales)}" if scales else "") + " was never exercised.")
+    return lines

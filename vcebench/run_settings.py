@@ -1,0 +1,93 @@
+"""What one job runs with: the task, the method and its resolved hyperparameters, the sampling and runtime
+options, resolved once from the loaded configuration into a frozen :class:`RunSettings`.
+
+The configuration (:func:`vcebench.settings.load_settings`) is a deep-merged dict read by many functions; a job
+(`vcebench explain`, a `vcebench tune` setting) resolves it here once, and the functions below the command take
+this object or its typed fields. Frozen, so every part of a job sees the values the job was started with: no
+function down the call path can change the seed or the batch size of the ones after it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from .tasks import Task, get_task
+
+DEFAULT_MODEL_DIR = "resources/models"
+
+
+def read_only(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only view of a private deep copy of ``cfg``: its top-level keys cannot be set, and changes to the
+    caller's dict after this call do not reach it."""
+    return MappingProxyType(copy.deepcopy(dict(cfg)))
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """Where and how torch runs: config keys ``threads`` (None: ``$VCEBENCH_THREADS`` or the usable cores),
+    ``device`` and the ``cuda`` section (TF32, cuDNN, ``noise_on_device``, ``compile``, ``bf16_generative``)."""
+
+    threads: int | None = None
+    device: str = "cpu"
+    cuda: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> RuntimeOptions:
+        threads = cfg.get("threads")
+        return cls(threads=None if threads is None else int(threads), device=str(cfg.get("device", "cpu")),
+                   cuda=MappingProxyType(copy.deepcopy(dict(cfg.get("cuda") or {}))))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One job's settings: ``task`` (:func:`vcebench.tasks.get_task`), ``method`` (the name as given, variant
+    included), ``params`` (its hyperparameters after the noise protocol, :func:`vcebench.protocol.resolve_method`)
+    and ``protocol`` (that function's record), ``seed`` (the generation seed of :mod:`vcebench.rng`), ``n_eval``
+    (the first evaluation inputs), ``batch_size``, ``runtime`` (:class:`RuntimeOptions`), ``split`` (the
+    evaluation split's name), ``data_dir`` (None: rendered / loaded as the config says), ``model_dir``, and
+    ``config``: a read-only view of the whole configuration (:func:`read_only`), for the loaders that read
+    whole sections (datasets, the model zoo, the DDPM schedule)."""
+
+    config: Mapping[str, Any]
+    task: Task
+    method: str
+    params: Mapping[str, Any]
+    protocol: Mapping[str, Any]
+    seed: int
+    n_eval: int
+    batch_size: int
+    runtime: RuntimeOptions
+    split: str
+    data_dir: str | None = None
+    model_dir: str = DEFAULT_MODEL_DIR
+
+    @classmethod
+    def resolve(cls, cfg: Mapping[str, Any], task: Task | str, method: str, *, data_dir: str | None = None,
+                model_dir: str = DEFAULT_MODEL_DIR, candidate: dict[str, Any] | None = None,
+                split: str | None = None) -> RunSettings:
+        """The settings of ``method`` on ``task`` under ``cfg`` (``candidate``: a `vcebench tune` setting in
+        place of the tuned one; ``split``: the inputs' split, default the evaluation split). An unknown task
+        or method, or a bad hyperparameter, is a one-line :class:`~vcebench.config.ConfigError`."""
+        from methods import params_class
+        from methods.base import parse_params
+
+        from .data import eval_split_name
+        from .protocol import resolve_method
+
+        task = get_task(cfg, task) if isinstance(task, str) else task  # type: ignore[arg-type]
+        params, record = resolve_method(cfg, task, method, candidate=candidate)  # type: ignore[arg-type]
+        parse_params(params_class(method), dict(params), section=method)  # a bad setting fails here, not later
+        return cls(config=read_only(cfg), task=task, method=method, params=MappingProxyType(params),
+                   protocol=MappingProxyType(record), seed=int(cfg["seed"]), n_eval=int(cfg["n_eval"]),
+                   batch_size=int(cfg["batch_size"]), runtime=RuntimeOptions.from_config(cfg),
+                   split=split or eval_split_name(task.dataset), data_dir=data_dir, model_dir=model_dir)
+
+    def build_method(self):
+        """The method (``methods.get_method``) with :attr:`params`."""
+        import methods
+
+        return methods.get_method(self.method, dict(self.params))

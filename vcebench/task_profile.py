@@ -1,0 +1,200 @@
+"""Profile one method on one task: FLOPs and network calls per counterfactual, peak memory, time, and FiRe's
+batch compaction measured both ways (the work behind `vcebench profile task|compaction`).
+
+FLOPs are counted per network call with torch's FlopCounterMode on the first inputs and multiplied by each
+network's calls per CF (the methods' own NFE counters); memory is a separate pass (``vcebench.profiling``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vcebench.config import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+
+
+def release_memory() -> None:
+    """Collect garbage and return freed heap pages to the OS, so that a peak-RSS increase measured next
+    is not hidden by memory an earlier method freed but the allocator kept (glibc: a fixed 128 KiB mmap
+    threshold, so tensors are unmapped when freed instead of staying in the heap, then ``malloc_trim``)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD (also turns off glibc's dynamic threshold)
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the RSS numbers may be low for later methods
+        pass
+
+
+def timing_files_by_method(paths: list[str], methods: list[str]) -> dict[str, list[str]]:
+    """Group explain timing files by the ``method`` they record; with one method, every file is its."""
+    if len(methods) == 1:
+        return {methods[0]: list(paths)}
+    out: dict[str, list[str]] = {m: [] for m in methods}
+    for p in paths:
+        try:
+            m = json.loads(Path(p).read_text()).get("method")
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--timings file {p}: not readable JSON ({e})") from e
+        if m in out:
+            out[m].append(p)
+    missing = [m for m, v in out.items() if not v]
+    if missing:
+        raise ConfigError(f"--timings: no timing file records method(s) {', '.join(missing)}")
+    return out
+
+
+def _load(cfg: dict, task_name: str, method_name: str, *, n: int, device: torch.device, data_dir: str | None,
+          model_dir: str, overrides: dict[str, Any]):
+    """Method, models and the first ``n`` evaluation inputs with their targets (not timed)."""
+    import torch
+
+    from methods import get_method
+    from vcebench.data import eval_split_name, load_split
+    from vcebench.models import load_task_models
+    from vcebench.protocol import resolve_method
+    from vcebench.runtime import accelerate_from_config
+    from vcebench.tasks import get_task
+
+    task = get_task(cfg, task_name)
+    params = resolve_method(cfg, task, method_name)[0]
+    for key, value in overrides.items():
+        if key not in params:
+            raise ConfigError(f"--no-compaction / `profile compaction` need a method with a `{key}` "
+                              f"hyperparameter (FiRe); {method_name!r} has none")
+        params[key] = value
+    method = get_method(method_name, params)
+    roles = tuple(getattr(method, "roles", ()) or _roles(method_name))
+    models = accelerate_from_config(load_task_models(cfg, task, roles=roles, device=device, model_dir=model_dir),
+                                    cfg.get("cuda"), device)
+    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
+    k = min(n, len(split))
+    idx = torch.arange(k)
+    x = split.float_images(idx).to(device)
+    ids = [int(i) for i in split.sample_ids[idx]]
+    with torch.no_grad():
+        target = 1 - models.classifier(x).argmax(1)
+    return task, params, method, models, x, target, ids
+
+
+def _roles(method_name: str) -> tuple[str, ...]:
+    from vcebench.workflow import method_roles
+
+    return method_roles(method_name)
+
+
+def _method_call(cfg: dict, task_name: str, method_name: str, **load_kw):
+    """:func:`_load`, with the method bound to its networks and per-sample noise streams as explain runs it:
+    ``(task, params, models, call(x, target, sample_ids), x, target, ids)``."""
+    from vcebench.rng import SampleGenerators
+    from vcebench.runtime import noise_device
+
+    task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, **load_kw)
+    seed = int(cfg["seed"])
+    gen_device = noise_device(cfg.get("cuda"), x.device)
+
+    def call(xb, tb, idb):
+        return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name, device=gen_device))
+
+    return task, params, models, call, x, target, ids
+
+
+def profile_task(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
+                 data_dir: str | None = None, model_dir: str = "resources/models", flop_n: int | None = None,
+                 warmup: bool = True, overrides: dict[str, Any] | None = None, memory: bool = True) -> dict[str, Any]:
+    """profile.json of ``method_name`` on the first ``n`` evaluation inputs of ``task_name``."""
+    from vcebench.profiling import profile_run
+
+    task, params, models, call, x, target, ids = _method_call(cfg, task_name, method_name, n=n, device=device,
+                                                              data_dir=data_dir, model_dir=model_dir,
+                                                              overrides=overrides or {})
+    report = profile_run(call, x, target, ids, batch_size=batch_size, device=device, flop_n=flop_n, warmup=warmup,
+                         memory=memory)
+    report.update(network_call_flops(models, x, report["nfe_by_network"]))
+    return {"task": task.name, "method": method_name, **report, "sec_per_cf_source": "profile run",
+            "compaction": params.get("compaction"), "seed": int(cfg["seed"]), "models": dict(models.names),
+            "params": params}
+
+
+# NFE counter name (methods/base.py NFE) -> model role
+NFE_ROLES = {"classifier": "classifier", "unet": "ddpm", "pmf": "pmf", "perceptual": "perceptual"}
+
+
+def network_call_flops(models, x: torch.Tensor, nfe_by_network: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """``flops_per_call``: FLOPs of one call (batch 1) of every network the method called, forward and input
+    backward (``paper_scale.per_call_flops``), from which the report derives FLOPs per CF for all n CFs of
+    counterfactuals.npz (``vcebench.costs``); ``tflops_per_cf_from_calls``: the same product on this run's
+    inputs, to compare with the counted ``tflops_per_cf``."""
+    from vcebench.paper_scale import flops_from_nfe, per_call_flops
+
+    nets = {net: getattr(models, NFE_ROLES[net]) for net, d in nfe_by_network.items()
+            if (d["fwd"] or d["bwd"]) and net in NFE_ROLES and getattr(models, NFE_ROLES[net], None) is not None}
+    calls = per_call_flops(nets, int(x.shape[-1]), channels=int(x.shape[1]))
+    used = {k: v for k, v in nfe_by_network.items() if k in calls}
+    return {"flops_per_call": calls, "tflops_per_cf_from_calls": flops_from_nfe(used, calls) / 1e12}
+
+
+def peak_memory_of(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
+                   data_dir: str | None, model_dir: str, overrides: dict[str, Any]) -> float:
+    """Peak memory (MiB) of ``method_name`` on the same inputs as :func:`profile_task` (memory pass only;
+    the networks are loaded again, so that nothing of the first pass stays allocated in between)."""
+    from vcebench.profiling import peak_memory_run
+
+    _, _, _, call, x, target, ids = _method_call(cfg, task_name, method_name, n=n, device=device, data_dir=data_dir,
+                                                 model_dir=model_dir, overrides=overrides)
+    return peak_memory_run(call, x, target, ids, batch_size=batch_size, device=device)[0]
+
+
+def apply_timings(report: dict[str, Any], paths: list[str]) -> None:
+    """Replace ``sec_per_cf`` by the explain run's generation time (summed over shards / n)."""
+    seconds, n, batch = 0.0, 0, set()
+    for p in paths:
+        try:
+            t = json.loads(Path(p).read_text())
+            seconds += float(t["seconds"])
+            n += int(t["n"])
+            if "batch_size" in t:
+                batch.add(int(t["batch_size"]))
+        except (OSError, KeyError, ValueError, TypeError) as e:
+            raise ConfigError(f"--timings file {p}: expected JSON with `seconds` and `n` ({e})") from e
+    if n == 0:
+        raise ConfigError(f"--timings files {', '.join(paths)} hold no counterfactuals (n = 0)")
+    report["sec_per_cf_profile_run"] = report["sec_per_cf"]
+    report["sec_per_cf"] = seconds / n
+    report["sec_per_cf_source"] = f"explain timings ({len(paths)} shard files, n = {n})"
+    if batch:
+        report["explain_batch_size"] = sorted(batch)
+
+
+def compare_compaction(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int,
+                       device: torch.device, data_dir: str | None = None, model_dir: str = "resources/models",
+                       flop_n: int | None = None, warmup: bool = True) -> dict[str, Any]:
+    """FiRe s/CF with and without batch compaction, on the same inputs in the same process."""
+    runs = {}
+    for label, on in (("with_compaction", True), ("without_compaction", False)):
+        runs[label] = profile_task(cfg, task_name, method_name, n=n, batch_size=batch_size, device=device,
+                                   data_dir=data_dir, model_dir=model_dir, flop_n=flop_n, warmup=warmup,
+                                   overrides={"compaction": on})
+    w, wo = runs["with_compaction"], runs["without_compaction"]
+    return {"task": task_name, "method": method_name, "n": w["n"], "batch_size": batch_size,
+            "device": w["device"], "threads": w["threads"], "torch": w["torch"],
+            "speedup_time": wo["sec_per_cf"] / w["sec_per_cf"],
+            "flop_ratio": wo["flops_per_cf"] / w["flops_per_cf"] if w["flops_per_cf"] else None,
+            "same_outputs_expected": "yes: per-sample RNG streams make a CF independent of its batch", **runs}
+
+
+def print_compaction(r: dict[str, Any]) -> None:
+    print(f"{r['task']}/{r['method']}: n = {r['n']}, batch {r['batch_size']}, {r['device']}, {r['threads']} threads")
+    for label in ("with_compaction", "without_compaction"):
+        d = r[label]
+        print(f"  {label:20s} {d['sec_per_cf']:.4f} s/CF  {d['tflops_per_cf'] * 1e3:.4f} GFLOPs/CF  "
+              f"mean steps {d['mean_steps']:.2f}  FR {100 * d['flip_rate']:.1f}%")
+    fr = r["flop_ratio"]
+    print(f"  compaction speed-up: {r['speedup_time']:.2f}x time, " + (f"{fr:.2f}x FLOPs" if fr else "n/a"))
