@@ -2,9 +2,10 @@
 options, resolved once from the loaded configuration into a frozen :class:`RunSettings`.
 
 The configuration (:func:`vcebench.settings.load_settings`) is a deep-merged dict read by many functions; a job
-(`vcebench explain`, a `vcebench tune` setting) resolves it here once, and the functions below the command take
-this object or its typed fields. Frozen, so every part of a job sees the values the job was started with: no
-function down the call path can change the seed or the batch size of the ones after it.
+(`vcebench explain`, a `vcebench tune` setting, each method of `vcebench profile task|compaction`) resolves it
+here once, and the functions below the command take this object or its typed fields. Frozen, so every part of
+a job sees the values the job was started with: no function down the call path can change the seed or the batch
+size of the ones after it.
 
 `vcebench evaluate` gets an :class:`EvalSettings` instead: it scores counterfactuals it did not make, and their
 method name may be none that :func:`~vcebench.protocol.resolve_method` knows (counterfactuals brought in by
