@@ -85,8 +85,11 @@ def write_dime(z, label, folder, mapping_csv):
 
 def _evaluate(s, cfs):
     from vcebench.commands.evaluate import evaluate_task
+    from vcebench.run_settings import EvalSettings
 
-    return evaluate_task(s["cfg"], s["task"], "m", str(cfs), only=["L1", "FR"], models=s["models"])["metrics"]
+    settings = EvalSettings.resolve(s["cfg"], s["task"], "m")  # "m": no configured method, no protocol record
+    assert settings.protocol is None
+    return evaluate_task(settings, str(cfs), only=["L1", "FR"], models=s["models"])["metrics"]
 
 
 @pytest.mark.parametrize("layout", ["generic", "dime"])

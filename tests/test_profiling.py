@@ -212,14 +212,13 @@ def tiny_load(monkeypatch, cfg):
     from methods import get_method
     from vcebench import task_profile as cmd
     from vcebench.standins import tiny_standins
-    from vcebench.tasks import get_task
 
-    def fake_load(cfg_, task_name, method_name, *, n, device, data_dir, model_dir, overrides):
-        params = _fire_params(cfg_, **overrides)
+    def fake_load(settings, *, n, device):
+        params = {**settings.params, "K": 3, "smoothgrad_n": 4}  # overrides (compaction) are in settings.params
         models = tiny_standins()
         x = torch.rand(n, 3, 8, 8, generator=torch.Generator().manual_seed(1)) * 2 - 1
         target = 1 - models.classifier(x).argmax(1)
-        return get_task(cfg_, task_name), params, get_method(method_name, params), models, x, target, list(range(n))
+        return params, get_method(settings.method, params), models, x, target, list(range(n))
 
     monkeypatch.setattr(cmd, "_load", fake_load)
     return cmd

@@ -59,3 +59,25 @@ def test_a_tune_setting_resolves_its_candidate_on_its_split(cfg):
     s = RunSettings.resolve(cfg, "synthfaces_smile", "fire", candidate=cand, split="val")
     assert dict(s.params) == resolve_method(cfg, "synthfaces_smile", "fire", candidate=cand)[0]
     assert s.params["rho"] == 0.07 and s.split == "val"
+
+
+def test_with_params_is_a_changed_copy(cfg):
+    s = RunSettings.resolve(cfg, "synthfaces_smile", "fire")
+    t = s.with_params(compaction=not s.params["compaction"])
+    assert t.params["compaction"] is not s.params["compaction"] and list(t.params) == list(s.params)
+    assert (t.protocol, t.seed, t.config) == (s.protocol, s.seed, s.config)
+    with pytest.raises(TypeError):
+        t.params["rho"] = 1  # type: ignore[index]
+
+
+def test_eval_settings_keep_an_unconfigured_method_without_a_record(cfg):
+    from vcebench.protocol import resolve_method
+    from vcebench.run_settings import EvalSettings
+
+    s = EvalSettings.resolve(cfg, "synthfaces_smile", "fire", split="val")
+    assert dict(s.protocol) == resolve_method(cfg, "synthfaces_smile", "fire")[1] and s.split == "val"
+    imported = EvalSettings.resolve(cfg, "synthfaces_smile", "my_cfs")  # a `vcebench import` folder's name
+    assert imported.method == "my_cfs" and imported.protocol is None and imported.seed == int(cfg["seed"])
+    assert EvalSettings.resolve(cfg, "synthfaces_smile", None).protocol is None  # the FID reference
+    with pytest.raises(ConfigError, match="unknown task"):
+        EvalSettings.resolve(cfg, "nope", "fire")

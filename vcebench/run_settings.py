@@ -2,14 +2,23 @@
 options, resolved once from the loaded configuration into a frozen :class:`RunSettings`.
 
 The configuration (:func:`vcebench.settings.load_settings`) is a deep-merged dict read by many functions; a job
-(`vcebench explain`, a `vcebench tune` setting) resolves it here once, and the functions below the command take
-this object or its typed fields. Frozen, so every part of a job sees the values the job was started with: no
-function down the call path can change the seed or the batch size of the ones after it.
+(`vcebench explain`, a `vcebench tune` setting, each method of `vcebench profile task|compaction`) resolves it
+here once, and the functions below the command take this object or its typed fields. Frozen, so every part of
+a job sees the values the job was started with: no function down the call path can change the seed or the batch
+size of the ones after it.
+
+`vcebench evaluate` gets an :class:`EvalSettings` instead: it scores counterfactuals it did not make, and their
+method name may be none that :func:`~vcebench.protocol.resolve_method` knows (counterfactuals brought in by
+`vcebench import` are named after their folder). A separate class, not a :class:`RunSettings` whose resolution
+may be missing, so that a :class:`RunSettings` always holds hyperparameters a method can be built from, and an
+evaluation never pretends to have them: it keeps the method's name and, when the name resolves, the protocol
+record that metrics.json reports.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -75,19 +84,75 @@ class RunSettings:
         from methods import params_class
         from methods.base import parse_params
 
-        from .data import eval_split_name
         from .protocol import resolve_method
 
         task = get_task(cfg, task) if isinstance(task, str) else task  # type: ignore[arg-type]
         params, record = resolve_method(cfg, task, method, candidate=candidate)  # type: ignore[arg-type]
         parse_params(params_class(method), dict(params), section=method)  # a bad setting fails here, not later
-        return cls(config=read_only(cfg), task=task, method=method, params=MappingProxyType(params),
-                   protocol=MappingProxyType(record), seed=int(cfg["seed"]), n_eval=int(cfg["n_eval"]),
-                   batch_size=int(cfg["batch_size"]), runtime=RuntimeOptions.from_config(cfg),
-                   split=split or eval_split_name(task.dataset), data_dir=data_dir, model_dir=model_dir)
+        return cls(method=method, params=MappingProxyType(params), protocol=MappingProxyType(record),
+                   **_job_fields(cfg, task, split, data_dir, model_dir))
+
+    def with_params(self, **changes: Any) -> RunSettings:
+        """A copy with these hyperparameters changed (e.g. `vcebench profile compaction`'s ``compaction``);
+        :attr:`protocol` stays the record of the resolved settings."""
+        return dataclasses.replace(self, params=MappingProxyType({**self.params, **changes}))
 
     def build_method(self):
         """The method (``methods.get_method``) with :attr:`params`."""
         import methods
 
         return methods.get_method(self.method, dict(self.params))
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """One evaluation's settings (`vcebench evaluate`, and the scoring of a `vcebench tune` setting): the fields
+    of :class:`RunSettings` without ``params``; ``method`` is the name the counterfactuals are recorded under
+    (None: the FID reference, which scores no method) and ``protocol`` the record of
+    :func:`~vcebench.protocol.resolve_method` for it, None when the name is no configured method (imported
+    counterfactuals). ``n_eval``: the first evaluation inputs the counterfactuals should cover."""
+
+    config: Mapping[str, Any]
+    task: Task
+    method: str | None
+    protocol: Mapping[str, Any] | None
+    seed: int
+    n_eval: int
+    batch_size: int
+    runtime: RuntimeOptions
+    split: str
+    data_dir: str | None = None
+    model_dir: str = DEFAULT_MODEL_DIR
+
+    @classmethod
+    def resolve(cls, cfg: Mapping[str, Any], task: Task | str, method: str | None, *, data_dir: str | None = None,
+                model_dir: str = DEFAULT_MODEL_DIR, split: str | None = None) -> EvalSettings:
+        """The settings of evaluating ``method``'s counterfactuals on ``task`` (``split``: where their inputs
+        come from, default the evaluation split). An unknown task is a :class:`~vcebench.config.ConfigError`;
+        an unknown method is not (its ``protocol`` is None)."""
+        from .config import ConfigError
+        from .protocol import resolve_method
+
+        task = get_task(cfg, task) if isinstance(task, str) else task  # type: ignore[arg-type]
+        record = None
+        if method is not None:
+            try:
+                record = MappingProxyType(resolve_method(cfg, task, method)[1])  # type: ignore[arg-type]
+            except ConfigError:
+                pass
+        return cls(method=method, protocol=record, **_job_fields(cfg, task, split, data_dir, model_dir))
+
+    @property
+    def metrics(self) -> Mapping[str, Any]:
+        """The config's ``metrics`` section (batch size, bootstrap, sFID seeds, KID, ...)."""
+        return self.config.get("metrics", {})
+
+
+def _job_fields(cfg: Mapping[str, Any], task: Task, split: str | None, data_dir: str | None,
+                model_dir: str) -> dict[str, Any]:
+    """The fields :class:`RunSettings` and :class:`EvalSettings` share, read from ``cfg``."""
+    from .data import eval_split_name
+
+    return {"config": read_only(cfg), "task": task, "seed": int(cfg["seed"]), "n_eval": int(cfg["n_eval"]),
+            "batch_size": int(cfg["batch_size"]), "runtime": RuntimeOptions.from_config(cfg),
+            "split": split or eval_split_name(task.dataset), "data_dir": data_dir, "model_dir": model_dir}

@@ -16,6 +16,8 @@ from vcebench.config import ConfigError
 if TYPE_CHECKING:
     import torch
 
+    from vcebench.run_settings import RunSettings
+
 
 def release_memory() -> None:
     """Collect garbage and return freed heap pages to the OS, so that a peak-RSS increase measured next
@@ -51,37 +53,40 @@ def timing_files_by_method(paths: list[str], methods: list[str]) -> dict[str, li
     return out
 
 
-def _load(cfg: dict, task_name: str, method_name: str, *, n: int, device: torch.device, data_dir: str | None,
-          model_dir: str, overrides: dict[str, Any]):
-    """Method, models and the first ``n`` evaluation inputs with their targets (not timed)."""
+def with_overrides(settings: RunSettings, overrides: dict[str, Any]) -> RunSettings:
+    """``settings`` with the hyperparameters ``overrides`` (``--no-compaction``, `profile compaction`), each of
+    which the method must have."""
+    for key in overrides:
+        if key not in settings.params:
+            raise ConfigError(f"--no-compaction / `profile compaction` need a method with a `{key}` "
+                              f"hyperparameter (FiRe); {settings.method!r} has none")
+    return settings.with_params(**overrides) if overrides else settings
+
+
+def _load(settings: RunSettings, *, n: int, device: torch.device):
+    """Method, models and the first ``n`` evaluation inputs with their targets (not timed):
+    ``(params, method, models, x, target, ids)``. The loaders read whole sections of the configuration
+    (datasets, the model zoo): they get ``settings.config``."""
     import torch
 
-    from methods import get_method
-    from vcebench.data import eval_split_name, load_split
+    from vcebench.data import load_split
     from vcebench.models import load_task_models
-    from vcebench.protocol import resolve_method
     from vcebench.runtime import accelerate_from_config
-    from vcebench.tasks import get_task
 
-    task = get_task(cfg, task_name)
-    params = resolve_method(cfg, task, method_name)[0]
-    for key, value in overrides.items():
-        if key not in params:
-            raise ConfigError(f"--no-compaction / `profile compaction` need a method with a `{key}` "
-                              f"hyperparameter (FiRe); {method_name!r} has none")
-        params[key] = value
-    method = get_method(method_name, params)
-    roles = tuple(getattr(method, "roles", ()) or _roles(method_name))
-    models = accelerate_from_config(load_task_models(cfg, task, roles=roles, device=device, model_dir=model_dir),
-                                    cfg.get("cuda"), device)
-    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
+    task, cfg = settings.task, settings.config
+    params = dict(settings.params)
+    method = settings.build_method()
+    roles = tuple(getattr(method, "roles", ()) or _roles(settings.method))
+    models = accelerate_from_config(load_task_models(cfg, task, roles=roles, device=device,
+                                                     model_dir=settings.model_dir), settings.runtime.cuda, device)
+    split = load_split(cfg, task.dataset, settings.split, data_dir=settings.data_dir)
     k = min(n, len(split))
     idx = torch.arange(k)
     x = split.float_images(idx).to(device)
     ids = [int(i) for i in split.sample_ids[idx]]
     with torch.no_grad():
         target = 1 - models.classifier(x).argmax(1)
-    return task, params, method, models, x, target, ids
+    return params, method, models, x, target, ids
 
 
 def _roles(method_name: str) -> tuple[str, ...]:
@@ -90,36 +95,34 @@ def _roles(method_name: str) -> tuple[str, ...]:
     return method_roles(method_name)
 
 
-def _method_call(cfg: dict, task_name: str, method_name: str, **load_kw):
+def _method_call(settings: RunSettings, *, n: int, device: torch.device):
     """:func:`_load`, with the method bound to its networks and per-sample noise streams as explain runs it:
-    ``(task, params, models, call(x, target, sample_ids), x, target, ids)``."""
+    ``(params, models, call(x, target, sample_ids), x, target, ids)``."""
     from vcebench.rng import SampleGenerators
     from vcebench.runtime import noise_device
 
-    task, params, method, models, x, target, ids = _load(cfg, task_name, method_name, **load_kw)
-    seed = int(cfg["seed"])
-    gen_device = noise_device(cfg.get("cuda"), x.device)
+    params, method, models, x, target, ids = _load(settings, n=n, device=device)
+    seed, stream = settings.seed, settings.method
+    gen_device = noise_device(settings.runtime.cuda, x.device)
 
     def call(xb, tb, idb):
-        return method(xb, tb, models, SampleGenerators(seed, idb, stream=method_name, device=gen_device))
+        return method(xb, tb, models, SampleGenerators(seed, idb, stream=stream, device=gen_device))
 
-    return task, params, models, call, x, target, ids
+    return params, models, call, x, target, ids
 
 
-def profile_task(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
-                 data_dir: str | None = None, model_dir: str = "resources/models", flop_n: int | None = None,
-                 warmup: bool = True, overrides: dict[str, Any] | None = None, memory: bool = True) -> dict[str, Any]:
-    """profile.json of ``method_name`` on the first ``n`` evaluation inputs of ``task_name``."""
+def profile_task(settings: RunSettings, *, n: int, device: torch.device, flop_n: int | None = None,
+                 warmup: bool = True, memory: bool = True) -> dict[str, Any]:
+    """profile.json of ``settings.method`` on the first ``n`` evaluation inputs of ``settings.task``, in batches
+    of ``settings.batch_size``."""
     from vcebench.profiling import profile_run
 
-    task, params, models, call, x, target, ids = _method_call(cfg, task_name, method_name, n=n, device=device,
-                                                              data_dir=data_dir, model_dir=model_dir,
-                                                              overrides=overrides or {})
-    report = profile_run(call, x, target, ids, batch_size=batch_size, device=device, flop_n=flop_n, warmup=warmup,
-                         memory=memory)
+    params, models, call, x, target, ids = _method_call(settings, n=n, device=device)
+    report = profile_run(call, x, target, ids, batch_size=settings.batch_size, device=device, flop_n=flop_n,
+                         warmup=warmup, memory=memory)
     report.update(network_call_flops(models, x, report["nfe_by_network"]))
-    return {"task": task.name, "method": method_name, **report, "sec_per_cf_source": "profile run",
-            "compaction": params.get("compaction"), "seed": int(cfg["seed"]), "models": dict(models.names),
+    return {"task": settings.task.name, "method": settings.method, **report, "sec_per_cf_source": "profile run",
+            "compaction": params.get("compaction"), "seed": settings.seed, "models": dict(models.names),
             "params": params}
 
 
@@ -141,15 +144,13 @@ def network_call_flops(models, x: torch.Tensor, nfe_by_network: dict[str, dict[s
     return {"flops_per_call": calls, "tflops_per_cf_from_calls": flops_from_nfe(used, calls) / 1e12}
 
 
-def peak_memory_of(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int, device: torch.device,
-                   data_dir: str | None, model_dir: str, overrides: dict[str, Any]) -> float:
-    """Peak memory (MiB) of ``method_name`` on the same inputs as :func:`profile_task` (memory pass only;
+def peak_memory_of(settings: RunSettings, *, n: int, device: torch.device) -> float:
+    """Peak memory (MiB) of ``settings.method`` on the same inputs as :func:`profile_task` (memory pass only;
     the networks are loaded again, so that nothing of the first pass stays allocated in between)."""
     from vcebench.profiling import peak_memory_run
 
-    _, _, _, call, x, target, ids = _method_call(cfg, task_name, method_name, n=n, device=device, data_dir=data_dir,
-                                                 model_dir=model_dir, overrides=overrides)
-    return peak_memory_run(call, x, target, ids, batch_size=batch_size, device=device)[0]
+    _, _, call, x, target, ids = _method_call(settings, n=n, device=device)
+    return peak_memory_run(call, x, target, ids, batch_size=settings.batch_size, device=device)[0]
 
 
 def apply_timings(report: dict[str, Any], paths: list[str]) -> None:
@@ -173,17 +174,15 @@ def apply_timings(report: dict[str, Any], paths: list[str]) -> None:
         report["explain_batch_size"] = sorted(batch)
 
 
-def compare_compaction(cfg: dict, task_name: str, method_name: str, *, n: int, batch_size: int,
-                       device: torch.device, data_dir: str | None = None, model_dir: str = "resources/models",
-                       flop_n: int | None = None, warmup: bool = True) -> dict[str, Any]:
+def compare_compaction(settings: RunSettings, *, n: int, device: torch.device, flop_n: int | None = None,
+                       warmup: bool = True) -> dict[str, Any]:
     """FiRe s/CF with and without batch compaction, on the same inputs in the same process."""
     runs = {}
     for label, on in (("with_compaction", True), ("without_compaction", False)):
-        runs[label] = profile_task(cfg, task_name, method_name, n=n, batch_size=batch_size, device=device,
-                                   data_dir=data_dir, model_dir=model_dir, flop_n=flop_n, warmup=warmup,
-                                   overrides={"compaction": on})
+        runs[label] = profile_task(with_overrides(settings, {"compaction": on}), n=n, device=device, flop_n=flop_n,
+                                   warmup=warmup)
     w, wo = runs["with_compaction"], runs["without_compaction"]
-    return {"task": task_name, "method": method_name, "n": w["n"], "batch_size": batch_size,
+    return {"task": settings.task.name, "method": settings.method, "n": w["n"], "batch_size": settings.batch_size,
             "device": w["device"], "threads": w["threads"], "torch": w["torch"],
             "speedup_time": wo["sec_per_cf"] / w["sec_per_cf"],
             "flop_ratio": wo["flops_per_cf"] / w["flops_per_cf"] if w["flops_per_cf"] else None,

@@ -43,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from metrics.fid import compute_reference
     from vcebench.config import ConfigError, load_config
     from vcebench.data import eval_split_name, load_split
+    from vcebench.run_settings import EvalSettings
     from vcebench.runtime import setup_torch
     from vcebench.standins import arch_standin_models, fake_counterfactuals, standin_models
     from vcebench.tasks import get_task
@@ -76,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
                           split.sample_ids, models.fid_features, models.names["fid_features"]).save(ref)
         t_ref = time.perf_counter() - t1
         t2, c2 = time.perf_counter(), time.process_time()
-        result = evaluate_task(cfg, task, "benchmark", str(cfs), fid_ref=str(ref), data_dir=args.data,
-                               models=models)
+        result = evaluate_task(EvalSettings.resolve(cfg, task, "benchmark", data_dir=args.data), str(cfs),
+                               fid_ref=str(ref), models=models)
         t_eval, c_eval = time.perf_counter() - t2, time.process_time() - c2
     result["benchmark"] = {"n": args.n, "seconds_data": t_data, "seconds_reference": t_ref,
                            "n_reference": len(split), "seconds_evaluate": t_eval,

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,8 @@ from ..registry import BUILTIN_METRICS
 
 if TYPE_CHECKING:
     import torch
+
+    from ..run_settings import EvalSettings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Resolves the task (and the method's name, given or the --cfs folder's) once into an
+    :class:`~vcebench.run_settings.EvalSettings`, then writes the FID reference or metrics.json."""
     from ..config import ConfigError
+    from ..io import check_writable
+    from ..run_settings import EvalSettings
     from ..runtime import setup_torch
     from ..settings import load_settings
     from ..tasks import get_task
@@ -65,26 +71,22 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_settings(args.config)
     if args.n_eval is not None:
         cfg["n_eval"] = int(args.n_eval)
-    device = setup_torch(cfg.get("threads"), cfg.get("device", "cpu"), cfg.get("cuda"))
     task = get_task(cfg, args.task)
+    if not args.reference and not args.method and not args.cfs:
+        raise ConfigError("vcebench evaluate needs --method (and/or --cfs), or --reference")
+    method = None if args.reference else args.method or Path(args.cfs).parent.name
+    settings = EvalSettings.resolve(cfg, task, method, data_dir=args.data, model_dir=args.models)
+    device = setup_torch(settings.runtime.threads, settings.runtime.device, settings.runtime.cuda)
     if args.reference:
         out = args.out or f"results/{task.name}/fid_ref.npz"
-        from ..io import check_writable
-
         check_writable(Path(out).parent, "the FID reference")
-        write_reference(cfg, task, out, args.data, args.models, device, not args.no_progress)
+        write_reference(settings, out, device, not args.no_progress)
         return 0
-    if not args.method and not args.cfs:
-        raise ConfigError("vcebench evaluate needs --method (and/or --cfs), or --reference")
-    method = args.method or Path(args.cfs).parent.name
     cfs = args.cfs or f"results/{task.name}/{method}/counterfactuals.npz"
     out = args.out or f"results/{task.name}/{method}/metrics.json"
-    from ..io import check_writable
-
     check_writable(Path(out).parent, "metrics.json")  # before the evaluation, not after it
-    result = evaluate_task(cfg, task, method, cfs, fid_ref=args.fid_ref, data_dir=args.data,
-                           model_dir=args.models, device=device, only=args.only, progress=not args.no_progress,
-                           strict=args.strict)
+    result = evaluate_task(settings, cfs, fid_ref=args.fid_ref, device=device, only=args.only,
+                           progress=not args.no_progress, strict=args.strict)
     from ..io import write_json
 
     write_json(out, result)
@@ -100,18 +102,18 @@ def _image_batches(split, rows: np.ndarray, batch_size: int, device) -> Iterator
         yield split.float_images(rows[s:s + batch_size]).to(device)
 
 
-def write_reference(cfg: dict, task, out: str, data_dir: str | None, model_dir: str, device,
-                    progress: bool = True, split_name: str | None = None) -> None:
-    """FID features of every original of the evaluation split (or ``split_name``) -> ``out``
-    (metrics.fid.FIDReference)."""
+def write_reference(settings: EvalSettings, out: str, device, progress: bool = True) -> None:
+    """FID features of every original of ``settings.split`` -> ``out`` (metrics.fid.FIDReference). The
+    loaders read whole sections of the configuration: they get ``settings.config``."""
     from metrics.fid import compute_reference
 
-    from ..data import eval_split_name, load_split
+    from ..data import load_split
     from ..models import load_task_models
 
-    split = load_split(cfg, task.dataset, split_name or eval_split_name(task.dataset), data_dir)
-    models = load_task_models(cfg, task, roles=("fid_features",), device=device, model_dir=model_dir)
-    bs = int(cfg.get("metrics", {}).get("batch_size", 100))
+    task, cfg = settings.task, settings.config
+    split = load_split(cfg, task.dataset, settings.split, settings.data_dir)
+    models = load_task_models(cfg, task, roles=("fid_features",), device=device, model_dir=settings.model_dir)
+    bs = int(settings.metrics.get("batch_size", 100))
     batches = _image_batches(split, np.arange(len(split)), bs, device)
     if progress:
         from tqdm import tqdm
@@ -124,18 +126,19 @@ def write_reference(cfg: dict, task, out: str, data_dir: str | None, model_dir: 
           f"{ref.features.shape[1]}-d) -> {out}")
 
 
-def _build_metrics(cfg: dict, task, names: list[str], models, ids: np.ndarray, fid_ref: str | None,
-                   data_dir: str | None) -> list:
-    """The metrics ``names`` of ``task``, with the FID reference (checked to cover ``ids``) and the training
-    labels where they need them."""
+def _build_metrics(settings: EvalSettings, names: list[str], models, ids: np.ndarray, fid_ref: str | None) -> list:
+    """The metrics ``names`` of ``settings.task``, with the FID reference (checked to cover ``ids``) and the
+    training labels where they need them. The metrics and the split loader read whole sections of the
+    configuration: they get ``settings.config``."""
     from metrics import build_metrics
     from metrics.fid import FIDReference
 
     from ..data import load_split
 
+    task, cfg = settings.task, settings.config
     train = None
     if "CD" in names:
-        train = load_split(cfg, task.dataset, "train", data_dir)
+        train = load_split(cfg, task.dataset, "train", settings.data_dir)
     reference = FIDReference.load(fid_ref) if fid_ref and ({"FID", "sFID"} & set(names)) else None
     if reference is not None:
         reference.check_covers(ids)
@@ -144,14 +147,15 @@ def _build_metrics(cfg: dict, task, names: list[str], models, ids: np.ndarray, f
                          train_attribute_names=None if train is None else train.attribute_names, only=names)
 
 
-def _gt_counterfactuals(cfg: dict, task, ids: np.ndarray):
-    """Rows -> the ground-truth counterfactuals of those rows' samples, quantised like x and cf."""
+def _gt_counterfactuals(config: Mapping[str, Any], task, ids: np.ndarray):
+    """Rows -> the ground-truth counterfactuals of those rows' samples, quantised like x and cf (``config``: the
+    whole configuration, whose ``datasets`` section configures the renderer)."""
     import torch
 
     from ..data import get_synthetic
     from ..io import from_uint8, to_uint8
 
-    ds = get_synthetic(cfg, task.dataset)
+    ds = get_synthetic(config, task.dataset)
 
     def gt_of(r: np.ndarray) -> torch.Tensor:
         return from_uint8(to_uint8(ds.gt_counterfactuals(torch.from_numpy(ids[r]), task.attribute)))
@@ -192,28 +196,26 @@ def _checked(batches, z, checks: dict[str, int]):
         yield b
 
 
-def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str | None = None,
-                  data_dir: str | None = None, model_dir: str = "resources/models", device="cpu",
+def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None = None, device="cpu",
                   only: list[str] | None = None, progress: bool = False, strict: bool = False,
-                  models=None, split_name: str | None = None) -> dict:
-    """Everything `vcebench evaluate` writes to metrics.json (``models``: preloaded TaskModels, tests;
-    ``split_name``: the split the counterfactuals' inputs come from, default the evaluation split)."""
+                  models=None) -> dict:
+    """Everything `vcebench evaluate` writes to metrics.json for the counterfactuals ``cfs_path`` of
+    ``settings.method``, whose inputs come from ``settings.split`` (``models``: preloaded TaskModels, tests)."""
     import torch
 
     from metrics import metric_names, required_roles
-    from metrics.base import SUBSETS
     from metrics.evaluation import load_counterfactuals, make_batches, run_metrics
 
-    from ..data import eval_split_name, load_split
+    from ..data import load_split
 
     t0 = time.perf_counter()
+    task = settings.task
     names = list(only) if only else metric_names(task)
     z = load_counterfactuals(cfs_path)
     ids = z["sample_id"].astype(np.int64)
-    split_name = split_name or eval_split_name(task.dataset)
-    split = load_split(cfg, task.dataset, split_name, data_dir)
+    split = load_split(settings.config, task.dataset, settings.split, settings.data_dir)
     rows = split.index_of(torch.from_numpy(ids)).numpy()  # DatasetError names ids not in the split
-    coverage = check_coverage(cfs_path, ids, split, int(cfg["n_eval"]), strict)
+    coverage = check_coverage(cfs_path, ids, split, settings.n_eval, strict)
     x_of = _input_reader(cfs_path, z, ids, split, rows)
     label = split.attribute(task.attribute)[rows].long().numpy()
     if models is None:
@@ -221,31 +223,41 @@ def evaluate_task(cfg: dict, task, method: str, cfs_path: str, *, fid_ref: str |
 
         roles = tuple(r for r in required_roles(task) if r == "classifier" or
                       any(r in _roles_of(n) for n in names))
-        models = load_task_models(cfg, task, roles=roles, device=device, model_dir=model_dir)
-    metrics = _build_metrics(cfg, task, names, models, ids, fid_ref, data_dir)
-    gt_of = _gt_counterfactuals(cfg, task, ids) if "GT" in names else None
-    bs = int(cfg.get("metrics", {}).get("batch_size", 100))
+        models = load_task_models(settings.config, task, roles=roles, device=device, model_dir=settings.model_dir)
+    metrics = _build_metrics(settings, names, models, ids, fid_ref)
+    gt_of = _gt_counterfactuals(settings.config, task, ids) if "GT" in names else None
+    bs = int(settings.metrics.get("batch_size", 100))
     checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
     batches = make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of, device=device)
     core = run_metrics(metrics, _checked(batches, z, checks), progress=progress, strict=strict,
-                       bootstrap=cfg.get("metrics", {}).get("bootstrap"))
+                       bootstrap=settings.metrics.get("bootstrap"))
     used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
+    inputs = {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": settings.split,
+              "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage}
+    return _metrics_json(settings, names, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, t0)
+
+
+def _metrics_json(settings: EvalSettings, names: list[str], z, core: dict, checks: dict, inputs: dict,
+                  models: dict, t0: float) -> dict:
+    """metrics.json from the metrics' results ``core``, in its key order."""
+    from metrics.base import SUBSETS
+
+    m = settings.metrics
     return {
-        "task": task.name, "method": method, "n_inputs": int(len(ids)),
+        "task": settings.task.name, "method": settings.method, "n_inputs": inputs["n_counterfactuals"],
         "metrics": core["metrics"], "higher_is_better": core["higher_is_better"], "n": core["n"],
-        "models": {r: models.names.get(r, r) for r in used},
+        "models": models,
         "intervals": core.get("intervals", {}), "bootstrap": core.get("bootstrap"),
         "subsets": core["subsets"], "subset_definitions": SUBSETS,
-        "seeds": list(cfg.get("metrics", {}).get("sfid_seeds", [])), "seed": cfg.get("seed"),
-        "frechet_method": cfg.get("metrics", {}).get("frechet_method", "sqrtm"),
+        "seeds": list(m.get("sfid_seeds", [])), "seed": settings.seed,
+        "frechet_method": m.get("frechet_method", "sqrtm"),
         "skipped": core["skipped"], "checks": checks,
-        "inputs": {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": split_name,
-                   "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage},
-        "gt_change_threshold": cfg.get("metrics", {}).get("gt_change_threshold", 0.05) if "GT" in names else None,
-        "kid": ({"kernel": "(a.b / D + 1)^3", **{k: v for k, v in (cfg.get("metrics", {}).get("kid") or {}).items()}}
+        "inputs": inputs,
+        "gt_change_threshold": m.get("gt_change_threshold", 0.05) if "GT" in names else None,
+        "kid": ({"kernel": "(a.b / D + 1)^3", **{k: v for k, v in (m.get("kid") or {}).items()}}
                 if "KID" in names else None),
         "guidance": guidance_summary(z),
-        "protocol": _protocol_record(cfg, task, method),
+        "protocol": None if settings.protocol is None else dict(settings.protocol),
         "seconds": core["seconds"], "seconds_total": time.perf_counter() - t0,
     }
 
@@ -284,18 +296,6 @@ def guidance_summary(z: dict) -> dict | None:
             "samples_per_attempts": {int(a): int((attempts == a).sum()) for a in np.unique(attempts)},
             "first_scale": first, "all_flipped_at_first_scale": bool(len(scale) and (attempts == 1).all()
                                                                        and flipped.all())}
-
-
-def _protocol_record(cfg: dict, task, method: str) -> dict | None:
-    """How the method's settings were made (vcebench.protocol.resolve_method): noise rule, log-SNR, tuned
-    file, resolved parameters; None for a name that is no configured method."""
-    from ..config import ConfigError
-    from ..protocol import resolve_method
-
-    try:
-        return resolve_method(cfg, task, method)[1]
-    except ConfigError:
-        return None
 
 
 def _roles_of(name: str) -> tuple[str, ...]:

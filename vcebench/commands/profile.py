@@ -14,6 +14,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -31,10 +32,13 @@ from vcebench.task_profile import (
     profile_task,
     release_memory,
     timing_files_by_method,
+    with_overrides,
 )
 
 if TYPE_CHECKING:
     import torch
+
+    from vcebench.run_settings import RunSettings
 
 MOVED = {"--compare-compaction": "compaction", "--paper-scale": "paper-scale", "": "task"}
 
@@ -106,7 +110,7 @@ def _task_args(p: argparse.ArgumentParser) -> None:
 
 
 def _setup(args: argparse.Namespace) -> tuple[dict, torch.device]:
-    """Settings and the torch device of `profile task|compaction|paper-scale`."""
+    """Settings and the torch device of `profile paper-scale`."""
     from vcebench.runtime import setup_torch
     from vcebench.settings import load_settings
 
@@ -114,39 +118,47 @@ def _setup(args: argparse.Namespace) -> tuple[dict, torch.device]:
     return cfg, setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
 
 
-def _batch_size(args: argparse.Namespace, cfg: dict) -> int:
-    """``--batch-size`` (default config key ``batch_size``), after checking ``--n`` and it are positive."""
+def _job_settings(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, RunSettings], torch.device]:
+    """Each method's :class:`~vcebench.run_settings.RunSettings` on --task with --data and --models, in batches
+    of ``--batch-size`` (default config key ``batch_size``; it and ``--n`` checked positive), and the torch
+    device of their runtime options (the same for all)."""
+    from vcebench.run_settings import RunSettings
+    from vcebench.runtime import setup_torch
+    from vcebench.settings import load_settings
+
+    cfg = load_settings(args.config)
     if args.n < 1:
         raise ConfigError(f"--n must be >= 1, got {args.n}")
     batch_size = int(args.batch_size or cfg["batch_size"])
     if batch_size < 1:
         raise ConfigError(f"--batch-size (config key `batch_size`) must be >= 1, got {batch_size}")
-    return batch_size
+    settings = {m: dataclasses.replace(RunSettings.resolve(cfg, args.task, m, data_dir=args.data,
+                                                           model_dir=args.models), batch_size=batch_size)
+                for m in methods}
+    rt = settings[methods[0]].runtime
+    return settings, setup_torch(rt.threads, rt.device, rt.cuda)
 
 
 def run_task(args: argparse.Namespace) -> int:
     """Runs each --method on the first --n evaluation inputs of --task and writes its profile.json:
     seconds, FLOPs and network calls (NFE) per counterfactual, peak memory, mean steps. With --timings,
     sec_per_cf comes from the explain run's timing files instead (the workflow's profile rule)."""
-    cfg, device = _setup(args)
-    batch_size = _batch_size(args, cfg)
     methods = list(dict.fromkeys(args.method))
     if len(methods) > 1 and args.out and "{method}" not in args.out:
         raise ConfigError(f"--out {args.out!r} must contain {{method}} when several methods are profiled")
+    settings, device = _job_settings(args, methods)
     overrides = {"compaction": False} if args.no_compaction else {}
+    settings = {m: with_overrides(s, overrides) for m, s in settings.items()}
     timings = timing_files_by_method(args.timings, methods) if args.timings else {}
     reports = {}
     several = len(methods) > 1 and device.type == "cpu"
     for method in methods:  # time, FLOPs and NFE first, with the allocator as it is
-        reports[method] = profile_task(cfg, args.task, method, n=args.n, batch_size=batch_size, device=device,
-                                       data_dir=args.data, model_dir=args.models, flop_n=args.flop_n,
-                                       warmup=not args.no_warmup, overrides=overrides, memory=not several)
+        reports[method] = profile_task(settings[method], n=args.n, device=device, flop_n=args.flop_n,
+                                       warmup=not args.no_warmup, memory=not several)
     if several:  # then each method's peak RSS increase, from a trimmed heap that unmaps what it frees
         for method in methods:
             release_memory()
-            reports[method]["peak_mem_mb"] = peak_memory_of(cfg, args.task, method, n=args.n, batch_size=batch_size,
-                                                            device=device, data_dir=args.data, model_dir=args.models,
-                                                            overrides=overrides)
+            reports[method]["peak_mem_mb"] = peak_memory_of(settings[method], n=args.n, device=device)
             reports[method]["peak_mem_note"] = ("measured in a separate pass after the other methods' time and "
                                                 "FLOP passes, heap trimmed, 128 KiB mmap threshold")
     for method, report in reports.items():
@@ -165,11 +177,9 @@ def run_task(args: argparse.Namespace) -> int:
 def run_compaction(args: argparse.Namespace) -> int:
     """Profiles FiRe on the same inputs twice in one process, with and without batch compaction (finished
     samples leave the batch), and writes both profiles with the speed-up in time and FLOPs."""
-    cfg, device = _setup(args)
-    batch_size = _batch_size(args, cfg)
+    settings, device = _job_settings(args, [args.method])
     out = Path(args.out or f"results/{args.task}/{args.method}/compaction.json")
-    report = compare_compaction(cfg, args.task, args.method, n=args.n, batch_size=batch_size, device=device,
-                                data_dir=args.data, model_dir=args.models, flop_n=args.flop_n,
+    report = compare_compaction(settings[args.method], n=args.n, device=device, flop_n=args.flop_n,
                                 warmup=not args.no_warmup)
     write_json(out, report)
     print_compaction(report)

@@ -113,7 +113,7 @@ def _wanted_metrics(tc: dict, rule: dict, known: dict) -> list[str]:
 def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any]) -> dict[str, Any]:
     """Run and score setting ``i`` (overrides ``cand``) of method ``name``; a finished setting of an interrupted
     sweep is reused when everything it depends on is the same."""
-    from ..run_settings import RunSettings
+    from ..run_settings import EvalSettings, RunSettings
     from .evaluate import evaluate_task
     from .explain import generate
 
@@ -133,9 +133,9 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any]) -> dict[str,
     timing = generate(method, lambda idx: sw.split.float_images(sw.rows_idx[idx]), sw.ids, sw.models, settings, npz,
                       sw.device)
     # n_eval = the n tuning inputs: the coverage check expects exactly these ids
-    res = evaluate_task({**cfg, "n_eval": len(sw.ids)}, sw.task, name, str(npz), fid_ref=str(sw.ref),
-                        data_dir=sw.data_dir, model_dir=sw.model_dir, device=sw.device, only=sw.wanted,
-                        models=sw.models, split_name=sw.split_name)
+    scoring = EvalSettings.resolve({**cfg, "n_eval": len(sw.ids)}, sw.task, name, data_dir=sw.data_dir,
+                                   model_dir=sw.model_dir, split=sw.split_name)
+    res = evaluate_task(scoring, str(npz), fid_ref=str(sw.ref), device=sw.device, only=sw.wanted, models=sw.models)
     z = np.load(npz)
     row = {"method": name, "setting": i, "overrides": cand,
            "log_snr": round_value(rec["log_snr"]), "t": round_value(rec["t"]) if "t" in rec else None,
@@ -162,6 +162,7 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     from ..data import eval_split_name, load_split, tune_split_name
     from ..models import load_task_models
     from ..protocol import check_ddpm_schedule, resolve_method
+    from ..run_settings import EvalSettings
     from ..runtime import setup_torch
     from .evaluate import write_reference
 
@@ -191,7 +192,8 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     work = Path(work_dir) / task.name
     work.mkdir(parents=True, exist_ok=True)
     ref = work / "fid_ref.npz"
-    write_reference(cfg, task, str(ref), data_dir, model_dir, device, progress=False, split_name=split_name)
+    write_reference(EvalSettings.resolve(cfg, task, None, data_dir=data_dir, model_dir=model_dir, split=split_name),
+                    str(ref), device, progress=False)
     sw = _Sweep(cfg, task, split, split_name, ids, split.index_of(ids), models, roles, wanted, work, ref,
                 data_dir, model_dir, device)
     space_all = (tc.get("space") or {})
