@@ -51,8 +51,35 @@ class RuntimeOptions:
                    cuda=MappingProxyType(copy.deepcopy(dict(cfg.get("cuda") or {}))))
 
 
-@dataclass(frozen=True)
-class RunSettings:
+@dataclass(frozen=True, kw_only=True)
+class JobSettings:
+    """What every job shares, read from the config by :meth:`from_config`: the task, the sampling seed, the
+    first ``n_eval`` evaluation inputs, the batch size, the runtime, the inputs' split, the data and model
+    folders, and the read-only ``config``."""
+
+    config: Mapping[str, Any]
+    task: Task
+    seed: int
+    n_eval: int
+    batch_size: int
+    runtime: RuntimeOptions
+    split: str
+    data_dir: str | None = None
+    model_dir: str = DEFAULT_MODEL_DIR
+
+    @staticmethod
+    def from_config(cfg: Mapping[str, Any], task: Task, split: str | None, data_dir: str | None,
+                    model_dir: str) -> dict[str, Any]:
+        """The shared fields of a job on ``task``, read from ``cfg`` (keyword arguments of a subclass)."""
+        from .data import eval_split_name
+
+        return {"config": read_only(cfg), "task": task, "seed": int(cfg["seed"]), "n_eval": int(cfg["n_eval"]),
+                "batch_size": int(cfg["batch_size"]), "runtime": RuntimeOptions.from_config(cfg),
+                "split": split or eval_split_name(task.dataset), "data_dir": data_dir, "model_dir": model_dir}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(JobSettings):
     """One job's settings: ``task`` (:func:`vcebench.tasks.get_task`), ``method`` (the name as given, variant
     included), ``params`` (its hyperparameters after the noise protocol, :func:`vcebench.protocol.resolve_method`)
     and ``protocol`` (that function's record), ``seed`` (the generation seed of :mod:`vcebench.rng`), ``n_eval``
@@ -61,18 +88,9 @@ class RunSettings:
     ``config``: a read-only view of the whole configuration (:func:`read_only`), for the loaders that read
     whole sections (datasets, the model zoo, the DDPM schedule)."""
 
-    config: Mapping[str, Any]
-    task: Task
     method: str
     params: Mapping[str, Any]
     protocol: Mapping[str, Any]
-    seed: int
-    n_eval: int
-    batch_size: int
-    runtime: RuntimeOptions
-    split: str
-    data_dir: str | None = None
-    model_dir: str = DEFAULT_MODEL_DIR
 
     @classmethod
     def resolve(cls, cfg: Mapping[str, Any], task: Task | str, method: str, *, data_dir: str | None = None,
@@ -90,7 +108,7 @@ class RunSettings:
         params, record = resolve_method(cfg, task, method, candidate=candidate)  # type: ignore[arg-type]
         parse_params(params_class(method), dict(params), section=method)  # a bad setting fails here, not later
         return cls(method=method, params=MappingProxyType(params), protocol=MappingProxyType(record),
-                   **_job_fields(cfg, task, split, data_dir, model_dir))
+                   **cls.from_config(cfg, task, split, data_dir, model_dir))
 
     def with_params(self, **changes: Any) -> RunSettings:
         """A copy with these hyperparameters changed (e.g. `vcebench profile compaction`'s ``compaction``);
@@ -104,25 +122,16 @@ class RunSettings:
         return methods.get_method(self.method, dict(self.params))
 
 
-@dataclass(frozen=True)
-class EvalSettings:
+@dataclass(frozen=True, kw_only=True)
+class EvalSettings(JobSettings):
     """One evaluation's settings (`vcebench evaluate`, and the scoring of a `vcebench tune` setting): the fields
     of :class:`RunSettings` without ``params``; ``method`` is the name the counterfactuals are recorded under
     (None: the FID reference, which scores no method) and ``protocol`` the record of
     :func:`~vcebench.protocol.resolve_method` for it, None when the name is no configured method (imported
     counterfactuals). ``n_eval``: the first evaluation inputs the counterfactuals should cover."""
 
-    config: Mapping[str, Any]
-    task: Task
     method: str | None
     protocol: Mapping[str, Any] | None
-    seed: int
-    n_eval: int
-    batch_size: int
-    runtime: RuntimeOptions
-    split: str
-    data_dir: str | None = None
-    model_dir: str = DEFAULT_MODEL_DIR
 
     @classmethod
     def resolve(cls, cfg: Mapping[str, Any], task: Task | str, method: str | None, *, data_dir: str | None = None,
@@ -140,19 +149,10 @@ class EvalSettings:
                 record = MappingProxyType(resolve_method(cfg, task, method)[1])  # type: ignore[arg-type]
             except ConfigError:
                 pass
-        return cls(method=method, protocol=record, **_job_fields(cfg, task, split, data_dir, model_dir))
+        return cls(method=method, protocol=record, **cls.from_config(cfg, task, split, data_dir, model_dir))
 
     @property
     def metrics(self) -> Mapping[str, Any]:
         """The config's ``metrics`` section (batch size, bootstrap, sFID seeds, KID, ...)."""
         return self.config.get("metrics", {})
 
-
-def _job_fields(cfg: Mapping[str, Any], task: Task, split: str | None, data_dir: str | None,
-                model_dir: str) -> dict[str, Any]:
-    """The fields :class:`RunSettings` and :class:`EvalSettings` share, read from ``cfg``."""
-    from .data import eval_split_name
-
-    return {"config": read_only(cfg), "task": task, "seed": int(cfg["seed"]), "n_eval": int(cfg["n_eval"]),
-            "batch_size": int(cfg["batch_size"]), "runtime": RuntimeOptions.from_config(cfg),
-            "split": split or eval_split_name(task.dataset), "data_dir": data_dir, "model_dir": model_dir}
