@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vcebench.config import ConfigError
+from vcebench.costs import network_call_flops
 
 if TYPE_CHECKING:
     import torch
@@ -124,24 +125,6 @@ def profile_task(settings: RunSettings, *, n: int, device: torch.device, flop_n:
     return {"task": settings.task.name, "method": settings.method, **report, "sec_per_cf_source": "profile run",
             "compaction": params.get("compaction"), "seed": settings.seed, "models": dict(models.names),
             "params": params}
-
-
-# NFE counter name (methods/base.py NFE) -> model role
-NFE_ROLES = {"classifier": "classifier", "unet": "ddpm", "pmf": "pmf", "perceptual": "perceptual"}
-
-
-def network_call_flops(models, x: torch.Tensor, nfe_by_network: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """``flops_per_call``: FLOPs of one call (batch 1) of every network the method called, forward and input
-    backward (``paper_scale.per_call_flops``), from which the report derives FLOPs per CF for all n CFs of
-    counterfactuals.npz (``vcebench.costs``); ``tflops_per_cf_from_calls``: the same product on this run's
-    inputs, to compare with the counted ``tflops_per_cf``."""
-    from vcebench.paper_scale import flops_from_nfe, per_call_flops
-
-    nets = {net: getattr(models, NFE_ROLES[net]) for net, d in nfe_by_network.items()
-            if (d["fwd"] or d["bwd"]) and net in NFE_ROLES and getattr(models, NFE_ROLES[net], None) is not None}
-    calls = per_call_flops(nets, int(x.shape[-1]), channels=int(x.shape[1]))
-    used = {k: v for k, v in nfe_by_network.items() if k in calls}
-    return {"flops_per_call": calls, "tflops_per_cf_from_calls": flops_from_nfe(used, calls) / 1e12}
 
 
 def peak_memory_of(settings: RunSettings, *, n: int, device: torch.device) -> float:
