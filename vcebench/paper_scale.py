@@ -28,7 +28,6 @@ Architectures (CelebA 128 px protocol):
 from __future__ import annotations
 
 import itertools
-
 from collections.abc import Callable
 from typing import Any
 
