@@ -63,7 +63,9 @@ def _run_task(tmp_path: Path, task: str, dataset: str, data: dict, models: dict)
     return rows, out / task
 
 
-@pytest.mark.slow  # ~20 jobs of ~10 s CPU each (model loading dominates): about 2 min on 2 idle cores
+# slow: ~290 s CPU per task (22 jobs; each pays ~10 s of torch / torchvision imports and the full-size
+# released networks; evaluate and the one profile job of all methods weigh most): ~3 min on 2 idle cores
+@pytest.mark.slow
 def test_celeba_smile_runs_from_released_formats_to_the_table(tmp_path):
     data = make_celeba(tmp_path / "celeba", n=24)
     models = make_released_weights(tmp_path / "weights", "faces")
@@ -74,7 +76,7 @@ def test_celeba_smile_runs_from_released_formats_to_the_table(tmp_path):
     assert "facenet" in names["identity"].lower() and "ace" in names["oracle"].lower()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # as above
 def test_chexpert_pacemaker_runs_from_released_formats_to_the_table(tmp_path):
     root, pacemaker = make_chexpert(tmp_path / "chexpert", n_patients=30)
     models = make_released_weights(tmp_path / "weights", "xray")
