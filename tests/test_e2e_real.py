@@ -84,8 +84,7 @@ def test_chexpert_pacemaker_runs_from_released_formats_to_the_table(tmp_path):
     assert models["ddpm"]["format"] == "fastdime_chexpert"
     _, out = _run_task(tmp_path, "chexpert_pacemaker", "chexpert",
                        {"root": str(root), "pacemaker_csv": str(pacemaker)}, models)
-    metrics = json.loads((out / "dime" / "metrics.json").read_text())
-    names = metrics["models"]
+    names = json.loads((out / "dime" / "metrics.json").read_text())["models"]
     assert "FastDiME medical UNet" in json.dumps(json.loads((out / "dime" / "profile.json").read_text()))
-    assert "simsiam" in json.dumps(names).lower() and "densenet121" in names["oracle"].lower()
-    assert "facenet" not in json.dumps(names).lower()
+    assert "simsiam-resnet50" in names["simsiam"] and "densenet121" in names["classifier"]
+    assert "pytorch-fid" in names["fid_features"] and "identity" not in names
