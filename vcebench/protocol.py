@@ -86,10 +86,41 @@ def ddpm_schedule(cfg: dict, dataset: str) -> tuple[np.ndarray, str]:
     weights = spec.get("weights")
     if weights and (Path(weights) / "scheduler" / "scheduler_config.json").exists():
         return schedule_alphas_cumprod(scheduler_dir=Path(weights) / "scheduler"), f"{weights}/scheduler"
+    released = _released_schedule(spec, dataset) if weights else None
+    if released is not None:
+        return released
     if weights or not spec:
         return (schedule_alphas_cumprod(DEFAULT_DDPM_SCHEDULE),
                 "assumed: linear betas 2e-4..0.04, T = 500 (DiME CelebA); no scheduler config found")
     return schedule_alphas_cumprod(spec), f"config models.{dataset}.ddpm"
+
+
+def _released_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str] | None:
+    """The training schedule a released DDPM format states: guided-diffusion's ``diffusion_steps`` /
+    ``noise_schedule`` flags, FastDiME_Med's ``TrainingConfig.TIMESTEPS`` (linear) in config.pickle; None
+    when the format states none or its config cannot be read (loading the weights then says why)."""
+    from .models.guided_unet import DIME_CELEBA_FLAGS, betas_for
+
+    fmt, where = spec.get("format"), f"models.{dataset}.ddpm ({spec.get('format')} {spec.get('weights')})"
+    if fmt == "guided_diffusion":
+        steps = int(spec.get("diffusion_steps", DIME_CELEBA_FLAGS["diffusion_steps"]))
+        schedule = str(spec.get("noise_schedule", DIME_CELEBA_FLAGS["noise_schedule"]))
+    elif fmt == "fastdime_chexpert":
+        from .models.fastdime_unet import UnsafePickleError, read_plain_pickle
+
+        try:
+            steps = int(read_plain_pickle(Path(spec["weights"]) / "config.pickle")["TrainingConfig"]
+                        .get("TIMESTEPS", 1000))
+        except (OSError, UnsafePickleError, KeyError, TypeError, ValueError, AttributeError):
+            return None
+        schedule = "linear"
+    else:
+        return None
+    try:
+        betas = betas_for(schedule, steps)
+    except ValueError:
+        return None
+    return np.cumprod(1.0 - betas.numpy()), f"{where}: {schedule} betas, T = {steps}"
 
 
 def _protocol(cfg: dict, params: dict) -> dict:
