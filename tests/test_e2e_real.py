@@ -45,7 +45,7 @@ def _run_task(tmp_path: Path, task: str, dataset: str, data: dict, models: dict,
         "threads": 1, "n_shards": 1, "batch_size": 4, "n_eval": 3, "workdir": str(tmp_path / "run"),
         "reference_dir": str(tmp_path / "reference"), "run_tasks": [task], "methods": METHODS,
         "datasets": {dataset: {**data, "resolution": 32}},
-        "metrics": {"sfid_seeds": [0]}, "profile": {"n": 2, "flop_n": 1},
+        "metrics": {"sfid_seeds": [0]},
         "tasks": {task: {"params": {"fire": FIRE_PARAMS, **{m: dict(DDPM_PARAMS) for m in METHODS if m != "fire"}}}},
     }
     run = tmp_path / "run.yaml"

@@ -24,6 +24,7 @@ method's own hyperparameters plus a record of how they were made (written to met
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -76,13 +77,27 @@ def nearest_start_step(alphas_cumprod: np.ndarray, respacing: int, target_log_sn
     return int(np.argmin(gap)) + 1  # argmin returns the first (smallest step) of equal gaps
 
 
+# ddpm_schedule's results by (dataset, DDPM settings): checking a config resolves every task x method, each
+# DDPM method asks for its dataset's schedule, and the answer depends on those settings only
+_SCHEDULES: dict[tuple[str, str], tuple[np.ndarray, str]] = {}
+
+
 def ddpm_schedule(cfg: dict, dataset: str) -> tuple[np.ndarray, str]:
     """(alphas_cumprod float64, where it came from) of ``dataset``'s DDPM: the scheduler of canonical weights
-    (``models.<dataset>.ddpm.weights``/scheduler/) when that folder exists, else the training settings of
-    ``models.<dataset>.ddpm``, else :data:`DEFAULT_DDPM_SCHEDULE`."""
+    (``models.<dataset>.ddpm.weights``/scheduler/) when that folder exists, else the schedule its released
+    format states, else the training settings of ``models.<dataset>.ddpm``, else
+    :data:`DEFAULT_DDPM_SCHEDULE`. Computed once per dataset and settings in a process."""
+    spec = dict(((cfg.get("models") or {}).get(dataset) or {}).get("ddpm") or {})
+    key = (dataset, json.dumps(spec, sort_keys=True, default=str))
+    if key not in _SCHEDULES:
+        _SCHEDULES[key] = _ddpm_schedule(spec, dataset)
+    abar, source = _SCHEDULES[key]
+    return abar.copy(), source
+
+
+def _ddpm_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str]:
     from .models.ddpm import schedule_alphas_cumprod
 
-    spec = dict(((cfg.get("models") or {}).get(dataset) or {}).get("ddpm") or {})
     weights = spec.get("weights")
     if weights and (Path(weights) / "scheduler" / "scheduler_config.json").exists():
         return schedule_alphas_cumprod(scheduler_dir=Path(weights) / "scheduler"), f"{weights}/scheduler"

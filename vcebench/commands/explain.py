@@ -250,7 +250,8 @@ def _run_record(models, parts: list, device: torch.device | str) -> dict:
     from vcebench.profiling import FLOP_CONVENTION, cat_info, device_name, nfe_by_network
 
     out = {"device": device_name(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
-           "flop_convention": FLOP_CONVENTION, "flops_per_call": {}}
+           "models": dict(getattr(models, "names", {}) or {}), "flop_convention": FLOP_CONVENTION,
+           "flops_per_call": {}}
     if parts:
         info, _ = cat_info(parts)
         example = parts[0].images[:1]  # its shape: per_call_flops runs each network on zeros
