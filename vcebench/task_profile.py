@@ -137,24 +137,26 @@ def peak_memory_of(settings: RunSettings, *, n: int, device: torch.device) -> fl
 
 
 def apply_timings(report: dict[str, Any], paths: list[str]) -> None:
-    """Replace ``sec_per_cf`` by the explain run's generation time (summed over shards / n)."""
-    seconds, n, batch = 0.0, 0, set()
+    """Replace ``sec_per_cf`` by the explain run's generation time (summed over shards / n,
+    ``vcebench.costs.explain_profile``)."""
+    from vcebench.costs import CostRecordError, explain_profile
+
+    records = []
     for p in paths:
         try:
-            t = json.loads(Path(p).read_text())
-            seconds += float(t["seconds"])
-            n += int(t["n"])
-            if "batch_size" in t:
-                batch.add(int(t["batch_size"]))
-        except (OSError, KeyError, ValueError, TypeError) as e:
-            raise ConfigError(f"--timings file {p}: expected JSON with `seconds` and `n` ({e})") from e
-    if n == 0:
+            records.append(json.loads(Path(p).read_text()))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--timings file {p}: not readable JSON ({e})") from e
+    try:
+        explain = explain_profile(records)
+    except (CostRecordError, KeyError, ValueError, TypeError) as e:
+        raise ConfigError(f"--timings files {', '.join(paths)}: expected explain timing records with `seconds` "
+                          f"and `n` ({type(e).__name__}: {e})") from e
+    if not explain["n"]:
         raise ConfigError(f"--timings files {', '.join(paths)} hold no counterfactuals (n = 0)")
     report["sec_per_cf_profile_run"] = report["sec_per_cf"]
-    report["sec_per_cf"] = seconds / n
-    report["sec_per_cf_source"] = f"explain timings ({len(paths)} shard files, n = {n})"
-    if batch:
-        report["explain_batch_size"] = sorted(batch)
+    for key in ("sec_per_cf", "sec_per_cf_source", "explain_batch_size"):
+        report[key] = explain[key]
 
 
 def compare_compaction(settings: RunSettings, *, n: int, device: torch.device, flop_n: int | None = None,
