@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.fakes import make_celeba, make_chexpert, make_released_weights
@@ -63,9 +62,8 @@ def _run_task(tmp_path: Path, task: str, dataset: str, data: dict, models: dict,
     return rows, out / task
 
 
-# slow: ~290 s CPU per task (22 jobs; each pays ~10 s of torch / torchvision imports and the full-size
-# released networks; evaluate and the one profile job of all methods weigh most): ~3 min on 2 idle cores
-@pytest.mark.slow
+# Each test runs ~21 jobs (about 2 minutes on 2 idle cores: every job pays a few seconds of imports, the
+# configuration check and the full-size released networks); part of the CI suite.
 def test_celeba_smile_runs_from_released_formats_to_the_table(tmp_path):
     data = make_celeba(tmp_path / "celeba", n=24)
     models = make_released_weights(tmp_path / "weights", "faces")
@@ -77,7 +75,6 @@ def test_celeba_smile_runs_from_released_formats_to_the_table(tmp_path):
     assert "facenet" in names["identity"].lower() and "ace" in names["oracle"].lower()
 
 
-@pytest.mark.slow  # as above
 def test_chexpert_pacemaker_runs_from_released_formats_to_the_table(tmp_path):
     root, pacemaker = make_chexpert(tmp_path / "chexpert", n_patients=30)
     models = make_released_weights(tmp_path / "weights", "xray")
