@@ -7,6 +7,7 @@ Images are small random JPEGs (CelebA 178 x 218 aligned crops are scaled down to
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +95,15 @@ def make_chexpert(parent: str | Path, n_patients: int = 10, small: bool = True) 
 
 # Tiny guided-diffusion flags for CPU tests (DiME's layout, reduced width / depth / resolution).
 TINY_GUIDED_FLAGS = {"image_size": 32, "num_channels": 32, "num_res_blocks": 1, "channel_mult": "1,2",
-                     "attention_resolutions": "16", "num_heads": 4, "diffusion_steps": 100}
+                     "attention_resolutions": "16", "num_heads": 4, "diffusion_steps": 500}
+
+
+# Tiny FastDiME_Med config.pickle (its three dataclasses as dicts; released: 64 ch x (1,2,4,4) at 224 px).
+TINY_FASTDIME_CONFIG = {
+    "BaseConfig": {"DEVICE": "cuda", "ds_name": "CHEXPERT_CardioPM", "DATASET": "CHEXPERT_CardioPM-train"},
+    "ModelConfig": {"BASE_CH": 16, "BASE_CH_MULT": (1, 2), "APPLY_ATTENTION": (False, False),
+                    "ATTENTION_TYPE": "ori_att", "DROPOUT_RATE": 0.1, "TIME_EMB_MULT": 4},
+    "TrainingConfig": {"TIMESTEPS": 1000, "IMG_SHAPE": (1, 32, 32), "BATCH_SIZE": 16, "LR": 2e-4}}
 
 
 def make_released_weights(out: str | Path, kind: str = "faces", seed: int = 0) -> dict[str, dict]:
@@ -102,12 +111,14 @@ def make_released_weights(out: str | Path, kind: str = "faces", seed: int = 0) -
 
     faces (CelebA / CelebA-HQ): DiME DenseNet-121 classifier (40 outputs) and ACE oracle, the
     guided-diffusion DDPM (``TINY_GUIDED_FLAGS``), facenet VGGFace2, pytorch-fid Inception and VGG19.
-    xray (CheXpert): 1-output DenseNet classifier / oracle, SimSiam instead of facenet, and the DDPM
-    with one channel. The pmf is not among them: FiRe ships none, it is trained by vcebench.
+    xray (CheXpert): 1-output DenseNet classifier / oracle, SimSiam instead of facenet, and FastDiME_Med's
+    one-channel DDPM folder (``TINY_FASTDIME_CONFIG``). The pmf is not among them: FiRe ships none, it is
+    trained by vcebench.
     """
     import torch
 
     from vcebench.models.canonical_nets import ACEOracle, DiMEDenseNet, fid_inception, simsiam_encoder, vgg19_features
+    from vcebench.models.fastdime_unet import FastDiMEUNet
     from vcebench.models.guided_unet import GuidedUNet
 
     out = Path(out)
@@ -145,9 +156,16 @@ def make_released_weights(out: str | Path, kind: str = "faces", seed: int = 0) -
          format="pytorch_fid_inception")
     save("perceptual", {f"features.{k}": v for k, v in vgg19_features().state_dict().items()}, "vgg19.pth",
          format="vgg19_dime")
-    flags = {**TINY_GUIDED_FLAGS, **({} if faces else {"in_channels": 1})}
-    unet = GuidedUNet(**flags)
+    if not faces:  # FastDiME_Med's CheXpert model folder: ckpt.tar + config.pickle
+        unet = FastDiMEUNet.from_config(TINY_FASTDIME_CONFIG)
+        (out / "fastdime_ddpm").mkdir(exist_ok=True)
+        torch.save({"model": unet.state_dict(), "epoch": 1}, out / "fastdime_ddpm" / "ckpt.tar")
+        with open(out / "fastdime_ddpm" / "config.pickle", "wb") as f:
+            pickle.dump(TINY_FASTDIME_CONFIG, f)
+        models["ddpm"] = {"weights": str(out / "fastdime_ddpm"), "format": "fastdime_chexpert"}
+        return models
+    unet = GuidedUNet(**TINY_GUIDED_FLAGS)
     for p in unet.parameters():  # the reference zero-initialises the output convs; give them weights
         p.data.normal_(0, 0.02)
-    save("ddpm", unet.state_dict(), "ddpm.pt", format="guided_diffusion", **flags)
+    save("ddpm", unet.state_dict(), "ddpm.pt", format="guided_diffusion", **TINY_GUIDED_FLAGS)
     return models

@@ -92,3 +92,24 @@ def test_malicious_config_pickle_is_refused_without_running_it(tmp_path, monkeyp
     (tmp_path / "p.pickle").write_bytes(b"not a pickle")
     with pytest.raises(UnsafePickleError, match="not a readable pickle"):
         read_plain_pickle(tmp_path / "p.pickle")
+
+
+def test_noise_protocol_uses_the_released_schedule(tmp_path):
+    """The start step is derived from the schedule the released format states (FastDiME_Med: T = 1000
+    linear; guided-diffusion: its diffusion_steps / noise_schedule flags), the one explain checks it against."""
+    import numpy as np
+
+    from vcebench.protocol import check_ddpm_schedule, ddpm_schedule
+
+    _release(tmp_path / "ddpm")
+    spec = {"weights": str(tmp_path / "ddpm"), "format": "fastdime_chexpert"}
+    cfg = {"models": {"chexpert": {"ddpm": spec}}}
+    ddpm, _ = load_canonical("ddpm", spec, TASK, KEY)
+    abar, source = ddpm_schedule(cfg, "chexpert")
+    assert len(abar) == 1000 and "T = 1000" in source
+    np.testing.assert_allclose(abar, ddpm.alphas_cumprod.numpy(), rtol=1e-12)
+    check_ddpm_schedule(cfg, "chexpert", ddpm.alphas_cumprod.numpy())
+    guided = {"models": {"celeba": {"ddpm": {"weights": "x.pt", "format": "guided_diffusion",
+                                             "diffusion_steps": 100, "noise_schedule": "cosine"}}}}
+    abar, source = ddpm_schedule(guided, "celeba")
+    assert len(abar) == 100 and "cosine" in source

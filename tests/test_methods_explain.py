@@ -70,6 +70,41 @@ def test_explain_shards_merge_equal_one_shot(fake_world, tmp_path):
     assert "info_nfe_pmf_fwd" in a and "info_mask_hard" in a
     timing = json.loads((tmp_path / "shards/timing-0-of-2.json").read_text())
     assert timing["n"] == 4 and timing["batch_size"] == 3 and timing["seconds"] > 0
+    assert timing["peak_mem_mb"] >= 0 and timing["peak_mem_kind"] == "cpu_peak_rss_increase"
+    shard0 = load_npz(outs[0])
+    called = {k[len("info_nfe_"):].rpartition("_")[0] for k in shard0 if k.startswith("info_nfe_") and shard0[k].any()}
+    assert {"classifier", "pmf"} <= called and set(timing["flops_per_call"]) == called  # every network FiRe called
+    assert timing["flops_per_call"]["pmf"]["fwd_flops"] > 0  # the toy's other networks have no matmul / conv
+
+
+def test_merge_writes_the_explain_runs_costs_as_the_profile(fake_world, tmp_path):
+    """`--merge --profile-out`: time per CF over all shards (their seconds summed over their n), the largest
+    peak, the per-call FLOPs, which the cost columns multiply with the NFE of every CF."""
+    from vcebench.costs import cost_columns
+
+    cfg, _ = fake_world
+    outs = [tmp_path / f"shard-{i}-of-2.npz" for i in range(2)]
+    for i, out in enumerate(outs):
+        explain_shard(RunSettings.resolve(cfg, "synthfaces_smile", "fire"), i, 2, out)
+    t = [json.loads((tmp_path / f"timing-{i}-of-2.json").read_text()) for i in range(2)]
+    merged, prof = tmp_path / "counterfactuals.npz", tmp_path / "profile.json"
+    assert main(["explain", "--merge", *map(str, outs), "--out", str(merged), "--profile-out", str(prof)]) == 0
+    p = json.loads(prof.read_text())
+    assert p["n"] == 7 and p["method"] == "fire"
+    assert p["sec_per_cf"] == pytest.approx((t[0]["seconds"] + t[1]["seconds"]) / 7)
+    assert p["peak_mem_mb"] == max(t[0]["peak_mem_mb"], t[1]["peak_mem_mb"])
+    assert p["flops_per_call"] == t[0]["flops_per_call"]
+    costs = cost_columns(merged, p)
+    z = load_npz(merged)
+    calls = p["flops_per_call"]
+    expect = sum(z[f"info_nfe_{net}_fwd"] * calls[net]["fwd_flops"] + z[f"info_nfe_{net}_bwd"] * calls[net]["bwd_flops"]
+                 for net in calls).mean() / 1e12
+    assert costs["tflops_per_cf"] == pytest.approx(expect) and costs["sec_per_cf"] == p["sec_per_cf"]
+    assert "explain" in costs["cost_sources"]["sec_per_cf"] and "explain" in costs["cost_sources"]["peak_mem_mb"]
+    # a shard's record that disagrees on a network's FLOPs is not merged silently
+    bad = dict(t[1], flops_per_call={"pmf": {"fwd_flops": 1, "bwd_flops": 1, "params": 1}})
+    (tmp_path / "timing-1-of-2.json").write_text(json.dumps(bad))
+    assert main(["explain", "--merge", *map(str, outs), "--out", str(merged), "--profile-out", str(prof)]) == 2
 
 
 def test_merge_rejects_missing_and_duplicate(tmp_path):

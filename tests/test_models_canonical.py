@@ -163,3 +163,33 @@ def test_perceptual_vgg19_and_lpips_formats(cfg, tmp_path):
     d = m.perceptual(x, y)
     assert d.shape == (2,) and bool((d > 0).all()) and torch.allclose(m.perceptual(x, x), torch.zeros(2))
     assert m.names["perceptual"].startswith("lpips-alex")
+
+
+def test_uninitialised_networks_load_to_the_same_outputs():
+    """A released network built without its random initialisation (meta device, then CPU storage) and loaded
+    strictly computes what the normally built one computes; a non-persistent buffer (which no state dict
+    restores) makes it build normally, keeping that buffer's value."""
+    import torch
+    from torch import nn
+
+    from vcebench.models.canonical_nets import ACEOracle, vgg19_features
+    from vcebench.models.checkpoints import load_state_strict, uninitialised
+
+    torch.manual_seed(0)
+    ref = vgg19_features()[:4].eval()
+    net = uninitialised(lambda: vgg19_features()[:4]).eval()
+    load_state_strict("perceptual", "ref", net, ref.state_dict())
+    x = torch.randn(1, 3, 16, 16)
+    torch.testing.assert_close(net(x), ref(x), rtol=0, atol=0)
+
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.register_buffer("scale", torch.tensor(3.0), persistent=False)
+
+    s = uninitialised(Scaled)
+    assert s.scale.item() == 3.0 and not s.lin.weight.is_meta
+    oracle = uninitialised(ACEOracle)  # its input mean is such a buffer
+    torch.testing.assert_close(dict(oracle.named_buffers())["feat_extract.mean"],
+                               dict(ACEOracle().named_buffers())["feat_extract.mean"])

@@ -219,7 +219,6 @@ TINY = {
     "datasets": {"synthxray": {"resolution": 16, "n_patients": 60}},
     "metrics": {"sfid_seeds": [0], "bootstrap": {"resamples": 20, "feature_resamples": 10},
                 "kid": {"subsets": 5, "subset_size": 4}},
-    "profile": {"n": 2, "flop_n": 1},
     "models": {"synthxray": {r: {"steps": 5, "width": 8, "batch": 16} for r in
                              ("classifier", "oracle", "simsiam", "fid_features")}},
 }

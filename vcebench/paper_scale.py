@@ -27,6 +27,7 @@ Architectures (CelebA 128 px protocol):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -65,7 +66,7 @@ def per_call_flops(nets: dict[str, nn.Module], resolution: int, batch: int = 1,
     """
     out: dict[str, dict[str, Any]] = {}
     for name, net in nets.items():
-        dev = next(net.parameters()).device
+        dev = next(itertools.chain(net.parameters(), net.buffers()), torch.zeros(0)).device  # cpu if neither
         x = torch.zeros(batch, channels, resolution, resolution, device=dev)
         with torch.no_grad():
             _, fwd = count_flops(_role_call, name, net, x)

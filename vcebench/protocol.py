@@ -24,6 +24,7 @@ method's own hyperparameters plus a record of how they were made (written to met
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -76,20 +77,65 @@ def nearest_start_step(alphas_cumprod: np.ndarray, respacing: int, target_log_sn
     return int(np.argmin(gap)) + 1  # argmin returns the first (smallest step) of equal gaps
 
 
+# ddpm_schedule's results by (dataset, DDPM settings): checking a config resolves every task x method, each
+# DDPM method asks for its dataset's schedule, and the answer depends on those settings only
+_SCHEDULES: dict[tuple[str, str], tuple[np.ndarray, str]] = {}
+
+
 def ddpm_schedule(cfg: dict, dataset: str) -> tuple[np.ndarray, str]:
     """(alphas_cumprod float64, where it came from) of ``dataset``'s DDPM: the scheduler of canonical weights
-    (``models.<dataset>.ddpm.weights``/scheduler/) when that folder exists, else the training settings of
-    ``models.<dataset>.ddpm``, else :data:`DEFAULT_DDPM_SCHEDULE`."""
+    (``models.<dataset>.ddpm.weights``/scheduler/) when that folder exists, else the schedule its released
+    format states, else the training settings of ``models.<dataset>.ddpm``, else
+    :data:`DEFAULT_DDPM_SCHEDULE`. Computed once per dataset and settings in a process."""
+    spec = dict(((cfg.get("models") or {}).get(dataset) or {}).get("ddpm") or {})
+    key = (dataset, json.dumps(spec, sort_keys=True, default=str))
+    if key not in _SCHEDULES:
+        _SCHEDULES[key] = _ddpm_schedule(spec, dataset)
+    abar, source = _SCHEDULES[key]
+    return abar.copy(), source
+
+
+def _ddpm_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str]:
     from .models.ddpm import schedule_alphas_cumprod
 
-    spec = dict(((cfg.get("models") or {}).get(dataset) or {}).get("ddpm") or {})
     weights = spec.get("weights")
     if weights and (Path(weights) / "scheduler" / "scheduler_config.json").exists():
         return schedule_alphas_cumprod(scheduler_dir=Path(weights) / "scheduler"), f"{weights}/scheduler"
+    released = _released_schedule(spec, dataset) if weights else None
+    if released is not None:
+        return released
     if weights or not spec:
         return (schedule_alphas_cumprod(DEFAULT_DDPM_SCHEDULE),
                 "assumed: linear betas 2e-4..0.04, T = 500 (DiME CelebA); no scheduler config found")
     return schedule_alphas_cumprod(spec), f"config models.{dataset}.ddpm"
+
+
+def _released_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str] | None:
+    """The training schedule a released DDPM format states: guided-diffusion's ``diffusion_steps`` /
+    ``noise_schedule`` flags, FastDiME_Med's ``TrainingConfig.TIMESTEPS`` (linear) in config.pickle; None
+    when the format states none or its config cannot be read (loading the weights then says why)."""
+    from .models.guided_unet import DIME_CELEBA_FLAGS, betas_for
+
+    fmt, where = spec.get("format"), f"models.{dataset}.ddpm ({spec.get('format')} {spec.get('weights')})"
+    if fmt == "guided_diffusion":
+        steps = int(spec.get("diffusion_steps", DIME_CELEBA_FLAGS["diffusion_steps"]))
+        schedule = str(spec.get("noise_schedule", DIME_CELEBA_FLAGS["noise_schedule"]))
+    elif fmt == "fastdime_chexpert":
+        from .models.fastdime_unet import UnsafePickleError, read_plain_pickle
+
+        try:
+            steps = int(read_plain_pickle(Path(spec["weights"]) / "config.pickle")["TrainingConfig"]
+                        .get("TIMESTEPS", 1000))
+        except (OSError, UnsafePickleError, KeyError, TypeError, ValueError, AttributeError):
+            return None
+        schedule = "linear"
+    else:
+        return None
+    try:
+        betas = betas_for(schedule, steps)
+    except ValueError:
+        return None
+    return np.cumprod(1.0 - betas.numpy()), f"{where}: {schedule} betas, T = {steps}"
 
 
 def _protocol(cfg: dict, params: dict) -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vcebench.config import ConfigError
+from vcebench.costs import network_call_flops
 
 if TYPE_CHECKING:
     import torch
@@ -126,24 +127,6 @@ def profile_task(settings: RunSettings, *, n: int, device: torch.device, flop_n:
             "params": params}
 
 
-# NFE counter name (methods/base.py NFE) -> model role
-NFE_ROLES = {"classifier": "classifier", "unet": "ddpm", "pmf": "pmf", "perceptual": "perceptual"}
-
-
-def network_call_flops(models, x: torch.Tensor, nfe_by_network: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """``flops_per_call``: FLOPs of one call (batch 1) of every network the method called, forward and input
-    backward (``paper_scale.per_call_flops``), from which the report derives FLOPs per CF for all n CFs of
-    counterfactuals.npz (``vcebench.costs``); ``tflops_per_cf_from_calls``: the same product on this run's
-    inputs, to compare with the counted ``tflops_per_cf``."""
-    from vcebench.paper_scale import flops_from_nfe, per_call_flops
-
-    nets = {net: getattr(models, NFE_ROLES[net]) for net, d in nfe_by_network.items()
-            if (d["fwd"] or d["bwd"]) and net in NFE_ROLES and getattr(models, NFE_ROLES[net], None) is not None}
-    calls = per_call_flops(nets, int(x.shape[-1]), channels=int(x.shape[1]))
-    used = {k: v for k, v in nfe_by_network.items() if k in calls}
-    return {"flops_per_call": calls, "tflops_per_cf_from_calls": flops_from_nfe(used, calls) / 1e12}
-
-
 def peak_memory_of(settings: RunSettings, *, n: int, device: torch.device) -> float:
     """Peak memory (MiB) of ``settings.method`` on the same inputs as :func:`profile_task` (memory pass only;
     the networks are loaded again, so that nothing of the first pass stays allocated in between)."""
@@ -154,24 +137,26 @@ def peak_memory_of(settings: RunSettings, *, n: int, device: torch.device) -> fl
 
 
 def apply_timings(report: dict[str, Any], paths: list[str]) -> None:
-    """Replace ``sec_per_cf`` by the explain run's generation time (summed over shards / n)."""
-    seconds, n, batch = 0.0, 0, set()
+    """Replace ``sec_per_cf`` by the explain run's generation time (summed over shards / n,
+    ``vcebench.costs.explain_profile``)."""
+    from vcebench.costs import CostRecordError, explain_profile
+
+    records = []
     for p in paths:
         try:
-            t = json.loads(Path(p).read_text())
-            seconds += float(t["seconds"])
-            n += int(t["n"])
-            if "batch_size" in t:
-                batch.add(int(t["batch_size"]))
-        except (OSError, KeyError, ValueError, TypeError) as e:
-            raise ConfigError(f"--timings file {p}: expected JSON with `seconds` and `n` ({e})") from e
-    if n == 0:
+            records.append(json.loads(Path(p).read_text()))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"--timings file {p}: not readable JSON ({e})") from e
+    try:
+        explain = explain_profile(records)
+    except (CostRecordError, KeyError, ValueError, TypeError) as e:
+        raise ConfigError(f"--timings files {', '.join(paths)}: expected explain timing records with `seconds` "
+                          f"and `n` ({type(e).__name__}: {e})") from e
+    if not explain["n"]:
         raise ConfigError(f"--timings files {', '.join(paths)} hold no counterfactuals (n = 0)")
     report["sec_per_cf_profile_run"] = report["sec_per_cf"]
-    report["sec_per_cf"] = seconds / n
-    report["sec_per_cf_source"] = f"explain timings ({len(paths)} shard files, n = {n})"
-    if batch:
-        report["explain_batch_size"] = sorted(batch)
+    for key in ("sec_per_cf", "sec_per_cf_source", "explain_batch_size"):
+        report[key] = explain[key]
 
 
 def compare_compaction(settings: RunSettings, *, n: int, device: torch.device, flop_n: int | None = None,

@@ -198,6 +198,11 @@ def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
                 f"(see README, 'Real datasets and canonical weights').")
 
 
+def train_threads(cfg: dict) -> int:
+    """Torch threads of a training job: config ``train_threads``, else ``threads``."""
+    return int(cfg.get("train_threads") or cfg["threads"])
+
+
 def settings_key(cfg: dict, kind: str, *names: str) -> str:
     """A stable string of the configuration a job's output depends on, passed to the rule as an unused
     ``params`` entry so that Snakemake's params trigger reruns it when that configuration changes
@@ -213,7 +218,8 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
     elif kind == "model":
         ds, role = names
         obj = {"spec": ((cfg.get("models") or {}).get(ds) or {}).get(role),
-               "dataset": (cfg.get("datasets") or {}).get(ds), "seed": cfg.get("seed")}
+               "dataset": (cfg.get("datasets") or {}).get(ds), "seed": cfg.get("seed"),
+               "threads": train_threads(cfg)}  # on the CPU the trained weights depend on the thread count
     elif kind == "data":
         obj = {"dataset": (cfg.get("datasets") or {}).get(names[0])}
     else:

@@ -29,15 +29,22 @@ rule explain_shard:
 
 
 rule merge_counterfactuals:
-    """Merge the shards (sorted by sample id; checks none is missing or duplicated)."""
+    """Merge the shards (sorted by sample id; checks none is missing or duplicated) and their costs (time,
+    peak memory, FLOPs per network call) into the method's profile.json."""
     input:
-        expand(
+        shards=expand(
             "results/{{task}}/{{method}}/shards/shard-{i}-of-{n}.npz",
             i=range(config["n_shards"]),
             n=config["n_shards"],
         ),
+        timings=expand(
+            "results/{{task}}/{{method}}/shards/timing-{i}-of-{n}.json",
+            i=range(config["n_shards"]),
+            n=config["n_shards"],
+        ),
     output:
-        "results/{task}/{method}/counterfactuals.npz",
+        cfs="results/{task}/{method}/counterfactuals.npz",
+        profile="results/{task}/{method}/profile.json",
     log:
         "logs/explain/{task}/{method}/merge.log",
     benchmark:
@@ -51,4 +58,5 @@ rule merge_counterfactuals:
     params:
         cfg=CFG,
     shell:
-        "vcebench explain --merge {input:q} --out {output:q} > {log:q} 2>&1"
+        "vcebench explain --merge {input.shards:q} --out {output.cfs:q} --profile-out {output.profile:q} "
+        "> {log:q} 2>&1"

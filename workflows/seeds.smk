@@ -64,7 +64,7 @@ rule seeds_task:
     """The spread of every cell over the seeds."""
     input:
         main=expand("results/{{task}}/{method}/metrics.json", method=METHODS),
-        profiles=expand("results/{{task}}/{method}/profile.json", method=METHODS),
+        profiles=expand("results/{{task}}/{method}/profile.json", method=GENERATED),
         seeds=lambda wc: expand(
             "results/{task}/seeds/{seed}/{method}/metrics.json",
             task=wc.task,

@@ -11,8 +11,10 @@ Examples::
 Shard ``i`` of ``n`` takes ``sorted_ids[i::n]`` of the first ``n_eval`` sample ids of the
 evaluation split; every sample draws its noise from its own stream (``vcebench.rng``), so the
 result does not depend on the sharding or on ``batch_size``. The shard file holds the fields of
-docs/internals.md "Counterfactual files"; ``timing-<i>-of-<n>.json`` beside it holds the seconds
-spent in generation only (no data loading or I/O).
+docs/internals.md "Counterfactual files"; ``timing-<i>-of-<n>.json`` beside it holds the shard's costs:
+the seconds spent in generation only (no data loading or I/O), the peak memory during generation and
+the FLOPs of one call of each network the method called. ``--merge ... --profile-out`` writes them,
+merged over the shards, as the method's ``profile.json`` (``vcebench.costs.explain_profile``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="output npz (default results/<task>/<method>/shards/"
                                                "shard-<i>-of-<n>.npz; with --merge: the merged file)")
     p.add_argument("--merge", nargs="+", default=None, metavar="NPZ", help="merge these shard files into --out")
+    p.add_argument("--profile-out", default=None, metavar="JSON",
+                   help="with --merge: also write the shards' costs (timing-*.json beside them: time, peak memory, "
+                        "FLOPs per network call) as one profile.json")
     p.add_argument("--seed", type=int, default=None,
                    help="generation seed in place of config `seed` (the `seeds` target; networks unchanged)")
     p.add_argument("--n-eval", type=int, default=None, metavar="N",
@@ -69,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.out:
             raise ShardError("--merge needs --out (the merged counterfactuals.npz)")
         merge_shards([Path(p) for p in args.merge], Path(args.out))
+        if args.profile_out:
+            merge_timings([timing_path(Path(p)) for p in args.merge], Path(args.profile_out))
         return 0
     if not args.task or not args.method:
         raise ShardError("needs --task and --method (or --merge)")
@@ -188,6 +195,7 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     import torch
     from tqdm import tqdm
 
+    from vcebench.profiling import PeakMemory
     from vcebench.rng import SampleGenerators
     from vcebench.runtime import noise_device
 
@@ -195,28 +203,30 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     gen_device = noise_device(settings.runtime.cuda, device)
     parts, preds, targets, inputs_u8, seconds = [], [], [], [], 0.0
     unreadable: dict[int, str] = {}
-    for start in tqdm(range(0, len(ids), bs), desc=f"{method.name} {out.name}", unit="batch"):
-        idx = torch.arange(start, min(start + bs, len(ids)))
-        loaded = load_images(idx)
-        x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
-        x = x.to(device)
-        inputs_u8.append(to_uint8(x))
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            logits = models.classifier(x)
-        reason, pred, target = _start_rows(x, logits, errors, ids[idx], unreadable)
-        ok = reason == 0
-        cf = None
-        if bool(ok.any()):
-            sel = ok.nonzero().squeeze(1)
-            cf = method(x[sel.to(x.device)], target[sel].to(x.device), models,
-                        SampleGenerators(seed, ids[idx][sel], stream=stream, device=gen_device))
-        if torch.cuda.is_available() and str(device).startswith("cuda"):
-            torch.cuda.synchronize()
-        seconds += time.perf_counter() - t0
-        parts.append(_with_failed_rows(cf, ok, reason, x))
-        preds.append(pred)
-        targets.append(target)
+    # peak memory of generation: the kernel's high-water mark where it can be reset (no overhead)
+    with PeakMemory(device, interval=0.01) as memory:
+        for start in tqdm(range(0, len(ids), bs), desc=f"{method.name} {out.name}", unit="batch"):
+            idx = torch.arange(start, min(start + bs, len(ids)))
+            loaded = load_images(idx)
+            x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
+            x = x.to(device)
+            inputs_u8.append(to_uint8(x))
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                logits = models.classifier(x)
+            reason, pred, target = _start_rows(x, logits, errors, ids[idx], unreadable)
+            ok = reason == 0
+            cf = None
+            if bool(ok.any()):
+                sel = ok.nonzero().squeeze(1)
+                cf = method(x[sel.to(x.device)], target[sel].to(x.device), models,
+                            SampleGenerators(seed, ids[idx][sel], stream=stream, device=gen_device))
+            if torch.cuda.is_available() and str(device).startswith("cuda"):
+                torch.cuda.synchronize()
+            seconds += time.perf_counter() - t0
+            parts.append(_with_failed_rows(cf, ok, reason, x))
+            preds.append(pred)
+            targets.append(target)
     if unreadable:
         from methods.base import FAIL_UNREADABLE_INPUT
 
@@ -224,11 +234,29 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
               f"{FAIL_UNREADABLE_INPUT}): " + "; ".join(f"{k}: {v}" for k, v in list(unreadable.items())[:5]),
               file=sys.stderr)
     record = {"seconds": seconds, "n": len(ids), "batch_size": bs, "method": method.name,
-              "device": str(device), "sec_per_cf": seconds / max(1, len(ids)),
-              "unreadable": {str(k): v for k, v in unreadable.items()}}
+              "sec_per_cf": seconds / max(1, len(ids)), "peak_mem_mb": memory.peak_mb, "peak_mem_kind": memory.kind,
+              **_run_record(models, parts, device), "unreadable": {str(k): v for k, v in unreadable.items()}}
     save_npz(out, **(_shard_arrays(parts, ids, preds, targets, inputs_u8) if parts else _empty_shard()))
     write_json(timing_path(out), record)
     return record
+
+
+def _run_record(models, parts: list, device: torch.device | str) -> dict:
+    """The timing record's machine fields and ``flops_per_call`` of every network the shard's counterfactuals
+    called (counted after generation, outside its time)."""
+    import torch
+
+    from vcebench.costs import network_call_flops
+    from vcebench.profiling import FLOP_CONVENTION, cat_info, device_name, nfe_by_network
+
+    out = {"device": device_name(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "models": dict(getattr(models, "names", {}) or {}), "flop_convention": FLOP_CONVENTION,
+           "flops_per_call": {}}
+    if parts:
+        info, _ = cat_info(parts)
+        example = parts[0].images[:1]  # its shape: per_call_flops runs each network on zeros
+        out["flops_per_call"] = network_call_flops(models, example, nfe_by_network(info))["flops_per_call"]
+    return out
 
 
 def _with_failed_rows(cf, ok, reason, x):
@@ -263,6 +291,26 @@ def _empty_shard() -> dict:
     return {"sample_id": np.zeros(0, np.int64), "cf": np.zeros((0, 1, 1, 1), np.uint8),
             "target": np.zeros(0, np.int64), "pred": np.zeros(0, np.int64), "flipped": np.zeros(0, bool),
             "steps": np.zeros(0, np.int64), "failed": np.zeros(0, bool), "input_hash": np.zeros(0, np.int64)}
+
+
+def merge_timings(paths: list[Path], out: Path) -> dict:
+    """The shards' timing records (``timing-<i>-of-<n>.json``) merged into one ``profile.json`` at ``out``."""
+    import json
+
+    from vcebench.costs import CostRecordError, explain_profile
+
+    records = []
+    for p in paths:
+        try:
+            records.append(json.loads(Path(p).read_text()))
+        except (OSError, ValueError) as e:
+            raise ShardError(f"{p}: the shard's timing record is not readable JSON ({e}); rerun the shard") from e
+    try:
+        profile = explain_profile(records)
+    except (CostRecordError, KeyError, TypeError, ValueError) as e:
+        raise ShardError(f"timing records {', '.join(map(str, paths))}: {e}") from e
+    write_json(out, profile)
+    return profile
 
 
 def merge_shards(paths: list[Path], out: Path) -> None:

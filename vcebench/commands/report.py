@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 from .. import workflow as wf
 from ..cli import add_config_arg, add_subverb, add_subverbs
+from ..config import read_yaml
 from ..errors import UserError
 
 MOVED = {"--gallery": "gallery", "--paper": "paper", "--regression": "regression", "--update-reference": "accept",
@@ -154,7 +154,7 @@ def _tuned_file(cfg, task_name: str) -> dict | None:
     if not info:
         return None
     path = Path(__file__).resolve().parents[2] / info["file"]  # tuned_dir is relative to the repository
-    return yaml.safe_load(path.read_text()) if path.exists() else None
+    return read_yaml(path) if path.exists() else None
 
 
 def _feature_dim(path: Path) -> int | None:
@@ -305,7 +305,7 @@ def run_regression(args: argparse.Namespace) -> int:
     if not tol_file.exists():
         raise UserError(f"no tolerances at {tol_file}; derive them with `vcebench report tolerances "
                         f"--reference {ref_dir}` (after `snakemake seeds`)")
-    tolerances = yaml.safe_load(tol_file.read_text()) or {}
+    tolerances = read_yaml(tol_file) or {}
     all_rows, failures = [], []
     for t in args.tasks or cfg["run_tasks"]:
         task = get_task(cfg, t)

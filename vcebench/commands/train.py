@@ -41,9 +41,10 @@ def run(args: argparse.Namespace) -> int:
     from ..models.recipes import train_role
     from ..runtime import setup_torch
     from ..settings import load_settings
+    from ..workflow import train_threads
 
     cfg = load_settings(args.config)
-    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))  # cuda without a GPU: ConfigError
+    device = setup_torch(train_threads(cfg), cfg["device"], cfg.get("cuda"))  # cuda without a GPU: ConfigError
     with training_processes(device) as shard:
         metrics = train_role(cfg, args.role, args.task, data_dir=args.data, out_dir=args.out,
                              model_dir=args.model_dir, progress=not args.no_progress, shard=shard)

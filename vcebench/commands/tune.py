@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from ..config import DEFAULT_CONFIG, load_config, repo_root
+    from ..config import DEFAULT_CONFIG, load_config, read_yaml, repo_root
     from ..io import atomic_path
     from ..tune import merge_tuned, sweep_markdown
 
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_tune(cfg, args.task, data_dir=args.data, model_dir=args.models, work_dir=args.work_dir,
                       method_names=args.method)
     if args.method and out.exists():  # tune some methods again: keep the others' rows of the existing file
-        result = merge_tuned(yaml.safe_load(out.read_text()), result)
+        result = merge_tuned(read_yaml(out), result)
     header = (f"# Written by `vcebench tune --task {args.task}` ({result['date']}): the settings the default run "
               f"reads (protocol.use_tuned).\n# Picked on {result['validation']['n']} inputs of the "
               f"`{result['validation']['split']}` split, never evaluated; rule and sweep below.\n")

@@ -60,7 +60,7 @@ from .canonical_nets import (
     simsiam_encoder,
     vgg19_features,
 )
-from .checkpoints import CheckpointError, load_state_strict
+from .checkpoints import CheckpointError, load_state_strict, uninitialised
 from .nets import AttributeClassifier
 
 CELEBA_ATTRIBUTES = [
@@ -148,7 +148,7 @@ def _load_dime_densenet121(role: str, spec: dict, path: Path, task: Task, key: s
     if w.shape[0] != n_out:
         raise CheckpointError(f"role {role!r}: {path} has {w.shape[0]} outputs but config key "
                               f"`{key}.num_outputs` (head {head}) expects {n_out} (wrong number of classes)")
-    net = DiMEDenseNet(n_out)
+    net = uninitialised(lambda: DiMEDenseNet(n_out))
     load_state_strict(role, path, net.feat_extract, feat)
     load_state_strict(role, path, net.classifier, cls)
     names = list(spec.get("attribute_names") or (CELEBA_ATTRIBUTES if n_out == 40 else []))
@@ -169,7 +169,7 @@ def _load_dime_densenet121(role: str, spec: dict, path: Path, task: Task, key: s
 
 def _load_ace_oracle_resnet50(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
     ck = torch_load(role, path)
-    net = ACEOracle()
+    net = uninitialised(ACEOracle)
     cls = strip_prefix(_sub(role, path, ck, "classifier"), "module.")
     if "weight" in cls and cls["weight"].ndim == 2 and cls["weight"].shape[0] != 40:
         raise CheckpointError(f"role 'oracle': {path} has {cls['weight'].shape[0]} outputs, the ACE oracle "
@@ -185,7 +185,7 @@ def _load_facenet_vggface2(role: str, spec: dict, path: Path, task: Task, key: s
     if not isinstance(state, dict):
         raise CheckpointError(f"role 'identity': {path} is not a state dict")
     state = {k: v for k, v in strip_prefix(state, "module.").items() if not k.startswith("logits.")}
-    net = FacenetIdentity()
+    net = uninitialised(FacenetIdentity)
     load_state_strict(role, path, net.net, state)
     return _Dim(net, 512, name or "facenet-inceptionresnetv1-vggface2"), \
         f"{name or 'facenet InceptionResnetV1'} (VGGFace2 weights, {path.name}, 512-d)"
@@ -201,7 +201,7 @@ def _load_simsiam_official(role: str, spec: dict, path: Path, task: Task, key: s
         raise CheckpointError(f"role 'simsiam': {path}['state_dict'] has no 'module.encoder.*' keys "
                               f"(found e.g. {list(state)[:3]}); expected the official SimSiam checkpoint")
     dim = int(enc_state.get("fc.6.weight", torch.empty(2048, 1)).shape[0])
-    enc = simsiam_encoder(dim)
+    enc = uninitialised(lambda: simsiam_encoder(dim))
     load_state_strict(role, path, enc, enc_state)
     return _Dim(ImageNetInput(enc), dim, name or "simsiam-resnet50"), \
         f"{name or 'simsiam-resnet50'} (official checkpoint, {path.name}, projector {dim}-d)"
@@ -211,7 +211,7 @@ def _load_pytorch_fid_inception(role: str, spec: dict, path: Path, task: Task, k
     state = torch_load(role, path)
     if not isinstance(state, dict):
         raise CheckpointError(f"role 'fid_features': {path} is not a state dict")
-    net = fid_inception()
+    net = uninitialised(fid_inception)
     load_state_strict(role, path, net, state)
     return _Dim(InceptionPool3(net), 2048, name or "inception-v3-pool3"), \
         f"{name or 'inception-v3-pool3'} (pytorch-fid weights, {path.name})"
@@ -219,7 +219,7 @@ def _load_pytorch_fid_inception(role: str, spec: dict, path: Path, task: Task, k
 
 def _load_vgg19_dime(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
     state = strip_prefix(torch_load(role, path), "module.")
-    features = vgg19_features()
+    features = uninitialised(vgg19_features)
     load_state_strict(role, path, features, {k[len("features."):]: v for k, v in state.items()
                                              if k.startswith("features.")})
     return VGGFeatureMSE(features[:18]), f"{name or 'vgg19-features18-mse'} (DiME perceptual loss, {path.name})"
@@ -256,9 +256,7 @@ def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: s
 
     flags = {k: v for k, v in spec.items() if k in FLAG_KEYS}
     try:
-        with torch.device("meta"):  # no random init of ~100 M parameters that the checkpoint overwrites
-            unet = GuidedUNet(**flags)
-        unet = unet.to_empty(device="cpu")
+        unet = uninitialised(lambda: GuidedUNet(**flags))  # ~100 M parameters that the checkpoint overwrites
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"role {role!r}: bad guided-diffusion flags under `{key}`: {e}") from e
     state = torch_load(role, path)
@@ -287,7 +285,7 @@ def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: 
                               f"and config.pickle; missing {', '.join(missing)}")
     try:
         config = read_plain_pickle(cfg_file)
-        unet = FastDiMEUNet.from_config(config)
+        unet = uninitialised(lambda: FastDiMEUNet.from_config(config))
         steps = int(config["TrainingConfig"].get("TIMESTEPS", 1000))
     except UnsafePickleError as e:
         raise CheckpointError(f"role {role!r}: {e}") from e

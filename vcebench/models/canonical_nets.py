@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import Tensor, nn
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
-
-
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
@@ -21,6 +18,8 @@ class DiMEDenseNet(nn.Module):
 
     def __init__(self, num_outputs: int = 40):
         super().__init__()
+        import torchvision  # here, not at import: config checks and synthetic runs need none
+
         dn = torchvision.models.densenet121(weights=None)
         dn.classifier = nn.Identity()
         self.feat_extract = nn.Module()
@@ -108,6 +107,8 @@ class FacenetIdentity(nn.Module):
 
 def simsiam_encoder(dim: int = 2048) -> nn.Module:
     """torchvision ResNet-50 whose ``fc`` is SimSiam's 3-layer projector (facebookresearch/simsiam builder.py)."""
+    import torchvision
+
     enc = torchvision.models.resnet50(weights=None, num_classes=dim)
     prev = enc.fc.weight.shape[1]
     enc.fc = nn.Sequential(nn.Linear(prev, prev, bias=False), nn.BatchNorm1d(prev), nn.ReLU(inplace=True),
@@ -133,6 +134,7 @@ class ImageNetInput(nn.Module):
 
 def fid_inception() -> nn.Module:
     """pytorch-fid's FID Inception-v3 (TF 2015-12-05 graph), built offline from clean-fid's block classes."""
+    import torchvision
     from cleanfid.inception_pytorch import FIDInceptionA, FIDInceptionC, FIDInceptionE_1, FIDInceptionE_2
 
     net = torchvision.models.Inception3(num_classes=1008, aux_logits=False, init_weights=False)

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,18 @@ def read_trained(role: str, path: str | Path) -> tuple[dict, dict[str, Tensor]]:
     except Exception as e:
         raise CheckpointError(f"role {role!r}: cannot read {w_path} (corrupt or not safetensors): {e}") from e
     return cfg, state
+
+
+def uninitialised(factory: Callable[[], nn.Module]) -> nn.Module:
+    """``factory()`` with its parameters and buffers allocated but not initialised (built on the meta device,
+    then given CPU storage): for a network that a strict state-dict load overwrites entirely next, so that a
+    released network's random initialisation (seconds for ~20 M parameters) is not computed for nothing.
+    A network with non-persistent buffers (which no state dict restores) is built normally."""
+    with torch.device("meta"):
+        net = factory()
+    if set(dict(net.named_buffers())) - set(net.state_dict()):
+        return factory()
+    return net.to_empty(device="cpu")
 
 
 def load_state_strict(role: str, path: str | Path, model: nn.Module, state: dict[str, Tensor]) -> None:

@@ -207,10 +207,13 @@ def schedule_alphas_cumprod(cfg: dict | None = None, scheduler_dir: str | Path |
     if scheduler_dir is not None:
         from diffusers import DDPMScheduler
 
-        sched = DDPMScheduler.from_pretrained(Path(scheduler_dir), local_files_only=True)
-    else:
-        sched = _scheduler(cfg or {})
-    return _alphas_cumprod64(sched).numpy()
+        return _alphas_cumprod64(DDPMScheduler.from_pretrained(Path(scheduler_dir), local_files_only=True)).numpy()
+    cfg = cfg or {}
+    if str(cfg.get("beta_schedule", "linear")) == "linear":  # _alphas_cumprod64's numbers, without diffusers
+        betas = torch.linspace(float(cfg.get("beta_start", 2e-4)), float(cfg.get("beta_end", 0.04)),
+                               int(require(cfg, "num_train_timesteps", "ddpm")), dtype=torch.float64)
+        return torch.cumprod(1.0 - betas, dim=0).numpy()
+    return _alphas_cumprod64(_scheduler(cfg)).numpy()
 
 
 def build_ddpm(cfg: dict, channels: int, resolution: int) -> DiffusersDDPM:

@@ -13,9 +13,9 @@ from .tables import display_columns, format_value, method_label
 
 SUBSET_WORDS = {"all": "all inputs", "successful": "successful CFs", "correct": "correctly classified inputs",
                 "correct_successful": "correct and successful"}
-COSTS_LINE = ("Costs: NFE/CF and steps are means over all n CFs (counterfactuals.npz); TFLOPs/CF = each "
-              "network's FLOPs per call (profile run) × each CF's calls; s/CF: the explain run's generation "
-              "time over all n; Mem: the profile run.")
+COSTS_LINE = ("Costs, all from the explain run that made the n CFs: NFE/CF and steps are means over all n "
+              "(counterfactuals.npz); TFLOPs/CF = each network's FLOPs per call (counted at batch 1) × each CF's "
+              "calls; s/CF: generation time over all n; Mem: peak during generation.")
 PAPER_DEFAULTS = "paper defaults + config (`method_defaults`, `tasks.<task>.params`, variants)"
 
 
