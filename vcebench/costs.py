@@ -51,6 +51,24 @@ class CostRecordError(ValueError):
     """Shard timing records that cannot be merged into one profile (the message says why)."""
 
 
+def read_explain_profile(paths: list[str | Path]) -> dict[str, Any]:
+    """:func:`explain_profile` of the timing files ``paths``; CostRecordError naming the files when one is not
+    readable JSON or the records do not merge."""
+    import json
+
+    records = []
+    for p in paths:
+        try:
+            records.append(json.loads(Path(p).read_text()))
+        except (OSError, ValueError) as e:
+            raise CostRecordError(f"timing file {p} is not readable JSON ({e})") from e
+    try:
+        return explain_profile(records)
+    except (KeyError, TypeError, ValueError) as e:  # CostRecordError is a ValueError
+        raise CostRecordError(f"timing files {', '.join(map(str, paths))}: expected explain timing records with "
+                              f"`seconds` and `n` ({type(e).__name__}: {e})") from e
+
+
 def explain_profile(records: list[dict[str, Any]]) -> dict[str, Any]:
     """``profile.json`` of an explain run from its shards' timing records: ``sec_per_cf`` = total generation
     seconds / total n, ``peak_mem_mb`` = the largest shard's peak, ``flops_per_call`` (the same in every shard

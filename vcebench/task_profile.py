@@ -139,19 +139,12 @@ def peak_memory_of(settings: RunSettings, *, n: int, device: torch.device) -> fl
 def apply_timings(report: dict[str, Any], paths: list[str]) -> None:
     """Replace ``sec_per_cf`` by the explain run's generation time (summed over shards / n,
     ``vcebench.costs.explain_profile``)."""
-    from vcebench.costs import CostRecordError, explain_profile
+    from vcebench.costs import CostRecordError, read_explain_profile
 
-    records = []
-    for p in paths:
-        try:
-            records.append(json.loads(Path(p).read_text()))
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"--timings file {p}: not readable JSON ({e})") from e
     try:
-        explain = explain_profile(records)
-    except (CostRecordError, KeyError, ValueError, TypeError) as e:
-        raise ConfigError(f"--timings files {', '.join(paths)}: expected explain timing records with `seconds` "
-                          f"and `n` ({type(e).__name__}: {e})") from e
+        explain = read_explain_profile(paths)
+    except CostRecordError as e:
+        raise ConfigError(f"--timings: {e}") from e
     if not explain["n"]:
         raise ConfigError(f"--timings files {', '.join(paths)} hold no counterfactuals (n = 0)")
     report["sec_per_cf_profile_run"] = report["sec_per_cf"]

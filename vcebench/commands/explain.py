@@ -300,20 +300,12 @@ def _empty_shard() -> dict:
 
 def merge_timings(paths: list[Path], out: Path) -> dict:
     """The shards' timing records (``timing-<i>-of-<n>.json``) merged into one ``profile.json`` at ``out``."""
-    import json
+    from vcebench.costs import CostRecordError, read_explain_profile
 
-    from vcebench.costs import CostRecordError, explain_profile
-
-    records = []
-    for p in paths:
-        try:
-            records.append(json.loads(Path(p).read_text()))
-        except (OSError, ValueError) as e:
-            raise ShardError(f"{p}: the shard's timing record is not readable JSON ({e}); rerun the shard") from e
     try:
-        profile = explain_profile(records)
-    except (CostRecordError, KeyError, TypeError, ValueError) as e:
-        raise ShardError(f"timing records {', '.join(map(str, paths))}: {e}") from e
+        profile = read_explain_profile(paths)
+    except CostRecordError as e:
+        raise ShardError(f"{e}; rerun the shard(s)") from e
     write_json(out, profile)
     return profile
 
