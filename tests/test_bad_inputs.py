@@ -107,6 +107,31 @@ def test_bad_settings_are_named_when_the_config_is_loaded(override, key):
     assert f"`{key}`" in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("override,key", [
+    ({"method_defaults": {"fire": {"rhoo": 0.1}}}, "method_defaults.fire.rhoo"),
+    ({"tasks": {"synthfaces_smile": {"params": {"fire": {"rhoo": 0.1}}}}}, "tasks.synthfaces_smile.params.fire.rhoo"),
+    ({"variants": {"fire": {"K5": {"KK": 5}}}}, "variants.fire.K5.KK"),
+    ({"tasks": {"synthfaces_smile": {"params": {"fire_K5": {"K": "many"}}}}}, "tasks.synthfaces_smile.params.fire_K5.K"),
+    ({"variants": {"fire": {"K5": {"K": 0}}}}, "variants.fire.K5.K"),
+    ({"models": {"synthfaces": {"classifier": {"stepz": 10}}}}, "models.synthfaces.classifier.stepz"),
+])
+def test_a_job_checks_the_settings_it_runs(override, key):
+    """`only=(task, method)` (an explain / evaluate job; the Snakefile checked the whole config): a bad key,
+    type or range of that method on that task is named as the full check names it; another method's is not
+    this job's concern, and the job's own string numbers are coerced."""
+    from vcebench.settings import load_settings
+
+    with pytest.raises(ConfigError) as e:
+        load_settings(overrides=override, only=("synthfaces_smile", "fire_K5"))
+    assert f"`{key}`" in str(e.value) and "\n" not in str(e.value)
+    other = {"method_defaults": {"dime": {"scalez": [8]}}, "tasks": {"synthfaces_age": {"params": {"fire": {"rhoo": 1}}}}}
+    cfg = load_settings(overrides={**other, "variants": {"fire": {"K5": {"K": "7"}}}}, only=("synthfaces_smile", "fire_K5"))
+    assert cfg["variants"]["fire"]["K5"]["K"] == 7
+    with pytest.raises(ConfigError, match="method_defaults.dime.scalez"):
+        load_settings(overrides=other)
+    load_settings(overrides=other, only=("synthfaces_smile", None))  # a network's job: model settings only
+
+
 def test_numbers_written_as_strings_are_coerced():
     """`lr: 6e-3` is a string to YAML 1.1; `steps: "150"`: both become numbers for every consumer."""
     from vcebench.settings import load_settings

@@ -37,14 +37,24 @@ UNIT_INTERVAL = {"ema_decay", "fm_warmup", "p_fm", "p_r0", "p_t1", "p_t_uniform"
                  "min_scale", "jitter", "beta_start", "beta_end"}
 
 
-def load_settings(paths: list[str | Path] | None = None, overrides: dict | None = None) -> dict:
+def load_settings(paths: list[str | Path] | None = None, overrides: dict | None = None,
+                  only: tuple[str, str | None] | None = None) -> dict:
     """:func:`vcebench.config.load_config` followed by :func:`check_settings` (what the CLI verbs use)."""
-    return check_settings(load_config(paths, overrides))
+    return check_settings(load_config(paths, overrides), only)
 
 
-def check_settings(cfg: dict) -> dict:
-    """Check (and coerce, in place) every method and model setting of ``cfg``; returns ``cfg``."""
-    check_method_settings(cfg)
+def check_settings(cfg: dict, only: tuple[str, str | None] | None = None) -> dict:
+    """Check (and coerce, in place) every method and model setting of ``cfg``; returns ``cfg``.
+
+    ``only=(task, method)``: the method settings checked are those ``method`` merges on ``task`` (the config
+    keys of :func:`vcebench.tasks.method_layers`; none with method ``None``), which is what one job runs; a
+    workflow job gets it, since the Snakefile has checked the whole config when it built the DAG. Resolving
+    every task x method takes about a second and imports every method's module, once per job.
+    """
+    if only is None:
+        check_method_settings(cfg)
+    elif only[1] is not None:
+        check_one_method(cfg, *only)
     check_model_settings(cfg)
     return cfg
 
@@ -112,6 +122,33 @@ def check_method_settings(cfg: dict) -> None:
                 parse_params(params_class(m), resolve_method(cfg, task, m)[0], section=f"{m} of task {tname}")
             except ConfigError as e:
                 raise ConfigError(_name_source(cfg, task, m, str(e))) from None
+
+
+def check_one_method(cfg: dict, task_name: str, method: str) -> None:
+    """:func:`check_method_settings` for ``method`` on ``task_name`` alone: the config layers it merges (keys
+    and types, coerced in place), then its protocol-resolved settings parsed by its dataclass."""
+    from methods import params_class
+    from methods.base import parse_params
+
+    from .protocol import resolve_method
+    from .tasks import split_method
+
+    task = get_task(cfg, task_name)
+    base, variant = split_method(method)
+    params = (cfg["tasks"][task_name] or {}).get("params") or {}
+    layers = [(f"method_defaults.{base}", (cfg.get("method_defaults") or {}).get(base))]
+    if variant is not None:
+        layers.append((f"variants.{base}.{variant}", ((cfg.get("variants") or {}).get(base) or {}).get(variant)))
+        if base == "fire":
+            layers.append((f"fire_variants.{variant}", (cfg.get("fire_variants") or {}).get(variant)))
+    layers += [(f"tasks.{task_name}.params.{m}", params.get(m)) for m in dict.fromkeys((base, method))]
+    for section, layer in layers:
+        if layer is not None:
+            _typed_layer(section, layer, params_class(base))
+    try:
+        parse_params(params_class(method), resolve_method(cfg, task, method)[0], section=f"{method} of task {task_name}")
+    except ConfigError as e:
+        raise ConfigError(_name_source(cfg, task, method, str(e))) from None
 
 
 def _name_source(cfg: dict, task, method: str, msg: str) -> str:

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from ..settings import load_settings
     from ..tasks import get_task
 
-    cfg = load_settings(args.config)
+    cfg = load_settings(args.config, only=(args.task, None if args.reference else args.method))
     if args.n_eval is not None:
         cfg["n_eval"] = int(args.n_eval)
     task = get_task(cfg, args.task)

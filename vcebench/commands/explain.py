@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from vcebench.run_settings import RunSettings
     from vcebench.settings import load_settings
 
-    cfg = load_settings(args.config)
+    cfg = load_settings(args.config, only=(args.task, args.method))  # the settings this job runs
     if args.seed is not None:  # in the config too: the loaders read the whole of it
         cfg["seed"] = int(args.seed)
     if args.n_eval is not None:

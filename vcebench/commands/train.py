@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from ..settings import load_settings
     from ..workflow import train_threads
 
-    cfg = load_settings(args.config)
+    cfg = load_settings(args.config, only=(args.task, None))  # a network: its model settings
     device = setup_torch(train_threads(cfg), cfg["device"], cfg.get("cuda"))  # cuda without a GPU: ConfigError
     with training_processes(device) as shard:
         metrics = train_role(cfg, args.role, args.task, data_dir=args.data, out_dir=args.out,
