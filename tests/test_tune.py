@@ -99,3 +99,48 @@ def test_merge_keeps_the_other_methods_and_refuses_a_different_rule():
     assert [r.get("old") for r in m["sweep"] if r["method"] == "dime"] == [False]
     with pytest.raises(ConfigError, match="rule"):
         merge_tuned(old, {**new, "rule": {"minimize": "FR"}})
+
+
+def test_a_finished_setting_is_reused_only_with_the_same_network_weights(tmp_path, monkeypatch):
+    """An interrupted sweep resumes from its finished settings; a network retrained under the same name
+    (other training settings, other weights) makes every setting run again, never a stale row."""
+    import numpy as np
+    import torch
+
+    from vcebench.commands import evaluate as ev_cmd
+    from vcebench.commands import explain as ex_cmd
+    from vcebench.commands.tune import _Sweep, _sweep_row
+    from vcebench.config import load_config
+    from vcebench.models.checkpoints import weights_fingerprint
+    from vcebench.tasks import get_task
+
+    runs = []
+
+    def fake_generate(method, images, ids, models, settings, npz, device):
+        runs.append(npz)
+        np.savez(npz, steps=np.ones(len(ids)))
+        return {"sec_per_cf": 0.1}
+
+    monkeypatch.setattr(ex_cmd, "generate", fake_generate)
+    monkeypatch.setattr(ev_cmd, "evaluate_task", lambda *a, **k: {"metrics": {"FID": 1.0, "FR": 100.0}})
+    cfg = load_config()
+    net = torch.nn.Linear(3, 2)
+
+    def sweep(weights):
+        models = type("M", (), {"names": {"classifier": "classifier (trained)"}})()
+        return _Sweep(cfg, get_task(cfg, "synthfaces_smile"), None, "val", torch.arange(4), None, models,
+                      {"classifier"}, ["FID", "FR"], tmp_path, tmp_path / "ref.npz", None, "resources/models",
+                      "cpu", weights)
+
+    before = {"classifier": weights_fingerprint(net)}
+    row = _sweep_row(sweep(before), "fire", 0, {})
+    assert _sweep_row(sweep(before), "fire", 0, {}) == row and len(runs) == 1  # resumed
+    copy = torch.nn.Linear(3, 2)
+    copy.load_state_dict(net.state_dict())
+    assert weights_fingerprint(copy) == before["classifier"]  # the same weights in another object
+    with torch.no_grad():
+        net.weight[0, 0] += 1e-6
+    after = {"classifier": weights_fingerprint(net)}
+    assert after != before
+    _sweep_row(sweep(after), "fire", 0, {})
+    assert len(runs) == 2  # the same name, other weights: run again

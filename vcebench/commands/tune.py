@@ -96,6 +96,7 @@ class _Sweep:
     data_dir: str | None
     model_dir: str
     device: Any
+    weights: dict[str, str]  # role -> checkpoints.weights_fingerprint: a retrained network is a new sweep
 
 
 def _wanted_metrics(tc: dict, rule: dict, known: dict) -> list[str]:
@@ -125,7 +126,7 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any]) -> dict[str,
     npz = sw.work / name / f"setting-{i}.npz"
     npz.parent.mkdir(parents=True, exist_ok=True)
     key = json.dumps({"params": params, "ids": sw.ids.tolist(), "metrics": sw.wanted, "seed": cfg.get("seed"),
-                      "models": {r: sw.models.names.get(r, r) for r in sorted(sw.roles)},
+                      "models": {r: sw.models.names.get(r, r) for r in sorted(sw.roles)}, "weights": sw.weights,
                       "batch_size": cfg.get("batch_size")}, sort_keys=True, default=str)
     cached = npz.with_suffix(".row.json")
     if cached.exists() and json.loads(cached.read_text()).get("key") == key:
@@ -161,6 +162,7 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     from .. import registry
     from ..data import eval_split_name, load_split, tune_split_name
     from ..models import load_task_models
+    from ..models.checkpoints import weights_fingerprint
     from ..protocol import check_ddpm_schedule, resolve_method
     from ..run_settings import EvalSettings
     from ..runtime import setup_torch
@@ -194,8 +196,10 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     ref = work / "fid_ref.npz"
     write_reference(EvalSettings.resolve(cfg, task, None, data_dir=data_dir, model_dir=model_dir, split=split_name),
                     str(ref), device, progress=False)
+    weights = {r: weights_fingerprint(getattr(models, r)) for r in sorted(roles)
+               if isinstance(getattr(models, r, None), torch.nn.Module)}
     sw = _Sweep(cfg, task, split, split_name, ids, split.index_of(ids), models, roles, wanted, work, ref,
-                data_dir, model_dir, device)
+                data_dir, model_dir, device, weights)
     space_all = (tc.get("space") or {})
     sweep, picked, settings = [], {}, {}
     for name in names:

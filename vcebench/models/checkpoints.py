@@ -48,6 +48,16 @@ def data_fingerprint(images: Tensor, n: int = 256) -> dict[str, Any]:
     return {"shape": list(images.shape), "dtype": str(images.dtype), "sha256": hashlib.sha256(raw).hexdigest()[:16]}
 
 
+def weights_fingerprint(module: nn.Module) -> str:
+    """A short hash of every tensor of ``module``'s state dict (names, dtypes, shapes, values): two networks
+    with the same name but other weights (retrained with other settings) get different fingerprints."""
+    h = hashlib.sha256()
+    for name, t in module.state_dict().items():
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def set_aside(path: Path, why: str) -> Path:
     """Rename ``path`` to ``<path>.<why>`` (replacing an older one) so that it is never resumed."""
     dest = path.with_name(f"{path.name}.{why}")
