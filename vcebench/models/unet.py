@@ -104,21 +104,3 @@ def use_explicit_groupnorm(module: nn.Module) -> nn.Module:
         else:
             use_explicit_groupnorm(child)
     return module
-
-
-# ----------------------------------------------------------------------------- data helpers
-
-
-def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:
-    """The RNG of one training step: a function of (seed, step) only, so a resumed run is identical."""
-    g = torch.Generator()
-    g.manual_seed((int(seed) * 1_000_003 + int(step) * 7919 + stream * 104_729) % (2**63 - 1))
-    return g
-
-
-# ----------------------------------------------------------------------------- training loop
-
-
-# ----------------------------------------------------------------------------- evaluation helpers
-
-
