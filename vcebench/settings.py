@@ -97,7 +97,6 @@ def check_method_settings(cfg: dict) -> None:
     resolved by the noise protocol, are parsed by the method's dataclass (its ranges)."""
     from methods import params_class
 
-    from .protocol import resolve_method
 
     known = all_methods(cfg)
     for base, layer in (cfg.get("method_defaults") or {}).items():
@@ -113,24 +112,32 @@ def check_method_settings(cfg: dict) -> None:
                 raise ConfigError(f"config key `tasks.{tname}.params.{m}`: no method {m!r} (config keys "
                                   f"`method_defaults` and `variants`); known: {', '.join(known)}")
             _typed_layer(f"tasks.{tname}.params.{m}", layer, params_class(m))
-    from methods.base import parse_params
-
     for tname in cfg.get("tasks") or {}:
         task = get_task(cfg, tname)
         for m in known:
-            try:
-                parse_params(params_class(m), resolve_method(cfg, task, m)[0], section=f"{m} of task {tname}")
-            except ConfigError as e:
-                raise ConfigError(_name_source(cfg, task, m, str(e))) from None
+            _parse_resolved(cfg, task, m)
+
+
+def _parse_resolved(cfg: dict, task, method: str) -> None:
+    """``method``'s protocol-resolved settings on ``task`` parsed by its dataclass (its ranges); a range error
+    names the config key that set the value."""
+    from methods import params_class
+    from methods.base import parse_params
+
+    from .protocol import resolve_method
+
+    try:
+        parse_params(params_class(method), resolve_method(cfg, task, method)[0],
+                     section=f"{method} of task {task.name}")
+    except ConfigError as e:
+        raise ConfigError(_name_source(cfg, task, method, str(e))) from None
 
 
 def check_one_method(cfg: dict, task_name: str, method: str) -> None:
     """:func:`check_method_settings` for ``method`` on ``task_name`` alone: the config layers it merges (keys
     and types, coerced in place), then its protocol-resolved settings parsed by its dataclass."""
     from methods import params_class
-    from methods.base import parse_params
 
-    from .protocol import resolve_method
     from .tasks import split_method
 
     task = get_task(cfg, task_name)
@@ -145,10 +152,7 @@ def check_one_method(cfg: dict, task_name: str, method: str) -> None:
     for section, layer in layers:
         if layer is not None:
             _typed_layer(section, layer, params_class(base))
-    try:
-        parse_params(params_class(method), resolve_method(cfg, task, method)[0], section=f"{method} of task {task_name}")
-    except ConfigError as e:
-        raise ConfigError(_name_source(cfg, task, method, str(e))) from None
+    _parse_resolved(cfg, task, method)
 
 
 def _name_source(cfg: dict, task, method: str, msg: str) -> str:
