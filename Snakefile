@@ -10,6 +10,7 @@ import sys
 from snakemake.utils import min_version
 
 from vcebench import workflow as wf
+from vcebench.kernels import DEFAULT_CPU_ISA, pin_environment
 from vcebench.settings import check_settings
 
 min_version("8.0")
@@ -25,6 +26,8 @@ wf.fail_fast(wf.check_method_names, config)
 wf.attach_tuned(config, workflow.basedir)
 # method and model settings (keys, types, ranges) from the code's dataclasses: fail before any job runs
 wf.fail_fast(check_settings, config)
+# every job's CPU kernels (config `cpu_isa`, vcebench/kernels.py): jobs inherit the variables set here
+pin_environment(config.get("cpu_isa", DEFAULT_CPU_ISA))
 
 
 envvars:

@@ -2,6 +2,11 @@ import os
 
 os.environ.setdefault("VCEBENCH_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# the kernels every vcebench job runs (vcebench.kernels), set before torch starts: tests compute the same
+# numbers on any x86-64 CPU
+os.environ.setdefault("VCEBENCH_CPU_ISA", "avx2")
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -98,7 +98,9 @@ def add_subverb(subs: argparse._SubParsersAction, name: str, func: Callable[[arg
 def main(argv: list[str] | None = None) -> int:
     """Run one command; user errors (config, data, checkpoints, metrics) print one clear line, exit 2."""
     from .errors import UserError
+    from .kernels import pin_for_argv
 
+    pin_for_argv(sys.argv[1:] if argv is None else list(argv))  # before any command module imports torch
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -242,6 +242,8 @@ def _metrics_json(settings: EvalSettings, names: list[str], z, core: dict, check
     """metrics.json from the metrics' results ``core``, in its key order."""
     from metrics.base import SUBSETS
 
+    from ..kernels import record as kernel_record
+
     m = settings.metrics
     return {
         "task": settings.task.name, "method": settings.method, "n_inputs": inputs["n_counterfactuals"],
@@ -258,6 +260,7 @@ def _metrics_json(settings: EvalSettings, names: list[str], z, core: dict, check
                 if "KID" in names else None),
         "guidance": guidance_summary(z),
         "protocol": None if settings.protocol is None else dict(settings.protocol),
+        "kernels": kernel_record(),
         "seconds": core["seconds"], "seconds_total": time.perf_counter() - t0,
     }
 

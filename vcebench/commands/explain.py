@@ -247,10 +247,11 @@ def _run_record(models, parts: list, device: torch.device | str) -> dict:
     import torch
 
     from vcebench.costs import network_call_flops
+    from vcebench.kernels import record as kernel_record
     from vcebench.profiling import FLOP_CONVENTION, cat_info, device_name, nfe_by_network
 
     out = {"device": device_name(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
-           "models": dict(getattr(models, "names", {}) or {}), "flop_convention": FLOP_CONVENTION,
+           "kernels": kernel_record(), "models": dict(getattr(models, "names", {}) or {}), "flop_convention": FLOP_CONVENTION,
            "flops_per_call": {}}
     if parts:
         info, _ = cat_info(parts)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..kernels import describe
 from ..tasks import is_baseline
 from .tables import display_columns, format_value, method_label
 
@@ -104,7 +105,21 @@ def _protocol_line(metas: dict[str, dict], tuned: dict | None, feature_dim: int 
         kid = any_mj.get("kid") or {}
         bits.append(f"FID/sFID/KID features: {extractor}{dim}" + (
             f"; KID kernel {kid.get('kernel')}" if kid.get("kernel") else ""))
+    kernels = _kernels_bit(metas)
+    if kernels:
+        bits.append(kernels)
     return "Protocol: " + "; ".join(bits) + "."
+
+
+def _kernels_bit(metas: dict[str, dict]) -> str | None:
+    """The CPU kernels the evaluations ran (``vcebench.kernels``), per row where they differ."""
+    phrases = {m: describe(mj.get("kernels")) for m, mj in metas.items() if mj.get("kernels")}
+    uniq = set(phrases.values())
+    if not uniq:
+        return None
+    if len(uniq) == 1:
+        return next(iter(uniq))
+    return "CPU kernels differ between rows: " + ", ".join(f"{method_label(m)} {p}" for m, p in phrases.items())
 
 
 def _noise_rule_bit(protos: dict[str, dict]) -> str:
