@@ -99,6 +99,16 @@ def load_resume_state(path: str | Path, fp: str, desc: str) -> dict | None:
     return state
 
 
+def save_snapshot(path: str | Path, weights: dict[str, Tensor], step: int) -> None:
+    """Write one training snapshot's (EMA) weights as safetensors, atomically (``training.train_generative``
+    ``snapshots=``: the points of a training curve, ``vcebench.models.curves``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp), metadata={"format": FORMAT, "step": str(int(step))})
+
+
 def save_trained(out_dir: str | Path, model: nn.Module, config: dict, metrics: dict) -> None:
     """Write ``model.safetensors`` + ``config.json``, then ``metrics.json`` (the workflow's sentinel).
 

@@ -301,7 +301,8 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
               val_images_uint8: Tensor | None = None, progress: bool = True, reference_ddpm: Any = None,
               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
               classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None,
-              fire_t: dict[str, float] | None = None, shard: Shard | None = None) -> dict:
+              fire_t: dict[str, float] | None = None, shard: Shard | None = None,
+              snapshots: tuple[int, ...] = ()) -> dict:
     """Train the ``pmf`` role and write ``out_dir``: ``model.safetensors`` (EMA weights), ``config.json``,
     ``samples.png``, ``predict_t0.4.png`` and ``metrics.json`` (written last). The first ``fm_warmup``
     share of the steps is flow matching only (r = t). Resumes from ``out_dir/checkpoint``.
@@ -326,7 +327,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
         return loss, per_sample.mean() / x[0].numel()  # logged: unweighted squared error of u per pixel
 
     shadow, stats = train_generative(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress,
-                                     shard=shard)
+                                     shard=shard, snapshots=snapshots)
     if shard is not None and not shard.writer:
         return {"role": "pmf", "training": stats}
     pmf = build_pmf(cfg_role, channels, res)  # plain GroupNorm, contiguous weights

@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 
 from ..io import from_uint8
 from ..rng import step_generator, step_seed
-from .checkpoints import CHECKPOINT, data_fingerprint, fingerprint, load_resume_state, save_resume_state
+from .checkpoints import (CHECKPOINT, data_fingerprint, fingerprint, load_resume_state, save_resume_state,
+                          save_snapshot)
 from .distributed import Shard, args_of
 from .unet import require
 
@@ -188,7 +189,8 @@ def _optimiser_step(model: nn.Module, opt: torch.optim.Optimizer, ema: EMA, loss
 def train_generative(model: nn.Module,
                      loss_fn: Callable[[nn.Module, Tensor, torch.Generator, int], Tensor | tuple[Tensor, Tensor]],
                      cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True,
-                     shard: Shard | None = None) -> tuple[dict[str, Tensor], dict[str, Any]]:
+                     shard: Shard | None = None,
+                     snapshots: tuple[int, ...] = ()) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Run ``cfg['steps']`` optimiser steps of ``loss_fn(model, x, generator, step)`` on uint8 ``images``.
 
     ``loss_fn`` returns the loss to minimise, or (that loss, the number to log), e.g. when an adaptive
@@ -205,6 +207,10 @@ def train_generative(model: nn.Module,
     for the whole batch ``x`` (on the CPU), then keeps ``shard.take(...)`` of it; the forward and loss run
     under the recipe's ``amp`` (bf16 autocast by default on CUDA); the optimiser, EMA and gradient
     clipping stay fp32. Without one (or on the CPU in one process) nothing differs from a plain run.
+
+    ``snapshots``: after each of these steps the EMA weights are also written to
+    ``out_dir/snapshots/step-NNNNNN.safetensors`` (the points of one run's training curve); they change
+    nothing in the run.
     (Over 60 lines only with this docstring: the body is one training loop, ~45 lines.)
     """
     steps, bs = int(require(cfg, "steps", role)), int(require(cfg, "batch_size", role))
@@ -243,6 +249,8 @@ def train_generative(model: nn.Module,
         loss, logged = loss if isinstance(loss, tuple) else (loss, loss)
         _optimiser_step(model, opt, ema, loss, cfg.get("grad_clip"), step)
         losses.append(float(shard.mean(logged.detach())))
+        if step + 1 in snapshots and shard.writer:
+            save_snapshot(snapshot_path(out_dir, step + 1), ema.shadow, step + 1)
         if step % 20 == 0:
             bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}",
                             img_s=f"{(step + 1 - start) * bs / max(time.perf_counter() - t0, 1e-9):.0f}")
@@ -254,6 +262,11 @@ def train_generative(model: nn.Module,
              "resumed_from_step": start, "threads": torch.get_num_threads(),
              **throughput(steps - start, bs, seconds, shard), **_loss_stats(losses, steps)}
     return _ema_on_cpu(model, ema, shard), stats
+
+
+def snapshot_path(out_dir: str | Path, step: int) -> Path:
+    """Where ``train_generative(..., snapshots=...)`` writes the EMA weights after ``step`` steps."""
+    return Path(out_dir) / "snapshots" / f"step-{int(step):06d}.safetensors"
 
 
 def _place(model: nn.Module, channels_last: bool, shard: Shard) -> nn.Module:
