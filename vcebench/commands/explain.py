@@ -251,7 +251,8 @@ def _run_record(models, parts: list, device: torch.device | str) -> dict:
     from vcebench.profiling import FLOP_CONVENTION, cat_info, device_name, nfe_by_network
 
     out = {"device": device_name(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
-           "kernels": kernel_record(), "models": dict(getattr(models, "names", {}) or {}), "flop_convention": FLOP_CONVENTION,
+           "kernels": kernel_record(), "models": dict(getattr(models, "names", {}) or {}),
+           "flop_convention": FLOP_CONVENTION,
            "flops_per_call": {}}
     if parts:
         info, _ = cat_info(parts)
