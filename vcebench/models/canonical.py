@@ -62,6 +62,8 @@ from .canonical_nets import (
 )
 from .checkpoints import CheckpointError, load_state_strict, uninitialised
 from .nets import AttributeClassifier
+from .torch_module import KEYS as TORCH_MODULE_KEYS
+from .torch_module import check_torch_module, load_torch_module
 
 CELEBA_ATTRIBUTES = [
     "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips", "Big_Nose",
@@ -254,7 +256,7 @@ def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: s
     from .ddpm import UNetDDPM
     from .guided_unet import GuidedUNet
 
-    flags = _guided_flags(spec, key)
+    flags = _guided_flags(role, spec, key)
     try:
         unet = uninitialised(lambda: GuidedUNet(**flags))  # ~100 M parameters that the checkpoint overwrites
     except (ValueError, TypeError) as e:
@@ -273,7 +275,7 @@ def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: s
     return model, model.name
 
 
-def _guided_flags(spec: dict, key: str) -> dict[str, Any]:
+def _guided_flags(role: str, spec: dict, key: str) -> dict[str, Any]:
     """The UNet flags of a ``guided_diffusion`` block: its flag keys and its pasted ``model_flags`` string
     (``guided_unet.guided_flags``); a ConfigError names the config key."""
     from .guided_unet import CONFIG_FLAG_KEYS, guided_flags
@@ -315,15 +317,20 @@ def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: 
     return model, model.name
 
 
+def _load_torch_module(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    """A network defined by its own code (``vcebench/models/torch_module.py``)."""
+    return load_torch_module(role, spec, path, key, name)
+
+
 @dataclass(frozen=True)
 class Format:
     """One checkpoint layout: the roles it serves, its loader, its extra config keys and a check of its
-    block that needs no file (``check(spec, key)``, run when the config is loaded)."""
+    block that needs no file (``check(role, spec, key)``, run when the config is loaded)."""
 
     roles: tuple[str, ...]
     load: Callable[..., Loaded]
     keys: frozenset[str] = frozenset()
-    check: Callable[[dict, str], Any] | None = None
+    check: Callable[[str, dict, str], Any] | None = None
 
 
 def _guided_keys() -> frozenset[str]:
@@ -341,6 +348,7 @@ LOADERS: dict[str, Format] = {
     "lpips": Format(("perceptual",), _load_lpips),
     "guided_diffusion": Format(("ddpm",), _load_guided_diffusion, _guided_keys(), _guided_flags),
     "fastdime_chexpert": Format(("ddpm",), _load_fastdime_chexpert),
+    "torch_module": Format(("classifier", "pmf", "ddpm"), _load_torch_module, TORCH_MODULE_KEYS, check_torch_module),
 }
 # role -> its canonical formats
 FORMATS: dict[str, tuple[str, ...]] = {role: tuple(f for f, spec in LOADERS.items() if role in spec.roles)
@@ -366,7 +374,7 @@ def check_spec(role: str, spec: dict, key: str) -> None:
                               f"{', '.join(FORMATS.get(role, ())) or 'none (train it instead)'}")
     check_keys(key, spec, SPEC_KEYS | LOADERS[fmt].keys)
     if LOADERS[fmt].check is not None:
-        LOADERS[fmt].check(spec, key)
+        LOADERS[fmt].check(role, spec, key)
 
 
 def load_canonical(role: str, spec: dict, task: Task, key: str) -> Loaded:
