@@ -137,6 +137,17 @@ def test_a_pickled_payload_is_refused_by_weights_only(released, tmp_path):
     assert not hasattr(Pickled, "loaded")  # nothing was built from it
 
 
+def test_dits_training_layout_with_its_argparse_namespace_loads(released, tmp_path):
+    import argparse
+
+    torch.save({"model": released["raw"].state_dict(), "ema": released["ema"].state_dict(), "opt": {},
+                "args": argparse.Namespace(model="DiT-B/8", image_size=32, num_classes=2)}, tmp_path / "0040000.pt")
+    pmf, _ = load_canonical("pmf", pmf_spec(released, weights=str(tmp_path / "0040000.pt")), TASK, KEY)
+    z, t = torch.randn(1, 3, 32, 32), torch.full((1,), 0.4)
+    with torch.no_grad():
+        torch.testing.assert_close(pmf.predict_clean(z, 0.4), released["ema"](z, t, t, torch.full((1,), 2)))
+
+
 def test_a_wrong_classifier_head_is_named_at_the_first_call(released):
     head, _ = load_canonical("classifier", clf_spec(released, head="1logit", index=5), TASK,
                              "models.synthfaces.classifier")

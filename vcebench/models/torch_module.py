@@ -23,6 +23,7 @@ its role's contract (``vcebench/models/base.py``) as ``output`` and ``inputs`` d
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 from pathlib import Path
@@ -102,14 +103,16 @@ def import_class(spec: dict, key: str) -> type:
 
 
 def read_state(role: str, path: Path, which: str | None, key: str) -> dict[str, Tensor]:
-    """The state dict in ``path`` (safetensors, or ``torch.load(weights_only=True)``), under checkpoint key
-    ``which`` (None: the file itself), without a DistributedDataParallel ``module.`` prefix."""
+    """The state dict in ``path`` (safetensors, or ``torch.load(weights_only=True)``, which also admits an
+    ``argparse.Namespace``), under checkpoint key ``which`` (None: the file itself), without a
+    DistributedDataParallel ``module.`` prefix."""
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
         ck: Any = load_file(str(path))
     else:
-        try:
-            ck = torch.load(path, map_location="cpu", weights_only=True)
+        try:  # DiT's train.py stores its argparse.Namespace next to the weights: plain values, allowed
+            with torch.serialization.safe_globals([argparse.Namespace]):
+                ck = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise CheckpointError(f"role {role!r}: config key `{key}.weights`: {path} cannot be read with "
