@@ -31,6 +31,12 @@ format                      roles             checkpoint layout / source
 ``lpips``                   perceptual        lpips package (linear layers ship in its wheel) with ``net: vgg|alex``;
                                               ``weights`` = the torchvision backbone file, e.g. the torch hub
                                               cache's ``vgg16-397923af.pth`` / ``alexnet-owt-7be5be79.pth``.
+``guided_diffusion``        ddpm              guided-diffusion UNet state dict; flags as keys or a pasted
+                                              ``model_flags`` string (:mod:`vcebench.models.guided_unet`).
+``fastdime_chexpert``       ddpm              FastDiME_Med's folder: ``ckpt.tar`` + ``config.pickle``.
+``torch_module``            classifier, pmf,  a class from the user's environment (``class``, ``kwargs``), the state dict
+                            ddpm              under ``state_dict``, a declared call convention
+                                              (:mod:`vcebench.models.torch_module`).
 ==========================  ================  ===================================================================
 """
 
