@@ -281,3 +281,20 @@ def test_training_only_flags_are_accepted(tmp_path):
     ddpm, _ = load_canonical("ddpm", {"weights": str(tmp_path / "small.pt"), "format": "guided_diffusion",
                                       "model_flags": flags}, TASK, "models.celeba.ddpm")
     assert ddpm.unet.flags["dropout"] == pytest.approx(0.1)
+
+
+def test_the_noise_protocol_reads_the_schedule_from_the_pasted_flags(cfg, tmp_path):
+    """The start step is derived from the schedule the flags state, and the loaded network must match it."""
+    from vcebench.models.zoo import load_role
+    from vcebench.protocol import check_ddpm_schedule, ddpm_schedule
+
+    torch.save(GuidedUNet(**SMALL, learn_sigma=True).state_dict(), tmp_path / "small.pt")
+    flags = SMALL_FLAGS.replace("--diffusion_steps 500 --noise_schedule linear",
+                                "--diffusion_steps 1000 --noise_schedule cosine")
+    c = _with_ddpm(cfg, weights=str(tmp_path / "small.pt"), format="guided_diffusion", model_flags=flags)
+    abar, source = ddpm_schedule(c, "celeba")
+    assert len(abar) == 1000 and "cosine betas, T = 1000" in source
+    ddpm, _ = load_role(c, TASK, "ddpm")
+    check_ddpm_schedule(c, "celeba", ddpm.alphas_cumprod.numpy())  # what `vcebench explain` checks
+    with pytest.raises(ConfigError, match="differ from the schedule"):
+        check_ddpm_schedule(c, "celeba", betas_for("linear", 1000).neg().add(1).cumprod(0).numpy())

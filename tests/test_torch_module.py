@@ -224,3 +224,27 @@ def test_torch_module_pmf_and_classifier_run_fire_to_the_table(released, tmp_pat
     assert [r["method"] for r in rows] == ["fire"] and int(rows[0]["n"]) == 6
     assert float(rows[0]["FR"]) == pytest.approx(metrics["metrics"]["FR"]) and rows[0]["COUT"] != ""
     assert "FiRe" in (tmp_path / "results" / "synthfaces_smile.md").read_text()
+
+
+def test_ddpm_eps_convention_and_its_schedule(cfg, tmp_path):
+    from tests.user_nets import EpsNet
+    from vcebench.models.zoo import load_role
+    from vcebench.protocol import check_ddpm_schedule, ddpm_schedule
+
+    net = _random(EpsNet(), 4)
+    torch.save({"model": net.state_dict()}, tmp_path / "eps.pt")
+    c = copy.deepcopy(cfg)
+    c["models"]["celeba"]["ddpm"] = {"weights": str(tmp_path / "eps.pt"), "format": "torch_module",
+                                     "class": "tests.user_nets:EpsNet", "state_dict": "model", "output": "eps",
+                                     "inputs": ["z", "t"], "diffusion_steps": 1000, "noise_schedule": "linear"}
+    task = Task(name="celeba_smile", dataset="celeba", attribute="Smiling")
+    ddpm, _ = load_role(c, task, "ddpm")
+    z, t = torch.randn(2, 3, 8, 8), torch.tensor([5, 900])
+    with torch.no_grad():
+        torch.testing.assert_close(ddpm.eps(z, t), net(z, t))
+    assert ddpm.num_train_timesteps == 1000 and len(ddpm_schedule(c, "celeba")[0]) == 1000
+    check_ddpm_schedule(c, "celeba", ddpm.alphas_cumprod.numpy())
+    c["models"]["celeba"]["ddpm"]["learn_sigma"] = True  # declared 2C channels, the network gives C
+    ddpm, _ = load_role(c, task, "ddpm")
+    with pytest.raises(UserError, match=r"`models\.celeba\.ddpm\.output`: the network returned \(2, 3, 8, 8\)"):
+        ddpm.eps(z, t)

@@ -83,3 +83,15 @@ class UserClassifier(nn.Module):
 
 class NotAModule:
     pass
+
+
+class EpsNet(nn.Module):
+    """A tiny epsilon-prediction network ``forward(z, t)`` (integer timesteps)."""
+
+    def __init__(self, channels: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+        self.temb = nn.Embedding(1000, channels)
+
+    def forward(self, z: Tensor, t: Tensor) -> Tensor:
+        return self.conv(z) + self.temb(t)[:, :, None, None]
