@@ -34,8 +34,8 @@ format                      roles             checkpoint layout / source
 ``guided_diffusion``        ddpm              guided-diffusion UNet state dict; flags as keys or a pasted
                                               ``model_flags`` string (:mod:`vcebench.models.guided_unet`).
 ``fastdime_chexpert``       ddpm              FastDiME_Med's folder: ``ckpt.tar`` + ``config.pickle``.
-``torch_module``            classifier, pmf,  a class from the user's environment (``class``, ``kwargs``), the state dict
-                            ddpm              under ``state_dict``, a declared call convention
+``torch_module``            classifier, pmf,  a class from the user's environment (``class``, ``kwargs``), the state
+                            ddpm              dict under ``state_dict``, a declared call convention
                                               (:mod:`vcebench.models.torch_module`).
 ==========================  ================  ===================================================================
 """
