@@ -127,6 +127,8 @@ def parse_model_flags(text: str) -> dict[str, Any]:
     """A guided-diffusion flag string as DiME / ACE / MaskDiME / FastDiME write ``MODEL_FLAGS`` (and
     ``DIFFUSION_FLAGS``): ``--name value`` or ``--name=value``, each a flag of guided-diffusion's
     ``model_and_diffusion_defaults``, typed by its default; a repeated flag keeps its last value (argparse)."""
+    if not isinstance(text, str):
+        raise ValueError(f"`model_flags` must be a string of --flag value pairs, got {text!r}")
     tokens, out, i = shlex.split(text), {}, 0
     while i < len(tokens):
         tok = tokens[i]
