@@ -194,3 +194,107 @@ def test_diffusers_conversion_matches_on_random_weights_and_keeps_the_learned_va
         d = UNetDDPM(net, 500).to_diffusers()
         with torch.no_grad():
             torch.testing.assert_close(d.unet(z, t).sample, net(z, t), atol=1e-5, rtol=1e-4)
+
+
+# DiME's MODEL_FLAGS as its README ("Extracting Counterfactual Explanations") and test.sh print them; main.py gets
+# the image size on its own (`--image_size $IMAGESIZE`, 128).
+DIME_MODEL_FLAGS = ("--attention_resolutions 32,16,8 --class_cond False --diffusion_steps 500 --learn_sigma True "
+                    "--noise_schedule linear --num_channels 128 --num_heads 4 --num_res_blocks 2 "
+                    "--resblock_updown True --use_fp16 True --use_scale_shift_norm True")
+SMALL_FLAGS = ("--image_size 32 --num_channels 32 --num_res_blocks 1 --channel_mult 1,2 --attention_resolutions 16 "
+               "--num_heads 4 --class_cond False --learn_sigma True --diffusion_steps 500 --noise_schedule linear "
+               "--resblock_updown True --use_scale_shift_norm True")
+
+
+def _with_ddpm(cfg, **spec):
+    import copy
+
+    c = copy.deepcopy(cfg)
+    c["models"]["celeba"]["ddpm"] = spec
+    return c
+
+
+def test_dime_model_flags_pasted_into_the_config_load_the_released_layout(cfg, tmp_path):
+    from vcebench.models.zoo import load_role
+    from vcebench.settings import check_settings
+
+    ref = json.loads(FIXTURE.read_text())["keys"]
+    torch.save({k: torch.full((1,), 0.01).expand(s) for k, s in ref.items()}, tmp_path / "ddpm-celeba.pt")
+    c = _with_ddpm(cfg, weights=str(tmp_path / "ddpm-celeba.pt"), format="guided_diffusion",
+                   model_flags=DIME_MODEL_FLAGS, image_size=128)
+    check_settings(c)
+    ddpm, name = load_role(c, TASK, "ddpm")
+    assert isinstance(ddpm, UNetDDPM) and ddpm.learned_variance and ddpm.num_train_timesteps == 500
+    assert "128 px" in name and "T=500 linear" in name and "fp16" in name  # --use_fp16 True, as DiME runs it
+    f = ddpm.unet.flags
+    assert f["num_heads"] == 4 and f["num_head_channels"] == -1 and f["attention_ds"] == (4, 8, 16)
+    # the image size inside the string works as well
+    ddpm2, _ = load_role(_with_ddpm(cfg, weights=str(tmp_path / "ddpm-celeba.pt"), format="guided_diffusion",
+                                    model_flags=DIME_MODEL_FLAGS + " --image_size=128"), TASK, "ddpm")
+    assert ddpm2.unet.flags == f
+
+
+def test_model_flags_merge_over_guided_diffusions_defaults_and_match_the_keys(tmp_path):
+    net = _random_(GuidedUNet(**SMALL, learn_sigma=True)).eval()
+    torch.save(net.state_dict(), tmp_path / "small.pt")
+    by_keys, _ = load_canonical("ddpm", {"weights": str(tmp_path / "small.pt"), "format": "guided_diffusion",
+                                         **SMALL, "class_cond": False}, TASK, "models.celeba.ddpm")
+    by_string, _ = load_canonical("ddpm", {"weights": str(tmp_path / "small.pt"), "format": "guided_diffusion",
+                                           "model_flags": SMALL_FLAGS}, TASK, "models.celeba.ddpm")
+    z, t = torch.randn(2, 3, 32, 32), torch.tensor([3, 400])
+    with torch.no_grad():
+        torch.testing.assert_close(by_string.eps_var(z, t)[0], by_keys.eps_var(z, t)[0], rtol=0, atol=0)
+    # guided-diffusion's defaults lie under the string, not DiME's: without --learn_sigma it is False
+    # (3 output channels, so the 6-channel checkpoint no longer fits)
+    with pytest.raises(CheckpointError, match="shape mismatch"):
+        load_canonical("ddpm", {"weights": str(tmp_path / "small.pt"), "format": "guided_diffusion",
+                                "model_flags": SMALL_FLAGS.replace("--learn_sigma True ", "")}, TASK, "k")
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"class_cond": True}, r"`models\.celeba\.ddpm`: --class_cond True: class-conditional .* not supported"),
+    ({"model_flags": SMALL_FLAGS.replace("--class_cond False", "--class_cond True")},
+     r"`models\.celeba\.ddpm\.model_flags`: --class_cond True: class-conditional"),
+    ({"model_flags": SMALL_FLAGS + " --num_head 4"}, r"`models\.celeba\.ddpm\.model_flags`: unknown flag --num_head "
+                                                     r"\(did you mean --num_heads\?\)"),
+    ({"model_flags": SMALL_FLAGS + " --learn_sigma maybe"}, r"--learn_sigma 'maybe': boolean value expected"),
+    ({"model_flags": SMALL_FLAGS + " --num_channels"}, r"--num_channels has no value"),
+    ({"model_flags": SMALL_FLAGS, "num_channels": 64}, r"`num_channels: 64` contradicts `model_flags`"),
+    ({"model_flags": SMALL_FLAGS.replace("--image_size 32 ", "")}, r"no --image_size"),
+    ({"model_flags": SMALL_FLAGS + " --timestep_respacing 200"}, r"method_defaults\.<method>\.respacing"),
+    ({"model_flags": SMALL_FLAGS + " --predict_xstart True"}, r"epsilon-prediction"),
+    ({"model_flags": ["--image_size", "32"]}, r"`models\.celeba\.ddpm\.model_flags` must be a string"),
+])
+def test_guided_diffusion_flag_errors_are_one_line_naming_the_key_at_config_check(cfg, tmp_path, spec, message):
+    from vcebench.errors import UserError
+    from vcebench.settings import check_settings
+
+    c = _with_ddpm(cfg, weights=str(tmp_path / "absent.pt"), format="guided_diffusion", **spec)
+    with pytest.raises(UserError, match=message) as e:
+        check_settings(c)  # `snakemake -n` and every CLI verb: before any file is read
+    assert "\n" not in str(e.value)
+
+
+def test_training_only_flags_are_accepted(tmp_path):
+    torch.save(GuidedUNet(**SMALL, learn_sigma=True).state_dict(), tmp_path / "small.pt")
+    flags = SMALL_FLAGS + " --use_checkpoint True --use_kl False --rescale_learned_sigmas True --dropout 0.1"
+    ddpm, _ = load_canonical("ddpm", {"weights": str(tmp_path / "small.pt"), "format": "guided_diffusion",
+                                      "model_flags": flags}, TASK, "models.celeba.ddpm")
+    assert ddpm.unet.flags["dropout"] == pytest.approx(0.1)
+
+
+def test_the_noise_protocol_reads_the_schedule_from_the_pasted_flags(cfg, tmp_path):
+    """The start step is derived from the schedule the flags state, and the loaded network must match it."""
+    from vcebench.models.zoo import load_role
+    from vcebench.protocol import check_ddpm_schedule, ddpm_schedule
+
+    torch.save(GuidedUNet(**SMALL, learn_sigma=True).state_dict(), tmp_path / "small.pt")
+    flags = SMALL_FLAGS.replace("--diffusion_steps 500 --noise_schedule linear",
+                                "--diffusion_steps 1000 --noise_schedule cosine")
+    c = _with_ddpm(cfg, weights=str(tmp_path / "small.pt"), format="guided_diffusion", model_flags=flags)
+    abar, source = ddpm_schedule(c, "celeba")
+    assert len(abar) == 1000 and "cosine betas, T = 1000" in source
+    ddpm, _ = load_role(c, TASK, "ddpm")
+    check_ddpm_schedule(c, "celeba", ddpm.alphas_cumprod.numpy())  # what `vcebench explain` checks
+    with pytest.raises(ConfigError, match="differ from the schedule"):
+        check_ddpm_schedule(c, "celeba", betas_for("linear", 1000).neg().add(1).cumprod(0).numpy())

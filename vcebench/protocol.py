@@ -112,14 +112,22 @@ def _ddpm_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str]:
 
 def _released_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str] | None:
     """The training schedule a released DDPM format states: guided-diffusion's ``diffusion_steps`` /
-    ``noise_schedule`` flags, FastDiME_Med's ``TrainingConfig.TIMESTEPS`` (linear) in config.pickle; None
-    when the format states none or its config cannot be read (loading the weights then says why)."""
-    from .models.guided_unet import DIME_CELEBA_FLAGS, betas_for
+    ``noise_schedule`` flags (keys or ``model_flags``), torch_module's keys of the same names, FastDiME_Med's
+    ``TrainingConfig.TIMESTEPS`` (linear) in config.pickle; None when the format states none or its config
+    cannot be read (loading the weights then says why)."""
+    from .models.guided_unet import CONFIG_FLAG_KEYS, betas_for, guided_flags
 
     fmt, where = spec.get("format"), f"models.{dataset}.ddpm ({spec.get('format')} {spec.get('weights')})"
-    if fmt == "guided_diffusion":
-        steps = int(spec.get("diffusion_steps", DIME_CELEBA_FLAGS["diffusion_steps"]))
-        schedule = str(spec.get("noise_schedule", DIME_CELEBA_FLAGS["noise_schedule"]))
+    if fmt == "guided_diffusion":  # the flag keys, or the pasted `model_flags` over guided-diffusion's defaults
+        try:
+            flags = guided_flags({k: v for k, v in spec.items() if k in CONFIG_FLAG_KEYS}, spec.get("model_flags"))
+        except (ValueError, TypeError):
+            return None
+        steps, schedule = int(flags["diffusion_steps"]), str(flags["noise_schedule"])
+    elif fmt == "torch_module":
+        if not isinstance(spec.get("diffusion_steps"), int):
+            return None
+        steps, schedule = spec["diffusion_steps"], str(spec.get("noise_schedule", "linear"))
     elif fmt == "fastdime_chexpert":
         from .models.fastdime_unet import UnsafePickleError, read_plain_pickle
 

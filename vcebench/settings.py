@@ -8,7 +8,7 @@ The JSON schema (``config/schema.yaml``) leaves ``method_defaults``, ``fire_vari
 - trained synthetic roles: the code defaults (``vcebench.models.recipes.TRAINERS``; a setting's type is
   its default's type);
 - ``ddpm`` / ``pmf``: ``DDPM_SETTINGS`` / ``PMF_SETTINGS`` / ``UNET_SETTINGS`` (key -> type);
-- canonical weights (``weights:``): ``vcebench.models.canonical.SPEC_KEYS``.
+- canonical weights (``weights:``): ``vcebench.models.canonical.check_spec`` (the format's keys and checks).
 
 :func:`check_settings` runs in the Snakefile (``snakemake -n`` fails before any job runs) and in
 every CLI verb that runs a method or a network (:func:`load_settings`). A bad key, type or range is a
@@ -223,9 +223,9 @@ def role_setting_types(role: str) -> dict[str, Any] | None:
 
 def check_model_settings(cfg: dict) -> None:
     """Every ``models.<dataset>.<role>`` block: training settings (keys, types, ranges) or canonical
-    weights (``canonical.SPEC_KEYS``)."""
+    weights (``canonical.check_spec``)."""
     from .models.base import ROLES
-    from .models.canonical import SPEC_KEYS
+    from .models.canonical import check_spec, is_canonical
     from .models.unet import UNET_SETTINGS
 
     for ds, roles in (cfg.get("models") or {}).items():
@@ -238,11 +238,11 @@ def check_model_settings(cfg: dict) -> None:
             if not isinstance(spec, dict):
                 raise ConfigError(f"config key `{section}` must be a mapping, got {spec!r}")
             types = role_setting_types(role)
-            if "weights" in spec:  # canonical weights: the loader's keys (generative roles: their own too)
-                if role in ("ddpm", "pmf"):
-                    _typed_settings(section, spec, types or {}, strict_keys=False)
+            if "weights" in spec:  # canonical weights: the format's keys (generative folders: their own too)
+                if is_canonical(role, spec):
+                    check_spec(role, spec, section)
                 else:
-                    check_keys(section, spec, SPEC_KEYS)
+                    _typed_settings(section, spec, types or {}, strict_keys=False)
                 continue
             if types is None:
                 raise ConfigError(f"config key `{section}`: role {role!r} cannot be trained; set "

@@ -31,6 +31,12 @@ format                      roles             checkpoint layout / source
 ``lpips``                   perceptual        lpips package (linear layers ship in its wheel) with ``net: vgg|alex``;
                                               ``weights`` = the torchvision backbone file, e.g. the torch hub
                                               cache's ``vgg16-397923af.pth`` / ``alexnet-owt-7be5be79.pth``.
+``guided_diffusion``        ddpm              guided-diffusion UNet state dict; flags as keys or a pasted
+                                              ``model_flags`` string (:mod:`vcebench.models.guided_unet`).
+``fastdime_chexpert``       ddpm              FastDiME_Med's folder: ``ckpt.tar`` + ``config.pickle``.
+``torch_module``            classifier, pmf,  a class from the user's environment (``class``, ``kwargs``), the state
+                            ddpm              dict under ``state_dict``, a declared call convention
+                                              (:mod:`vcebench.models.torch_module`).
 ==========================  ================  ===================================================================
 """
 
@@ -45,7 +51,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import check_keys
+from ..config import ConfigError, check_keys
 from ..tasks import Task
 from .base import BinaryHead
 from .canonical_nets import (
@@ -62,6 +68,8 @@ from .canonical_nets import (
 )
 from .checkpoints import CheckpointError, load_state_strict, uninitialised
 from .nets import AttributeClassifier
+from .torch_module import KEYS as TORCH_MODULE_KEYS
+from .torch_module import check_torch_module, load_torch_module
 
 CELEBA_ATTRIBUTES = [
     "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips", "Big_Nose",
@@ -252,9 +260,9 @@ def _load_lpips(role: str, spec: dict, path: Path, task: Task, key: str, name: s
 def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
     """A guided-diffusion (improved-diffusion) UNet state dict (DiME / ACE / FastDiME / MaskDiME ``.pt``)."""
     from .ddpm import UNetDDPM
-    from .guided_unet import FLAG_KEYS, GuidedUNet
+    from .guided_unet import GuidedUNet
 
-    flags = {k: v for k, v in spec.items() if k in FLAG_KEYS}
+    flags = _guided_flags(role, spec, key)
     try:
         unet = uninitialised(lambda: GuidedUNet(**flags))  # ~100 M parameters that the checkpoint overwrites
     except (ValueError, TypeError) as e:
@@ -271,6 +279,21 @@ def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: s
             f"{', learned sigma' if f['learn_sigma'] else ''}{', fp16' if f['use_fp16'] else ''}")
     model.name = f"{name or 'guided-diffusion UNet'} ({desc}, {path.name})"
     return model, model.name
+
+
+def _guided_flags(role: str, spec: dict, key: str) -> dict[str, Any]:
+    """The UNet flags of a ``guided_diffusion`` block: its flag keys and its pasted ``model_flags`` string
+    (``guided_unet.guided_flags``); a ConfigError names the config key."""
+    from .guided_unet import CONFIG_FLAG_KEYS, guided_flags
+
+    text = spec.get("model_flags")
+    if text is not None and not isinstance(text, str):
+        raise ConfigError(f"config key `{key}.model_flags` must be a string of --flag value pairs (DiME's "
+                          f"MODEL_FLAGS), got {text!r}")
+    try:
+        return guided_flags({k: v for k, v in spec.items() if k in CONFIG_FLAG_KEYS}, text)
+    except ValueError as e:
+        raise ConfigError(f"config key `{key}{'.model_flags' if text is not None else ''}`: {e}") from None
 
 
 def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
@@ -300,18 +323,25 @@ def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: 
     return model, model.name
 
 
+def _load_torch_module(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
+    """A network defined by its own code (``vcebench/models/torch_module.py``)."""
+    return load_torch_module(role, spec, path, key, name)
+
+
 @dataclass(frozen=True)
 class Format:
-    """One checkpoint layout: the roles it serves, its loader and its extra config keys."""
+    """One checkpoint layout: the roles it serves, its loader, its extra config keys and a check of its
+    block that needs no file (``check(role, spec, key)``, run when the config is loaded)."""
 
     roles: tuple[str, ...]
     load: Callable[..., Loaded]
     keys: frozenset[str] = frozenset()
+    check: Callable[[str, dict, str], Any] | None = None
 
 
 def _guided_keys() -> frozenset[str]:
-    from .guided_unet import FLAG_KEYS
-    return FLAG_KEYS
+    from .guided_unet import CONFIG_FLAG_KEYS
+    return CONFIG_FLAG_KEYS | {"model_flags"}
 
 
 LOADERS: dict[str, Format] = {
@@ -322,19 +352,39 @@ LOADERS: dict[str, Format] = {
     "pytorch_fid_inception": Format(("fid_features",), _load_pytorch_fid_inception),
     "vgg19_dime": Format(("perceptual",), _load_vgg19_dime),
     "lpips": Format(("perceptual",), _load_lpips),
-    "guided_diffusion": Format(("ddpm",), _load_guided_diffusion, _guided_keys()),
+    "guided_diffusion": Format(("ddpm",), _load_guided_diffusion, _guided_keys(), _guided_flags),
     "fastdime_chexpert": Format(("ddpm",), _load_fastdime_chexpert),
+    "torch_module": Format(("classifier", "pmf", "ddpm"), _load_torch_module, TORCH_MODULE_KEYS, check_torch_module),
 }
 # role -> its canonical formats
 FORMATS: dict[str, tuple[str, ...]] = {role: tuple(f for f, spec in LOADERS.items() if role in spec.roles)
                                        for spec in LOADERS.values() for role in spec.roles}
 
 
-def load_canonical(role: str, spec: dict, task: Task, key: str) -> Loaded:
-    """Build the role's module from ``spec['weights']`` in ``spec['format']``; return (module, name)."""
-    fmt, path = spec.get("format"), Path(spec["weights"])
+def is_canonical(role: str, spec: dict) -> bool:
+    """Whether the ``weights`` of a role's block are read by this module (not a pmf folder written by
+    vcebench, or a ddpm diffusers folder: ``zoo``'s generative loaders)."""
+    if role == "pmf":
+        return spec.get("format") is not None
+    if role == "ddpm":
+        return spec.get("format", "diffusers") != "diffusers"
+    return True
+
+
+def check_spec(role: str, spec: dict, key: str) -> None:
+    """The block of canonical weights of ``role`` at config key ``key``: format, keys, and the format's own
+    check (run when the config is loaded, and again by :func:`load_canonical`)."""
+    fmt = spec.get("format")
     if fmt not in FORMATS.get(role, ()):
         raise CheckpointError(f"role {role!r}: config key `{key}.format` is {fmt!r}; supported for this role: "
                               f"{', '.join(FORMATS.get(role, ())) or 'none (train it instead)'}")
     check_keys(key, spec, SPEC_KEYS | LOADERS[fmt].keys)
-    return LOADERS[fmt].load(role, spec, path, task, key, spec.get("name"))
+    if LOADERS[fmt].check is not None:
+        LOADERS[fmt].check(role, spec, key)
+
+
+def load_canonical(role: str, spec: dict, task: Task, key: str) -> Loaded:
+    """Build the role's module from ``spec['weights']`` in ``spec['format']``; return (module, name)."""
+    check_spec(role, spec, key)
+    fmt = spec["format"]
+    return LOADERS[fmt].load(role, spec, Path(spec["weights"]), task, key, spec.get("name"))

@@ -135,9 +135,9 @@ def load_role(cfg: dict, task: Task, role: str, model_dir: str | Path = "resourc
                               f"canonical weights (format {spec.get('format')!r}; see docs/internals.md)")
         if not Path(w).exists():
             raise MissingModelError(f"role {role!r}: weights file {w} (config key `{key}.weights`) does not exist")
-        if role == "pmf" or (role == "ddpm" and spec.get("format", "diffusers") == "diffusers"):
+        from .canonical import is_canonical, load_canonical
+        if not is_canonical(role, spec):
             return _load_generative(role, Path(w), canonical=True)
-        from .canonical import load_canonical
         return load_canonical(role, spec, task, key)
     if not task.synthetic and role not in ("ddpm", "pmf"):
         raise ConfigError(f"task {task.name!r} needs role {role!r}: set config key `{key}.weights` "
