@@ -2,7 +2,9 @@ rule report_task:
     """Comparison tables (CSV / Markdown / LaTeX) and figures of one task."""
     input:
         metrics=lambda wc: expand(
-            "results/{task}/{method}/metrics.json", task=wc.task, method=task_methods(wc.task)
+            "results/{task}/{method}/metrics.json",
+            task=wc.task,
+            method=task_methods(wc.task),
         ),
         profiles=lambda wc: expand(
             "results/{task}/{method}/profile.json",

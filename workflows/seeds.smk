@@ -64,7 +64,9 @@ rule seeds_task:
     """The spread of every cell over the seeds."""
     input:
         main=lambda wc: expand(
-            "results/{task}/{method}/metrics.json", task=wc.task, method=task_methods(wc.task)
+            "results/{task}/{method}/metrics.json",
+            task=wc.task,
+            method=task_methods(wc.task),
         ),
         profiles=lambda wc: expand(
             "results/{task}/{method}/profile.json",
