@@ -117,7 +117,8 @@ def validity_lines(checks: dict[str, ColumnCheck], task: str, attribute: str) ->
                   f"{attribute} from no edit")
         if k.beaten_by:
             side = "above" if k.higher_is_better else "below"
-            s += (f"; {', '.join(method_label(m) for m in k.beaten_by)} score {side} it beyond the intervals: "
+            verb = "scores" if len(k.beaten_by) == 1 else "score"
+            s += (f"; {', '.join(method_label(m) for m in k.beaten_by)} {verb} {side} it beyond the intervals: "
                   f"values {side} the truth's are no better counterfactual (the true change of {attribute} does "
                   f"not reach them)")
         lines.append(s + ".")
