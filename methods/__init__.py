@@ -9,11 +9,12 @@ plug-ins). A variant ``<method>_<variant>`` (config ``variants.<method>``, e.g. 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from vcebench import registry
 from vcebench.config import settings_errors
-from vcebench.tasks import split_method
+from vcebench.tasks import Task, check_runs_on, split_method
 
 from .base import Counterfactuals, Method, parse_params
 
@@ -28,14 +29,26 @@ def params_class(name: str) -> type:
     return registry.get_method_spec(base_method(name)).params_class()
 
 
-def get_method(name: str, params: dict[str, Any] | None = None) -> Method:
-    """The method ``name`` with hyperparameters ``params`` (missing keys take the paper defaults)."""
+def get_method(name: str, params: dict[str, Any] | None = None, *, task: Task | None = None,
+               config: Mapping[str, Any] | None = None) -> Method:
+    """The method ``name`` with hyperparameters ``params`` (missing keys take the paper defaults). ``task`` and
+    ``config`` (the whole configuration): the task it explains, for a truth row (``registry.MethodSpec.truth``),
+    which is built with the task's renderer and exists on synthetic tasks only."""
     base = base_method(name)
     spec = registry.get_method_spec(base)
     parsed = parse_params(spec.params_class(), dict(params or {}), section=name)
+    context: dict[str, Any] = {}
+    if spec.truth:
+        if task is None or config is None:
+            raise registry.RegistryError(f"method {name!r} renders a synthetic task's true counterfactuals: "
+                                         f"build it with its task and config (RunSettings.build_method)")
+        check_runs_on(task, name)
+        from vcebench.data import get_synthetic
+
+        context = {"renderer": get_synthetic(dict(config), task.dataset), "attribute": task.attribute}
     with settings_errors(f"settings of method {name!r} (config keys `method_defaults.{base}`, "
                          f"`tasks.<task>.params.{name}`)"):
-        method = spec.build(name, parsed)
+        method = spec.build(name, parsed, **context)
     roles = getattr(method, "roles", None)
     if roles is None:
         method.roles = spec.roles

@@ -212,3 +212,72 @@ def test_footer_states_intervals_n_protocol_costs_and_warnings(tmp_path):
     mj["dime"]["protocol"].update(tuned=True, tuned_file="config/tuned/x.yaml")
     foot = "\n".join(report.task_footer(df, mj, tuned))
     assert "selection: tuned settings (config/tuned/x.yaml; lowest FID subject to FR ≥ 95, on 48 `val` inputs" in foot
+
+
+def _truth_table(root, s3, s3_intervals=None):
+    """A synthetic x-ray table with the do-nothing row, the truth row and two explainers; ``s3``: {method: S3}."""
+    task, higher = "synthxray_pacemaker", {"S3": True, "FR": True, "FR_oracle": True}
+    for m, v in s3.items():
+        d = root / task / m
+        d.mkdir(parents=True)
+        fr = {"input": 0.0, "truth": 100.0}.get(m, 90.0)
+        iv = {"S3": (s3_intervals or {}).get(m, [v, v])}
+        (d / "metrics.json").write_text(json.dumps({"metrics": {"S3": v, "FR": fr, "FR_oracle": fr - 5},
+                                                    "intervals": iv, "higher_is_better": higher}))
+        _npz(d / "counterfactuals.npz", 4, [1] * 4, [1] * 4, [1] * 4, [0] * 4)
+        (d / "profile.json").write_text(json.dumps({"sec_per_cf": 0.5, "tflops_per_cf": 1.0}))
+    df, higher = report.load_task_table(root, task, list(s3), "xray", synthetic=True)
+    checks = report.check_columns(df, higher)
+    lines = report.validity_lines(checks, task, "Pacemaker")
+    md = report.to_markdown(df, higher, footer=lines, marked=report.marked_columns(checks))
+    tex = report.to_latex(df, higher, footer=lines, marked=report.marked_columns(checks))
+    return df, checks, md, tex
+
+
+def test_a_column_that_ranks_the_truth_below_the_input_is_marked(tmp_path):
+    df, checks, md, tex = _truth_table(tmp_path, {"fire": 0.6, "dime": 0.4, "input": 1.0, "truth": 0.3})
+    assert checks["S3"].truth_beats_input is False and checks["S3"].marked
+    assert "S³↑†" in md and r"S$^3$$\uparrow$$^\dagger$" in tex
+    assert ("† S3 on synthxray_pacemaker: the true counterfactual scores 0.300, the unedited input 1.00: the column "
+            "does not tell the true change of Pacemaker from no edit") in md
+    # FiRe and DiME score above the truth beyond their (zero-width) intervals
+    assert "FiRe, DiME score above it beyond the intervals" in md
+    assert not checks["FR"].marked and "FR(%)↑ |" in md  # the truth flips every input, the input none
+
+
+def test_a_column_that_ranks_the_truth_above_the_input_and_every_method_is_not_marked(tmp_path):
+    df, checks, md, tex = _truth_table(tmp_path, {"fire": 0.7, "dime": 0.9, "input": 0.5, "truth": 0.8},
+                                       {"dime": [0.75, 0.95], "truth": [0.7, 0.85]})  # DiME's overlaps the truth's
+    assert checks["S3"].truth_beats_input and checks["S3"].beaten_by == () and not checks["S3"].marked
+    assert "†" not in md and "dagger" not in tex and "S3 on synthxray_pacemaker" not in md
+    # FR_oracle is read as the distance to the truth's value: stated, signed distances in the record
+    assert "FR_oracle: read as the distance to the true counterfactual's value (FR_oracle 95.00)" in md
+    assert checks["FR_oracle"].distance_to_truth == {"fire": -10.0, "dime": -10.0}
+    assert report.validity.validity_record(checks, "synthxray_pacemaker", "truth")["columns"]["S3"]["marked"] is False
+
+
+def test_truth_row_is_never_ranked_and_costs_nothing(tmp_path):
+    df, _, md, tex = _truth_table(tmp_path, {"fire": 0.6, "dime": 0.4, "input": 1.0, "truth": 0.3})
+    row = next(line for line in md.splitlines() if "Ground truth" in line)
+    assert row.startswith("| *Ground truth* |") and "**" not in row and "<u>" not in row  # FR 100 not bold
+    assert "**90.00**" in md  # the explainers' best FR
+    truth = df.set_index("method").loc["truth"]
+    assert all(pd.isna(truth[c]) for c in report.tables.COST_COLUMNS)
+    assert df.set_index("method").loc["fire", "sec_per_cf"] == 0.5
+    tex_row = next(line for line in tex.splitlines() if line.startswith("Ground truth"))
+    assert r"\textbf" not in tex_row and r"\underline" not in tex_row
+
+
+def test_footer_says_what_the_truth_row_does():
+    df = pd.DataFrame({"method": ["fire", "input", "truth"]})
+    foot = "\n".join(report.footer._baseline_lines(df))
+    assert "Input (no edit): the input as its own CF" in foot
+    assert "Ground truth: the renderer's true counterfactual, not ranked" in foot
+    assert "the input unedited where f(x) is wrong" in foot and "cost columns empty" in foot
+
+
+def test_regression_accepts_a_row_the_reference_does_not_have(table):
+    df, higher = table
+    ref = df[df["method"] != "maskdime"]
+    rows, failures = report.regression_check(df, ref, {"FID": 0.1, "FR": 1.0}, higher, "synthxray_pacemaker")
+    assert not failures and {r["method"] for r in rows} == {"fire", "dime"}  # the new row is not compared

@@ -8,14 +8,18 @@ import pytest
 
 import methods
 from vcebench import registry
-from vcebench.config import ConfigError, validate
+from vcebench.config import ConfigError, load_config, validate
 from vcebench.tasks import all_methods, get_task, method_params, split_method
 
 
 def test_every_registered_method_builds_with_its_dataclass():
-    """Each built-in's lazy dataclass and factory import, and the instance uses only registered roles."""
+    """Each built-in's lazy dataclass and factory import, and the instance uses only registered roles (a truth
+    row is built with a synthetic task's renderer)."""
+    cfg = load_config()
     for name in registry.builtin_method_names():
-        m = methods.get_method(name, {})
+        truth = registry.get_method_spec(name).truth
+        task = {"task": get_task(cfg, "synthfaces_smile"), "config": cfg} if truth else {}
+        m = methods.get_method(name, {}, **task)
         assert m.name == name and set(m.roles) <= set(registry.get_method_spec(name).roles)
         assert methods.params_class(name) is registry.get_method_spec(name).params_class()
 

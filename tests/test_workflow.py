@@ -81,6 +81,21 @@ def test_real_task_with_paths_needs_no_other_change(tmp_path):
     assert "explain_shard" in r.stdout
 
 
+def test_truth_row_is_a_row_of_the_synthetic_tasks_only(tmp_path):
+    """The default `methods` list the truth row: a synthetic table has it, a real one does not (the celeba table
+    above needs no other change); a config that asks for it on a real task fails at `snakemake -n`, one line."""
+    r = _smk("-n", "--forceall", "results/synthfaces_smile.csv")
+    assert r.returncode == 0 and "results/synthfaces_smile/truth/metrics.json" in r.stdout, r.stdout + r.stderr
+    for over in ({"run_tasks": ["synthfaces_smile", "celeba_smile"]},
+                 {"tasks": {"celeba_smile": {"params": {"truth": {}}}}}):
+        pre = tmp_path / "real.yaml"
+        pre.write_text(yaml.safe_dump(over))
+        r = _smk("-n", "--configfile", str(pre))
+        err = [line for line in r.stderr.splitlines() if "config error" in line]
+        assert r.returncode != 0 and len(err) == 1, r.stdout + r.stderr
+        assert "method 'truth' returns the renderer's true counterfactual" in err[0] and "celeba_smile" in err[0]
+
+
 def test_missing_weight_names_key(tmp_path):
     cfg = load_config(overrides={"datasets": {"celeba": {"root": str(tmp_path)}}})
     with pytest.raises(ConfigError, match=r"models\.celeba\.classifier\.weights"):

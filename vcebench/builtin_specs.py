@@ -25,6 +25,10 @@ BUILTIN_METHODS: tuple[MethodSpec, ...] = (
     # the do-nothing row: the input as its own "counterfactual" (methods/identity.py)
     MethodSpec("input", "Input (no edit)", ("classifier",), "methods.identity:IdentityParams",
                "methods.identity:Identity", baseline=True),
+    # the true counterfactual: the synthetic renderer's image with the query attribute set to the target
+    # (methods/ground_truth.py); synthetic tasks only
+    MethodSpec("truth", "Ground truth", ("classifier",), "methods.ground_truth:GroundTruthParams",
+               "methods.ground_truth:GroundTruth", baseline=True, truth=True),
 )
 
 # In evaluation order; the tables show each kind's metrics in this order, ranked columns first, then the

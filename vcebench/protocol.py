@@ -238,8 +238,9 @@ def build_method(cfg: dict, task: Task | str, method: str):
     """``methods.get_method`` with the resolved hyperparameters; returns (method, record)."""
     import methods
 
+    task = get_task(cfg, task) if isinstance(task, str) else task
     params, record = resolve_method(cfg, task, method)
-    return methods.get_method(method, params), record
+    return methods.get_method(method, params, task=task, config=cfg), record
 
 
 def check_ddpm_schedule(cfg: dict, dataset: str, alphas_cumprod) -> None:

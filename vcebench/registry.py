@@ -51,7 +51,7 @@ __all__ = ["BUILTIN_METHODS", "BUILTIN_METRICS", "COST_COLUMNS", "DATASETS", "EX
            "baseline_methods", "builtin_method_names", "column_directions", "column_labels", "eval_roles",
            "fill_schema", "get_method_spec", "get_metric_spec", "load_plugins", "method", "method_names",
            "method_noise", "method_spec", "methods", "metric", "metric_names", "metric_roles", "metric_spec",
-           "metrics", "register_method", "register_metric", "table_columns", "unranked_columns"]
+           "metrics", "register_method", "register_metric", "table_columns", "truth_methods", "unranked_columns"]
 
 METHOD_GROUP = "vcebench.methods"
 METRIC_GROUP = "vcebench.metrics"
@@ -97,7 +97,7 @@ def register_metric(spec: MetricSpec) -> MetricSpec:
 
 
 def method(name: str, label: str | None = None, *, roles: Iterable[str], params: Any, baseline: bool = False,
-           noise: str | None = None, **factory_kwargs: Any) -> Callable[[Any], Any]:
+           noise: str | None = None, truth: bool = False, **factory_kwargs: Any) -> Callable[[Any], Any]:
     """Decorator registering a method factory (a class or function ``(name, params) -> Method``)::
 
         @registry.method("mine", "Mine", roles=("classifier",), params=MineParams)
@@ -105,7 +105,7 @@ def method(name: str, label: str | None = None, *, roles: Iterable[str], params:
     """
     def deco(factory: Any) -> Any:
         spec = register_method(method_spec(name, label, roles=roles, params=params, factory=factory,
-                                           baseline=baseline, noise=noise, **factory_kwargs))
+                                           baseline=baseline, noise=noise, truth=truth, **factory_kwargs))
         _DECORATED.setdefault(spec.source, []).append(spec)
         return factory
     return deco
@@ -189,6 +189,11 @@ def get_method_spec(base: str) -> MethodSpec:
 def baseline_methods() -> tuple[str, ...]:
     """The reference rows (never tuned, ranked or put on a Pareto front), e.g. ``input``."""
     return tuple(n for n, s in methods().items() if s.baseline)
+
+
+def truth_methods() -> tuple[str, ...]:
+    """The reference rows that return the synthetic renderer's true counterfactual (``MethodSpec.truth``)."""
+    return tuple(n for n, s in methods().items() if s.truth)
 
 
 def method_noise(base: str) -> str | None:

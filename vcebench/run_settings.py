@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from .tasks import Task, get_task
+from .tasks import Task, check_runs_on, get_task
 
 DEFAULT_MODEL_DIR = "resources/models"
 
@@ -105,6 +105,7 @@ class RunSettings(JobSettings):
         from .protocol import resolve_method
 
         task = get_task(cfg, task) if isinstance(task, str) else task  # type: ignore[arg-type]
+        check_runs_on(task, method)  # type: ignore[arg-type]
         params, record = resolve_method(cfg, task, method, candidate=candidate)  # type: ignore[arg-type]
         parse_params(params_class(method), dict(params), section=method)  # a bad setting fails here, not later
         return cls(method=method, params=MappingProxyType(params), protocol=MappingProxyType(record),
@@ -119,7 +120,7 @@ class RunSettings(JobSettings):
         """The method (``methods.get_method``) with :attr:`params`."""
         import methods
 
-        return methods.get_method(self.method, dict(self.params))
+        return methods.get_method(self.method, dict(self.params), task=self.task, config=self.config)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, check_keys, coerce_value, load_config
-from .tasks import all_methods, get_task
+from .tasks import all_methods, check_runs_on, get_task, runs_on
 
 # Ranges of model settings (keys and types come from the code, see the module docstring).
 POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
@@ -111,11 +111,13 @@ def check_method_settings(cfg: dict) -> None:
             if m not in known:
                 raise ConfigError(f"config key `tasks.{tname}.params.{m}`: no method {m!r} (config keys "
                                   f"`method_defaults` and `variants`); known: {', '.join(known)}")
+            check_runs_on(get_task(cfg, tname), m, f"config key `tasks.{tname}.params.{m}`")
             _typed_layer(f"tasks.{tname}.params.{m}", layer, params_class(m))
     for tname in cfg.get("tasks") or {}:
         task = get_task(cfg, tname)
         for m in known:
-            _parse_resolved(cfg, task, m)
+            if runs_on(task, m):
+                _parse_resolved(cfg, task, m)
 
 
 def _parse_resolved(cfg: dict, task, method: str) -> None:
@@ -141,6 +143,7 @@ def check_one_method(cfg: dict, task_name: str, method: str) -> None:
     from .tasks import split_method
 
     task = get_task(cfg, task_name)
+    check_runs_on(task, method)
     base, variant = split_method(method)
     params = (cfg["tasks"][task_name] or {}).get("params") or {}
     layers = [(f"method_defaults.{base}", (cfg.get("method_defaults") or {}).get(base))]

@@ -55,8 +55,11 @@ class MethodSpec:
 
     ``roles``: every network it may use (the workflow provides these; an instance may use fewer);
     ``label``: its name in tables and figures; ``baseline``: a reference row (like ``input``) that is
-    evaluated like every method but never tuned, ranked or put on a Pareto front; ``noise``: how the
-    protocol sets its starting noise (:data:`NOISE_KINDS`); ``source``: who registered it.
+    evaluated like every method but never tuned, ranked or put on a Pareto front; ``truth``: a baseline that
+    returns the synthetic renderer's true counterfactual (built with it, :func:`methods.get_method`): it exists
+    on synthetic tasks only, and the tables check each metric column against it
+    (:mod:`vcebench.report.validity`); ``noise``: how the protocol sets its starting noise
+    (:data:`NOISE_KINDS`); ``source``: who registered it.
     """
 
     name: str
@@ -68,6 +71,7 @@ class MethodSpec:
     baseline: bool = False
     noise: str | None = None
     source: str = "vcebench"
+    truth: bool = False
 
     def params_class(self) -> type:
         cls = _resolve(self.params, f"method {self.name!r} ({self.source}): hyperparameter dataclass")
@@ -76,9 +80,11 @@ class MethodSpec:
                                 f"dataclass")
         return cls
 
-    def build(self, name: str, params: Any) -> Any:
-        return _resolve(self.factory, f"method {self.name!r} ({self.source}): factory")(name, params,
-                                                                                        **self.factory_kwargs)
+    def build(self, name: str, params: Any, **context: Any) -> Any:
+        """The method; ``context``: what the harness gives a method beside its settings (a ``truth`` method:
+        ``renderer``, the task's true counterfactuals)."""
+        return _resolve(self.factory, f"method {self.name!r} ({self.source}): factory")(
+            name, params, **self.factory_kwargs, **context)
 
 
 @dataclass(frozen=True)
@@ -112,12 +118,12 @@ class MetricSpec:
 
 
 def method_spec(name: str, label: str | None = None, *, roles: Iterable[str], params: Any, factory: Any,
-                baseline: bool = False, noise: str | None = None, source: str | None = None,
+                baseline: bool = False, noise: str | None = None, source: str | None = None, truth: bool = False,
                 **factory_kwargs: Any) -> MethodSpec:
     """A checked :class:`MethodSpec` (the form a plug-in's entry point can point at)."""
     spec = MethodSpec(name=name, label=label or name, roles=tuple(roles), params=params, factory=factory,
                       factory_kwargs=dict(factory_kwargs), baseline=bool(baseline), noise=noise,
-                      source=source or _module_of(factory))
+                      source=source or _module_of(factory), truth=bool(truth))
     check_method(spec)
     return spec
 
@@ -151,6 +157,8 @@ def check_method(s: MethodSpec) -> None:
                             f"got {list(s.roles)}")
     if s.noise not in NOISE_KINDS:
         raise RegistryError(f"{where}: noise must be one of {list(NOISE_KINDS)}, got {s.noise!r}")
+    if s.truth and not s.baseline:
+        raise RegistryError(f"{where}: a truth row is a reference row: register it with baseline=True")
 
 
 def check_metric(s: MetricSpec) -> None:

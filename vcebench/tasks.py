@@ -71,6 +71,37 @@ def is_baseline(name: str) -> bool:
     return base in registry.baseline_methods()
 
 
+def is_truth(name: str) -> bool:
+    """A row that returns the synthetic renderer's true counterfactual (``registry.MethodSpec.truth``, e.g.
+    ``truth``): a reference row that exists on synthetic tasks only."""
+    try:
+        base = split_method(name)[0]
+    except ConfigError:
+        return False
+    return base in registry.truth_methods()
+
+
+def runs_on(task: Task, method: str) -> bool:
+    """Whether ``method`` exists on ``task``: a truth row needs a synthetic dataset's renderer."""
+    return task.synthetic or not is_truth(method)
+
+
+def check_runs_on(task: Task, method: str, where: str = "") -> None:
+    """A one-line ConfigError where ``method`` does not exist on ``task`` (:func:`runs_on`); ``where``: the
+    config key that asked for it."""
+    if not runs_on(task, method):
+        raise ConfigError(f"{where + ': ' if where else ''}method {method!r} returns the renderer's true "
+                          f"counterfactual, which only a synthetic dataset has ({', '.join(SYNTHETIC_DATASETS)}); "
+                          f"task {task.name!r} is on {task.dataset!r}: drop {method!r} there")
+
+
+def task_methods(cfg: dict, task_name: str, methods: list[str]) -> list[str]:
+    """The rows of ``task_name`` among ``methods`` (config `methods`): those that exist on it (:func:`runs_on`;
+    a real task has no truth row)."""
+    task = get_task(cfg, task_name)
+    return [m for m in methods if str(m).startswith(registry.EXTERNAL_PREFIX) or runs_on(task, m)]
+
+
 def method_variants(cfg: dict) -> dict[str, dict[str, dict[str, Any]]]:
     """``{method: {variant: overrides}}`` of config key ``variants`` (``fire_variants``, the older name of
     ``variants.fire``, is still read; ``variants.fire`` wins on a clash)."""
@@ -139,7 +170,7 @@ def all_methods(cfg: dict) -> list[str]:
 
 def check_method_names(cfg: dict) -> None:
     """Every name in config keys ``methods`` and ``paper_methods`` is a base method with defaults or a defined
-    variant."""
+    variant, and exists on every task of ``run_tasks`` (:func:`runs_on`: no truth row with a real task)."""
     known = set(all_methods(cfg))
     registered = registry.method_names()
     for key in ("methods", "paper_methods"):
@@ -152,3 +183,6 @@ def check_method_names(cfg: dict) -> None:
         if bad:
             raise ConfigError(f"config key `{key}`: unknown method(s) {bad}; known: {', '.join(registered)}; "
                               f"a variant <method>_<variant> needs `variants.<method>.<variant>`")
+        for m in cfg.get(key) or []:
+            for t in cfg.get("run_tasks") or []:
+                check_runs_on(get_task(cfg, t), m, f"config keys `{key}` and `run_tasks`")

@@ -12,7 +12,14 @@ from pathlib import Path
 
 from . import registry
 from .config import ConfigError, attach_tuned, validate  # noqa: F401 (Snakefile)
-from .tasks import SYNTHETIC_DATASETS, check_method_names, get_task, split_method  # noqa: F401 (Snakefile)
+from .tasks import (  # noqa: F401 (Snakefile)
+    SYNTHETIC_DATASETS,
+    check_method_names,
+    check_runs_on,
+    get_task,
+    split_method,
+    task_methods,
+)
 
 DATASET_HELP = {
     "celeba": ("datasets.celeba.root", "img_align_celeba/*.jpg, list_attr_celeba.txt|csv, list_eval_partition.txt|csv",

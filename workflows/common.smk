@@ -27,6 +27,18 @@ def model_inputs(task, roles):
     return [wf.model_input(config, ds, role) for role in roles]
 
 
+def method_model_inputs(task, method):
+    """model_inputs of the networks ``method`` uses on ``task``; a method that does not exist on the task (a
+    truth row on a real dataset) fails here, at DAG build."""
+    wf.check_runs_on(wf.get_task(config, task), method)
+    return model_inputs(task, wf.method_roles(method))
+
+
+def task_methods(task):
+    """The rows of ``task``: config `methods` that exist on it (a real task has no truth row)."""
+    return wf.task_methods(config, task, METHODS)
+
+
 def data_arg(dataset):
     d = data_dir(dataset)
     return wf.shell_flags("--data", [d]) if d else ""

@@ -2,7 +2,7 @@ rule explain_shard:
     """Counterfactuals for one shard of the evaluation sample ids."""
     input:
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
-        models=lambda wc: model_inputs(wc.task, wf.method_roles(wc.method)),
+        models=lambda wc: method_model_inputs(wc.task, wc.method),
     output:
         cf="results/{task}/{method}/shards/shard-{i}-of-{n}.npz",
         timing="results/{task}/{method}/shards/timing-{i}-of-{n}.json",

@@ -1,9 +1,21 @@
 rule report_task:
     """Comparison tables (CSV / Markdown / LaTeX) and figures of one task."""
     input:
-        metrics=expand("results/{{task}}/{method}/metrics.json", method=METHODS),
-        profiles=expand("results/{{task}}/{method}/profile.json", method=GENERATED),
-        cfs=expand("results/{{task}}/{method}/counterfactuals.npz", method=METHODS),
+        metrics=lambda wc: expand(
+            "results/{task}/{method}/metrics.json",
+            task=wc.task,
+            method=task_methods(wc.task),
+        ),
+        profiles=lambda wc: expand(
+            "results/{task}/{method}/profile.json",
+            task=wc.task,
+            method=[m for m in GENERATED if m in task_methods(wc.task)],
+        ),
+        cfs=lambda wc: expand(
+            "results/{task}/{method}/counterfactuals.npz",
+            task=wc.task,
+            method=task_methods(wc.task),
+        ),
     output:
         csv=report(
             "results/{task}.csv",
@@ -14,6 +26,7 @@ rule report_task:
         ),
         md="results/{task}.md",
         tex="results/{task}.tex",
+        validity="results/{task}_validity.json",
         qual=report(
             "results/{task}_qualitative.png",
             caption="report/qualitative.rst",
@@ -41,7 +54,7 @@ rule report_task:
     params:
         cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
-        methods=wf.shell_words(METHODS),
+        methods=lambda wc: wf.shell_words(task_methods(wc.task)),
     shell:
         "vcebench report task --task {wildcards.task} --methods {params.methods} {params.data} "
         "--out-dir results {params.cfg} > {log:q} 2>&1"

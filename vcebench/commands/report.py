@@ -115,35 +115,42 @@ def _config(args: argparse.Namespace) -> dict:
 
 
 def run_task(args: argparse.Namespace) -> int:
-    """Writes <out-dir>/<task>.{csv,md,tex} from each method's metrics.json and profile.json, the efficiency
+    """Writes <out-dir>/<task>.{csv,md,tex} from each method's metrics.json and profile.json, with each metric
+    column checked against the truth row (``<task>_validity.json``, ``vcebench.report.validity``), the efficiency
     figure and the qualitative figure (inputs, ground truth on synthetic tasks, every method's CFs)."""
+    from ..tasks import task_methods
+
     cfg = _config(args)
-    _task_report(cfg, args.task, args.methods or cfg["methods"], Path(args.results), Path(args.out_dir),
-                 args.data, args.n_qualitative)
+    _task_report(cfg, args.task, args.methods or task_methods(cfg, args.task, cfg["methods"]), Path(args.results),
+                 Path(args.out_dir), args.data, args.n_qualitative)
     return 0
 
 
 def run_gallery(args: argparse.Namespace) -> int:
     """Writes one gallery per method: inputs, CFs and |difference| on one scale for all methods, with the
     task classifier's p(target) before and after (needs the classifier)."""
-    from ..tasks import get_task
+    from ..tasks import get_task, task_methods
 
     cfg = _config(args)
-    _galleries(cfg, get_task(cfg, args.task), args.methods or cfg["methods"], Path(args.results),
-               Path(args.out_dir), args.data, args.n_gallery, args.models)
+    _galleries(cfg, get_task(cfg, args.task), args.methods or task_methods(cfg, args.task, cfg["methods"]),
+               Path(args.results), Path(args.out_dir), args.data, args.n_gallery, args.models)
     return 0
 
 
 def _task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir, n_qual: int) -> None:
     from .. import figures, report
-    from ..tasks import get_task
+    from ..tasks import get_task, is_truth
 
     task = get_task(cfg, task_name)
     df, higher = report.load_task_table(results, task_name, methods, task.kind, task.synthetic)
     footer = report.task_footer(df, report.load_metrics_json(results, task_name, methods), _tuned_file(cfg, task_name),
                                 _feature_dim(results / task_name / "fid_ref.npz"))
-    report.write_task_tables(df, higher, out_dir, task_name, footer=footer)
-    figures.efficiency_figure(out_dir / f"{task_name}_efficiency.png", df, title=task_name)
+    checks = report.check_columns(df, higher)  # each metric column against the truth row (none without one)
+    footer += report.validity_lines(checks, task_name, task.attribute)
+    report.write_task_tables(df, higher, out_dir, task_name, footer=footer, marked=report.marked_columns(checks))
+    report.write_validity(out_dir / f"{task_name}_validity.json", df, checks, task_name)
+    costs = df[~df["method"].map(is_truth).astype(bool)]  # the truth row has no cost
+    figures.efficiency_figure(out_dir / f"{task_name}_efficiency.png", costs, title=task_name)
     _qualitative(cfg, task, methods, results, out_dir / f"{task_name}_qualitative.png", data_dir, n_qual)
     print((out_dir / f"{task_name}.md").read_text())
 
@@ -202,10 +209,14 @@ def _samples(cfg, task, methods, results: Path, data_dir, n: int) -> dict:
 
 def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int) -> None:
     from .. import figures
+    from ..tasks import is_truth
 
     s = _samples(cfg, task, methods, results, data_dir, n)
     flipped = {m: f for m, f in s["flipped"].items() if f is not None}
-    figures.qualitative_figure(path, s["inputs"], s["cf"], gt=s["gt"], ids=s["ids"], flipped=flipped)
+    # a truth row takes the ground-truth column's place (first after the input), so the truth is drawn once
+    truth = [m for m in s["cf"] if is_truth(m)]
+    cfs = {m: s["cf"][m] for m in truth + [m for m in s["cf"] if m not in truth]}
+    figures.qualitative_figure(path, s["inputs"], cfs, gt=None if truth else s["gt"], ids=s["ids"], flipped=flipped)
 
 
 def _galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int, model_dir: str) -> None:
@@ -334,12 +345,12 @@ SEEDS_DEFAULTS = {"seeds": [0, 1, 2], "z": 3.0, "floors": {}}
 def run_seeds(args: argparse.Namespace) -> int:
     """Writes <out-dir>/<task>_seeds.{csv,md}: each method's metrics over the generation seeds."""
     from .. import report, seeds
-    from ..tasks import get_task
+    from ..tasks import get_task, task_methods
 
     cfg = _config(args)
     sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
     task = get_task(cfg, args.task)
-    methods = args.methods or cfg["methods"]
+    methods = args.methods or task_methods(cfg, args.task, cfg["methods"])
     tables = {}
     main = Path(args.results) / args.task
     for s, d in seeds.seed_dirs(Path(args.results), args.task, list(sc["seeds"]), int(cfg["seed"])).items():

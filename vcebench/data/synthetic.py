@@ -184,11 +184,18 @@ class SyntheticDataset:
         lab = self.counterfactual_labels(self.labels(ids), attribute, torch.tensor([float(bool(value))]))
         return self.render(ids, lab)[0]
 
+    def render_with(self, sample_ids: torch.Tensor | Sequence[int], attribute: str,
+                    values: torch.Tensor) -> torch.Tensor:
+        """N x C x H x W in [-1, 1]: sample i with only ``attribute`` set to ``values[i]`` (0 / 1); a sample
+        whose attribute already has that value is rendered as it is."""
+        ids = self._check_ids(sample_ids)
+        values = torch.as_tensor(values).reshape(len(ids)).cpu()
+        return self.render(ids, self.counterfactual_labels(self.labels(ids), attribute, values))
+
     def gt_counterfactuals(self, sample_ids: torch.Tensor | Sequence[int], attribute: str) -> torch.Tensor:
         """N x C x H x W in [-1, 1]: every sample with ``attribute`` flipped (the ground truth)."""
         ids = self._check_ids(sample_ids)
-        lab = self.labels(ids)
-        return self.render(ids, self.counterfactual_labels(lab, attribute, 1 - lab[:, self._column(attribute)]))
+        return self.render_with(ids, attribute, 1 - self.labels(ids)[:, self._column(attribute)])
 
     # ------------------------------------------------------------------ splits and documentation
     def split(self, split: str) -> Split:

@@ -4,7 +4,8 @@ check used by CI (the paper's figures: :mod:`vcebench.figures`).
 - :mod:`.tables`: one row per method from the results, cell formatting, ranking marks, the writers;
 - :mod:`.footer`: the footer paragraphs of a task table;
 - :mod:`.pareto`: quality-vs-cost fronts of the budget / noise-level sweeps;
-- :mod:`.regression`: a table against its reference within tolerances.
+- :mod:`.regression`: a table against its reference within tolerances;
+- :mod:`.validity`: each metric column against the true counterfactual and the unedited input.
 """
 
 from ..io import atomic_path
@@ -12,7 +13,8 @@ from .footer import load_metrics_json, task_footer
 from .pareto import pareto_figures, pareto_front
 from .regression import regression_check, regression_markdown
 from .tables import load_task_table, method_label, rank_marks, to_latex, to_markdown, write_task_tables, write_text
+from .validity import check_columns, marked_columns, validity_lines, write_validity
 
-__all__ = ["atomic_path", "load_metrics_json", "load_task_table", "method_label", "pareto_figures", "pareto_front",
-           "rank_marks", "regression_check", "regression_markdown", "task_footer", "to_latex", "to_markdown",
-           "write_task_tables", "write_text"]
+__all__ = ["atomic_path", "check_columns", "load_metrics_json", "load_task_table", "marked_columns", "method_label",
+           "pareto_figures", "pareto_front", "rank_marks", "regression_check", "regression_markdown", "task_footer",
+           "to_latex", "to_markdown", "validity_lines", "write_task_tables", "write_text", "write_validity"]

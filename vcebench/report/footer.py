@@ -1,5 +1,6 @@
 """The footer of a task table, one function per paragraph: what ± means, the n behind each column, the
-protocol, where the cost columns come from, the do-nothing rows, and warnings."""
+protocol, where the cost columns come from, the reference rows (no edit, the truth), and warnings (the
+metric-validity sentences: :mod:`.validity`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..kernels import describe
-from ..tasks import is_baseline
+from ..tasks import is_baseline, is_truth
 from .tables import display_columns, format_value, method_label
 
 SUBSET_WORDS = {"all": "all inputs", "successful": "successful CFs", "correct": "correctly classified inputs",
@@ -153,13 +154,21 @@ def _selection_bit(protos: dict[str, dict], tuned: dict | None) -> str:
 
 
 def _baseline_lines(df: pd.DataFrame) -> list[str]:
-    """What the do-nothing rows are (none when the table has none)."""
-    base = [method_label(m) for m in df["method"] if is_baseline(m)]
-    if not base:
-        return []
-    return [f"{', '.join(base)}: the input as its own CF, not ranked: FR = 0 by construction (target = "
-            "1 − f(x)), FR_oracle = share of inputs whose oracle query bit already disagrees with f(x) "
-            "(the floor of every row's FR_oracle); columns over successful CFs are empty (--)."]
+    """What the reference rows are: the do-nothing rows and the truth rows (none when the table has none)."""
+    lines = []
+    base = [method_label(m) for m in df["method"] if is_baseline(m) and not is_truth(m)]
+    if base:
+        lines.append(f"{', '.join(base)}: the input as its own CF, not ranked: FR = 0 by construction (target = "
+                     "1 − f(x)), FR_oracle = share of inputs whose oracle query bit already disagrees with f(x) "
+                     "(the floor of every row's FR_oracle); columns over successful CFs are empty (--).")
+    truth = [method_label(m) for m in df["method"] if is_truth(m)]
+    if truth:
+        lines.append(f"{', '.join(truth)}: the renderer's true counterfactual, not ranked: each input with only "
+                     "the query attribute set to the target 1 − f(x), i.e. the true label flipped where f(x) is "
+                     "right (GT_L1 = 0 there) and the input unedited where f(x) is wrong (the classifier's "
+                     "mistake, counted as not flipped in FR); cost columns empty: rendered by the dataset, not "
+                     "computed by a method.")
+    return lines
 
 
 def _warning_lines(metas: dict[str, dict]) -> list[str]:

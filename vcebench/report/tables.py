@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,8 @@ COST_COLUMNS = list(registry.COST_COLUMNS)
 PROTOCOL_COLUMNS = list(registry.PROTOCOL_COLUMNS)
 # a cell's 95 % bootstrap interval travels as <col>_lo / <col>_hi (csv), shown as value ± half-width
 INTERVAL_SUFFIXES = ("_lo", "_hi")
+# on the header of a column that cannot rank this task's methods as its direction says (vcebench.report.validity)
+HEADER_MARK = "†"
 # Headers of the columns that are no metric's (a metric's come from its registration, registry.column_labels).
 PRETTY = {"sec_per_cf": "s/CF", "tflops_per_cf": "TFLOPs/CF", "nfe_per_cf": "NFE/CF", "peak_mem_mb": "Mem (MB)",
           "mean_steps": "steps", "log_snr": "log-SNR"}
@@ -46,9 +49,11 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str, syn
                     profiles: Path | None = None) -> tuple[pd.DataFrame, dict[str, bool]]:
     """One row per method from ``results/<task>/<method>/{metrics,profile}.json`` and counterfactuals.npz:
     the metrics with their bootstrap intervals (``<col>_lo``, ``<col>_hi``, last), the cost columns of all
-    n CFs (``vcebench.costs``), the protocol columns. ``profiles``: where ``<method>/profile.json`` lives when
-    not beside the metrics (a seed rerun uses the main run's per-call FLOPs and time)."""
+    n CFs (``vcebench.costs``; empty for a truth row, ``tasks.is_truth``), the protocol columns. ``profiles``:
+    where ``<method>/profile.json`` lives when not beside the metrics (a seed rerun uses the main run's per-call
+    FLOPs and time)."""
     from ..costs import cost_columns
+    from ..tasks import is_truth
 
     rows, higher = [], registry.column_directions()
     for m in methods:
@@ -68,7 +73,8 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str, syn
             row.update(log_snr=proto.get("log_snr"), tuned=None if not proto else int(bool(proto.get("tuned"))))
         ppath = (results / task if profiles is None else profiles) / m / "profile.json"
         pj = json.loads(ppath.read_text()) if ppath.exists() else None
-        if pj is not None or (results / task / m / "counterfactuals.npz").exists():
+        # a truth row is rendered by the dataset, not computed by a method: it has no cost
+        if not is_truth(m) and (pj is not None or (results / task / m / "counterfactuals.npz").exists()):
             costs = cost_columns(results / task / m / "counterfactuals.npz", pj, bootstrap)
             costs.pop("cost_sources")
             row.update(costs)
@@ -159,11 +165,15 @@ def direction_arrow(col: str, higher: dict[str, bool], tex: bool) -> str:
     return "↑" if higher[col] else "↓"
 
 
-def to_markdown(df: pd.DataFrame, higher: dict[str, bool], title: str = "", footer: list[str] | None = None) -> str:
+def to_markdown(df: pd.DataFrame, higher: dict[str, bool], title: str = "", footer: list[str] | None = None,
+                marked: Iterable[str] = ()) -> str:
     """The table (best **bold**, second underlined; a cell with a bootstrap interval reads ``value ± half-width``)
-    and its footer lines (default: the n of each row)."""
+    and its footer lines (default: the n of each row); the ``marked`` columns' headers carry ``†`` (their
+    footer sentence says why: :mod:`vcebench.report.validity`)."""
     cols = display_columns(df)
-    head = ["Method"] + [f"{_md_math(column_label(c))}{direction_arrow(c, higher, False)}" for c in cols[1:]]
+    marked = set(marked)
+    head = ["Method"] + [f"{_md_math(column_label(c))}{direction_arrow(c, higher, False)}"
+                         f"{HEADER_MARK if c in marked else ''}" for c in cols[1:]]
     lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |",
                                                         "|" + "---|" * len(head)]
     marks = _marks(df, cols[1:], higher)
@@ -203,14 +213,17 @@ def _tex_escape(s: str) -> str:
 
 
 def to_latex(df: pd.DataFrame, higher: dict[str, bool], caption: str = "", label: str = "",
-             footer: list[str] | None = None) -> str:
+             footer: list[str] | None = None, marked: Iterable[str] = ()) -> str:
     """A booktabs table: best in bold, second underlined, arrows from each metric's direction, a cell with a
-    bootstrap interval as ``value $\\pm$ half-width``; ``footer`` lines go below it as a table note."""
+    bootstrap interval as ``value $\\pm$ half-width``, ``$^\\dagger$`` on the ``marked`` columns' headers;
+    ``footer`` lines go below it as a table note."""
     cols = display_columns(df)
     marks = _marks(df, cols[1:], higher)
+    marked = set(marked)
     head = ["Method"] + [column_label(c) if "$" in column_label(c) else _tex_escape(column_label(c))
                          for c in cols[1:]]
-    head = [h + direction_arrow(c, higher, True) for h, c in zip(head, cols)]
+    head = [h + direction_arrow(c, higher, True) + (r"$^\dagger$" if c in marked else "")
+            for h, c in zip(head, cols)]
     out = [r"\begin{table}[t]", r"\centering", r"\small", r"\setlength{\tabcolsep}{3pt}"]
     if caption:
         out.append(r"\caption{" + _tex_escape(caption) + "}")
@@ -249,15 +262,16 @@ def _md_to_text(s: str) -> str:
 def _tex_note(s: str) -> str:
     """A footer line as LaTeX text: escaped, with its few symbols in math mode."""
     out = _tex_escape(_md_to_text(s)).replace("#", r"\#")
-    for sym, tex in (("±", r"$\pm$"), ("≥", r"$\geq$"), ("≤", r"$\leq$"), ("×", r"$\times$"), ("→", r"$\to$")):
+    for sym, tex in ((HEADER_MARK, r"$^\dagger$"), ("±", r"$\pm$"), ("≥", r"$\geq$"), ("≤", r"$\leq$"),
+                     ("×", r"$\times$"), ("→", r"$\to$")):
         out = out.replace(sym, tex)
     return out
 
 
 def write_task_tables(df: pd.DataFrame, higher: dict[str, bool], out_dir: Path, task: str,
-                      footer: list[str] | None = None) -> None:
+                      footer: list[str] | None = None, marked: Iterable[str] = ()) -> None:
     with atomic_path(out_dir / f"{task}.csv") as tmp:
         df.to_csv(tmp, index=False, float_format="%.6g")
-    write_text(out_dir / f"{task}.md", to_markdown(df, higher, title=task, footer=footer))
+    write_text(out_dir / f"{task}.md", to_markdown(df, higher, title=task, footer=footer, marked=marked))
     write_text(out_dir / f"{task}.tex", to_latex(df, higher, caption=f"vcebench results on {task}",
-                                                  label=f"tab:{task}", footer=footer))
+                                                  label=f"tab:{task}", footer=footer, marked=marked))

@@ -1,0 +1,150 @@
+"""Metric validity of a task table: every metric column checked against the true counterfactual (the truth row,
+methods/ground_truth.py) and the unedited input (the do-nothing row, methods/identity.py).
+
+A column cannot rank the methods of this task as its direction says, and gets a mark (``†``,
+``tables.HEADER_MARK``) in the table header and one footer sentence, where
+
+- the truth does not score better than the input (direction-aware): the column does not tell the true edit
+  from no edit (e.g. L1 or S³, which the unedited input wins); or
+- an explainer scores better than the truth beyond the bootstrap intervals (its interval and the truth's do
+  not overlap; without intervals, the values): a value past the truth's is no better counterfactual, since
+  the true change does not reach it (e.g. FVA on an attribute the identity network learned as identity).
+
+For the columns in :data:`READ_AS_DISTANCE` (FR_oracle, MNAC, CD) the right reading is the distance to the
+truth's value, not the direction: their signed distances (row - truth) go to the record and a footer line
+says so. The record (:func:`validity_record`) is written beside the table as ``<task>_validity.json`` by
+`vcebench report task`: a method's own metrics.json is written before the other rows exist.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .. import registry
+from ..io import write_json
+from ..tasks import is_baseline, is_truth
+from .tables import HEADER_MARK, display_columns, format_value, method_label
+
+READ_AS_DISTANCE = ("FR_oracle", "MNAC", "CD")
+
+
+@dataclass(frozen=True)
+class ColumnCheck:
+    """One metric column of one task against the truth row (``truth``, its interval) and the input row."""
+
+    column: str
+    higher_is_better: bool
+    truth: float
+    truth_interval: tuple[float, float] | None
+    input: float | None  # None: the input row has no value (a column over successful CFs) or no row
+    beaten_by: tuple[str, ...]  # explainers better than the truth beyond the intervals
+    distance_to_truth: dict[str, float] = field(default_factory=dict)  # READ_AS_DISTANCE: row - truth
+
+    @property
+    def truth_beats_input(self) -> bool | None:
+        if self.input is None:
+            return None
+        return _better(self.truth, self.input, self.higher_is_better)
+
+    @property
+    def marked(self) -> bool:
+        return self.truth_beats_input is False or bool(self.beaten_by)
+
+
+def _better(a: float, b: float, higher: bool) -> bool:
+    return a > b if higher else a < b
+
+
+def _value(row: pd.Series, col: str) -> float | None:
+    v = pd.to_numeric(pd.Series([row.get(col)]), errors="coerce").iloc[0]
+    return None if pd.isna(v) else float(v)
+
+
+def _bounds(row: pd.Series, col: str) -> tuple[float, float] | None:
+    lo, hi = _value(row, col + "_lo"), _value(row, col + "_hi")
+    return None if lo is None or hi is None else (lo, hi)
+
+
+def check_columns(df: pd.DataFrame, higher: dict[str, bool]) -> dict[str, ColumnCheck]:
+    """``{column: check}`` of every ranked metric column the truth row has a value in (none without a truth
+    row). The input row is the first reference row that is not a truth row; the explainers, the unranked rows."""
+    truth = next((r for _, r in df.iterrows() if is_truth(r["method"])), None)
+    if truth is None:
+        return {}
+    inputs = next((r for _, r in df.iterrows() if is_baseline(r["method"]) and not is_truth(r["method"])), None)
+    explainers = [r for _, r in df.iterrows() if not is_baseline(r["method"])]
+    not_metrics = set(registry.COST_COLUMNS) | set(registry.PROTOCOL_COLUMNS)
+    out = {}
+    for col in display_columns(df)[1:]:
+        t = _value(truth, col)
+        if col not in higher or col in not_metrics or t is None:
+            continue
+        h = bool(higher[col])
+        t_lo, t_hi = _bounds(truth, col) or (t, t)
+        beaten = []
+        for r in explainers:
+            v = _value(r, col)
+            if v is None:
+                continue
+            lo, hi = _bounds(r, col) or (v, v)
+            if (lo > t_hi) if h else (hi < t_lo):
+                beaten.append(r["method"])
+        distance = {}
+        if col in READ_AS_DISTANCE:
+            distance = {r["method"]: v - t for r in explainers if (v := _value(r, col)) is not None}
+        out[col] = ColumnCheck(col, h, t, _bounds(truth, col), None if inputs is None else _value(inputs, col),
+                               tuple(beaten), distance)
+    return out
+
+
+def marked_columns(checks: dict[str, ColumnCheck]) -> list[str]:
+    return [c for c, k in checks.items() if k.marked]
+
+
+def validity_lines(checks: dict[str, ColumnCheck], task: str, attribute: str) -> list[str]:
+    """The footer: one sentence per marked column, then how to read the distance columns."""
+    lines = []
+    for c, k in checks.items():
+        if not k.marked:
+            continue
+        s = f"{HEADER_MARK} {c} on {task}: the true counterfactual scores {format_value(k.truth)}"
+        if k.truth_beats_input is False:
+            s += (f", the unedited input {format_value(k.input)}: the column does not tell the true change of "
+                  f"{attribute} from no edit")
+        if k.beaten_by:
+            side = "above" if k.higher_is_better else "below"
+            verb = "scores" if len(k.beaten_by) == 1 else "score"
+            s += (f"; {', '.join(method_label(m) for m in k.beaten_by)} {verb} {side} it beyond the intervals: "
+                  f"values {side} the truth's are no better counterfactual (the true change of {attribute} does "
+                  f"not reach them)")
+        lines.append(s + ".")
+    dist = [k for c, k in checks.items() if c in READ_AS_DISTANCE]
+    if dist:
+        lines.append(f"{', '.join(k.column for k in dist)}: read as the distance to the true counterfactual's "
+                     f"value ({', '.join(f'{k.column} {format_value(k.truth)}' for k in dist)}), not as higher / "
+                     f"lower is better; each row's signed distance in `{task}_validity.json`.")
+    return lines
+
+
+def _finite(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else v
+
+
+def validity_record(checks: dict[str, ColumnCheck], task: str, truth: str | None) -> dict:
+    """What `vcebench report task` writes to ``<task>_validity.json``."""
+    return {"task": task, "truth_row": truth, "mark": HEADER_MARK, "read_as_distance": list(READ_AS_DISTANCE),
+            "columns": {c: {"higher_is_better": k.higher_is_better, "truth": _finite(k.truth),
+                            "truth_interval": None if k.truth_interval is None else list(k.truth_interval),
+                            "input": _finite(k.input), "truth_beats_input": k.truth_beats_input,
+                            "beaten_by": list(k.beaten_by), "marked": k.marked,
+                            "distance_to_truth": {m: _finite(v) for m, v in k.distance_to_truth.items()}}
+                        for c, k in checks.items()}}
+
+
+def write_validity(path: Path, df: pd.DataFrame, checks: dict[str, ColumnCheck], task: str) -> None:
+    truth = next((m for m in df["method"] if is_truth(m)), None)
+    write_json(path, validity_record(checks, task, truth))
