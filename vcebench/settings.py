@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, check_keys, coerce_value, load_config
-from .tasks import all_methods, get_task
+from .tasks import all_methods, external_name, get_task
 
 # Ranges of model settings (keys and types come from the code, see the module docstring).
 POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
@@ -47,13 +47,14 @@ def check_settings(cfg: dict, only: tuple[str, str | None] | None = None) -> dic
     """Check (and coerce, in place) every method and model setting of ``cfg``; returns ``cfg``.
 
     ``only=(task, method)``: the method settings checked are those ``method`` merges on ``task`` (the config
-    keys of :func:`vcebench.tasks.method_layers`; none with method ``None``), which is what one job runs; a
-    workflow job gets it, since the Snakefile has checked the whole config when it built the DAG. Resolving
-    every task x method takes about a second and imports every method's module, once per job.
+    keys of :func:`vcebench.tasks.method_layers`; none with method ``None`` or an imported ``external_<name>``,
+    which vcebench does not run), which is what one job runs; a workflow job gets it, since the Snakefile has
+    checked the whole config when it built the DAG. Resolving every task x method takes about a second and
+    imports every method's module, once per job.
     """
     if only is None:
         check_method_settings(cfg)
-    elif only[1] is not None:
+    elif only[1] is not None and not external_name(only[1]):
         check_one_method(cfg, *only)
     check_model_settings(cfg)
     return cfg

@@ -12,7 +12,13 @@ from pathlib import Path
 
 from . import registry
 from .config import ConfigError, attach_tuned, validate  # noqa: F401 (Snakefile)
-from .tasks import SYNTHETIC_DATASETS, check_method_names, get_task, split_method  # noqa: F401 (Snakefile)
+from .tasks import (  # noqa: F401 (Snakefile)
+    SYNTHETIC_DATASETS,
+    check_method_names,
+    external_name,
+    get_task,
+    split_method,
+)
 
 DATASET_HELP = {
     "celeba": ("datasets.celeba.root", "img_align_celeba/*.jpg, list_attr_celeba.txt|csv, list_eval_partition.txt|csv",
@@ -228,14 +234,6 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
 
 
 # --- imported results (`external_<name>` methods, workflows/external.smk) ---------------------------
-
-EXTERNAL_PREFIX = registry.EXTERNAL_PREFIX
-
-
-def external_name(method: str) -> str | None:
-    """``external_<name>`` -> ``<name>`` (results imported from config key ``external.<name>``), else None."""
-    return method[len(EXTERNAL_PREFIX):] if method.startswith(EXTERNAL_PREFIX) else None
-
 
 def generated_methods(methods: list[str]) -> list[str]:
     """The methods vcebench runs itself (explained and profiled), i.e. all but the imported ones."""
