@@ -56,8 +56,27 @@ def check_settings(cfg: dict, only: tuple[str, str | None] | None = None) -> dic
         check_method_settings(cfg)
     elif only[1] is not None and not external_name(only[1]):
         check_one_method(cfg, *only)
+    check_task_attributes(cfg, None if only is None else [only[0]])
     check_model_settings(cfg)
     return cfg
+
+
+def check_task_attributes(cfg: dict, names: list[str] | None = None) -> None:
+    """The ``attribute`` of each task (``names``, default all) is a label of its dataset
+    (:func:`vcebench.data.attribute_names`): a wrong one fails when the config is loaded, not when explain starts."""
+    from .data import attribute_names
+
+    for name in names if names is not None else cfg.get("tasks") or {}:
+        task = get_task(cfg, name)
+        task.kind  # noqa: B018 (checks the dataset's name)
+        known = attribute_names(task.dataset)
+        if task.attribute not in known:
+            import difflib
+
+            close = difflib.get_close_matches(task.attribute, known, n=1)
+            raise ConfigError(f"config key `tasks.{name}.attribute`: dataset {task.dataset!r} has no attribute "
+                              f"{task.attribute!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; known: {', '.join(known)}")
 
 
 # ----------------------------------------------------------------------------- methods
@@ -251,3 +270,24 @@ def check_model_settings(cfg: dict) -> None:
             _typed_settings(section, spec, types)
             if isinstance(spec.get("unet"), dict):
                 _typed_settings(f"{section}.unet", spec["unet"], UNET_SETTINGS)
+            _check_resolution(cfg, ds, role, spec)
+
+
+def _check_resolution(cfg: dict, ds: str, role: str, spec: dict) -> None:
+    """A trained network of ``ds`` takes its images' size: ``datasets.<ds>.resolution`` is a multiple of what it
+    downsamples by (the ddpm / pmf UNet: 2 per level; the perceptual autoencoder: 4), or training would stop
+    after the data is rendered."""
+    from .models.nets import AutoEncoder
+    from .models.unet import unet_downsampling
+
+    resolution = ((cfg.get("datasets") or {}).get(ds) or {}).get("resolution")
+    if role in ("ddpm", "pmf") and (spec.get("unet") or {}).get("block_out_channels"):
+        boc = spec["unet"]["block_out_channels"]
+        factor, why = unet_downsampling(boc), f"`models.{ds}.{role}.unet.block_out_channels` has {len(boc)} levels"
+    elif role == "perceptual":
+        factor, why = AutoEncoder.DOWNSAMPLING, f"the `models.{ds}.perceptual` autoencoder downsamples by it"
+    else:
+        return
+    if isinstance(resolution, int) and resolution % factor:
+        raise ConfigError(f"config key `datasets.{ds}.resolution` ({resolution}) must be a multiple of {factor}: "
+                          f"{why} (e.g. {resolution + factor - resolution % factor})")

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from . import registry
-from .config import ConfigError, attach_tuned, validate  # noqa: F401 (Snakefile)
+from .config import ConfigError, attach_tuned, read_yaml, validate  # noqa: F401 (Snakefile)
 from .tasks import (  # noqa: F401 (Snakefile)
     SYNTHETIC_DATASETS,
     check_method_names,
@@ -61,6 +61,24 @@ def fail_fast(check, *args) -> None:
     except ConfigError as e:
         print(f"vcebench config error: {e}", file=sys.stderr)
         sys.exit(1)
+
+
+def check_config_files(paths) -> None:
+    """Each config file read as the CLI reads it (:func:`vcebench.config.read_yaml`): Snakemake's own reader
+    keeps the last of a key written twice without a word."""
+    for p in paths:
+        read_yaml(p)
+
+
+def warn_empty_shards(cfg: dict) -> None:
+    """A warning when config ``n_shards`` is above the inputs a method explains (``n_eval``): the shards beyond
+    them are jobs with nothing to do."""
+    import sys
+
+    shards, n = int(cfg["n_shards"]), int(cfg["n_eval"])
+    if shards > n:
+        print(f"vcebench config warning: n_shards is {shards} but n_eval is {n}: {shards - n} shard(s) of each "
+              f"method get no input (empty jobs); set n_shards to at most {n}", file=sys.stderr)
 
 
 def shell_flags(flag: str, values) -> str:
