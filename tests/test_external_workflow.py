@@ -50,6 +50,17 @@ def test_external_method_is_imported_not_explained(tmp_path):
     assert f"--layout dime --path {quoted}" in out
 
 
+def test_seed_reruns_leave_imported_methods_out(tmp_path):
+    """`snakemake seeds` reruns what vcebench generated; an imported method has no seed (its DAG once failed
+    with 'unknown method external_mine' resolving an explain_seed job for it)."""
+    pre, _ = _preset(tmp_path)
+    r = _smk("seeds", "-n", "--forceall", "-p", "--configfile", str(pre))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "--method fire --seed" in out and "seeds/1/external_mine" not in out
+    assert "report seeds --task synthxray_pacemaker --methods fire " in out
+
+
 def test_unknown_external_name_fails_at_dag_construction(tmp_path):
     pre, _ = _preset(tmp_path, methods=["fire", "external_other"])
     r = _smk("-n", "--forceall", "--configfile", str(pre))

@@ -61,15 +61,15 @@ rule evaluate_seed:
 
 
 rule seeds_task:
-    """The spread of every cell over the seeds."""
+    """The spread of every cell over the seeds (of the methods vcebench runs: an imported one has no seed)."""
     input:
-        main=expand("results/{{task}}/{method}/metrics.json", method=METHODS),
+        main=expand("results/{{task}}/{method}/metrics.json", method=GENERATED),
         profiles=expand("results/{{task}}/{method}/profile.json", method=GENERATED),
         seeds=lambda wc: expand(
             "results/{task}/seeds/{seed}/{method}/metrics.json",
             task=wc.task,
             seed=wf.other_seeds(config),
-            method=METHODS,
+            method=GENERATED,
         ),
     output:
         md="results/{task}_seeds.md",
@@ -84,7 +84,7 @@ rule seeds_task:
         runtime=10,
     params:
         cfg=CFG,
-        methods=" ".join(METHODS),
+        methods=wf.shell_words(GENERATED),
     shell:
         "vcebench report seeds --task {wildcards.task} --methods {params.methods} --out-dir results "
         "{params.cfg} > {log:q} 2>&1"
