@@ -19,6 +19,8 @@ min_version("8.0")
 configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 
+# a key written twice in a config file (Snakemake's reader keeps the last one silently)
+wf.fail_fast(wf.check_config_files, workflow.configfiles)
 # the schema with the registry's method names (vcebench.registry: built-ins and installed plug-ins)
 wf.fail_fast(wf.validate, config, os.path.join(workflow.basedir, "config/schema.yaml"))
 wf.fail_fast(wf.check_method_names, config)
@@ -26,6 +28,7 @@ wf.fail_fast(wf.check_method_names, config)
 wf.attach_tuned(config, workflow.basedir)
 # method and model settings (keys, types, ranges) from the code's dataclasses: fail before any job runs
 wf.fail_fast(check_settings, config)
+wf.warn_empty_shards(config)
 # every job's CPU kernels (config `cpu_isa`, vcebench/kernels.py): jobs inherit the variables set here
 pin_environment(config.get("cpu_isa", DEFAULT_CPU_ISA))
 

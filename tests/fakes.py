@@ -3,10 +3,12 @@
 ``make_celeba(dir, n=12, fmt="txt"|"csv")``, ``make_celebahq(dir, celeba_dir, n=8)``,
 ``make_chexpert(dir, n_patients=10)``: each returns the root to put in ``datasets.<name>.root``.
 Images are small random JPEGs (CelebA 178 x 218 aligned crops are scaled down to 18 x 22).
+``write_generic`` / ``write_dime``: counterfactuals as the folders `vcebench import` reads.
 """
 
 from __future__ import annotations
 
+import csv
 import pickle
 from pathlib import Path
 
@@ -169,3 +171,40 @@ def make_released_weights(out: str | Path, kind: str = "faces", seed: int = 0) -
         p.data.normal_(0, 0.02)
     save("ddpm", unet.state_dict(), "ddpm.pt", format="guided_diffusion", **TINY_GUIDED_FLAGS)
     return models
+
+
+def save_image(img: np.ndarray, path, fmt: str = "PNG") -> None:
+    """A C x H x W uint8 array as an image file (grey for one channel)."""
+    a = img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(a).save(path, format=fmt)
+
+
+def write_generic(z, folder: Path, zero_pad: bool = False) -> None:
+    """``vcebench import --layout generic``: ``<sample id>.png`` per counterfactual of ``z`` (a counterfactuals
+    file's arrays)."""
+    for sid, cf in zip(z["sample_id"], z["cf"]):
+        save_image(cf, folder / (f"{int(sid):07d}.png" if zero_pad else f"{int(sid)}.png"))
+
+
+def write_dime(z, label, folder: Path, mapping_csv: Path) -> None:
+    """What DiME's / ACE's ImageSaver writes: {CC,IC}/{CCF,ICF}/{CF,Info}/<7-digit loader index>, with
+    the loader's index (here: the reversed position) mapped to our sample ids by a CSV."""
+    rows = []
+    n = len(z["sample_id"])
+    for pos in range(n):
+        index = n - 1 - pos  # not the sample id: the mapping must be used
+        pred, target = int(z["pred"][pos]), int(z["target"][pos])
+        cf_pred = target if z["flipped"][pos] else pred
+        group = ("CC" if label[pos] == pred else "IC") + "/" + ("CCF" if target == cf_pred else "ICF")
+        name = f"{index}".zfill(7)
+        save_image(z["cf"][pos], folder / group / "CF" / f"{name}.png")
+        (folder / group / "Info").mkdir(parents=True, exist_ok=True)
+        (folder / group / "Info" / f"{name}.txt").write_text(
+            f"label: {label[pos]}\npred: {pred}\ntarget: {target}\ncf pred: {cf_pred}\nBKL: 0.1\nl_1: 0.01")
+        (folder / group / "Noise").mkdir(exist_ok=True)
+        rows.append({"file": f"{name}.png", "sample_id": int(z["sample_id"][pos])})
+    with open(mapping_csv, "w", newline="") as fh:
+        w = csv.DictWriter(fh, ["file", "sample_id"])
+        w.writeheader()
+        w.writerows(rows)

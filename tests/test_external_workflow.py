@@ -16,10 +16,10 @@ from vcebench.config import ConfigError
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _smk(*args):
+def _smk(*args, timeout=120):
     exe = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or "snakemake"
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    return subprocess.run([exe, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run([exe, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=timeout)
 
 def _preset(tmp_path, make=True, **extra):
     """`external.mine`: a folder whose name holds a space and a shell command, per task."""
@@ -50,6 +50,17 @@ def test_external_method_is_imported_not_explained(tmp_path):
     assert f"--layout dime --path {quoted}" in out
 
 
+def test_seed_reruns_leave_imported_methods_out(tmp_path):
+    """`snakemake seeds` reruns what vcebench generated; an imported method has no seed (its DAG once failed
+    with 'unknown method external_mine' resolving an explain_seed job for it)."""
+    pre, _ = _preset(tmp_path)
+    r = _smk("seeds", "-n", "--forceall", "-p", "--configfile", str(pre))
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "--method fire --seed" in out and "seeds/1/external_mine" not in out
+    assert "report seeds --task synthxray_pacemaker --methods fire " in out
+
+
 def test_unknown_external_name_fails_at_dag_construction(tmp_path):
     pre, _ = _preset(tmp_path, methods=["fire", "external_other"])
     r = _smk("-n", "--forceall", "--configfile", str(pre))
@@ -78,3 +89,91 @@ def test_import_args_and_roles(tmp_path):
     assert wf.external_name("fire_K5") is None
     with pytest.raises(ConfigError, match="external.b"):
         wf.import_args(cfg, "synthfaces_smile", "external_b")
+
+
+# --- a run: `methods: [fire, external_gt, external_dime]` to the table and the HTML report -------------------
+
+TASK = "synthfaces_smile"
+N_EVAL = 6
+TINY_MODELS = {  # the smallest networks that train in seconds (the table's numbers are not the point here)
+    "classifier": {"steps": 20, "width": 8, "batch": 16},
+    "oracle": {"steps": 5, "width": 8, "batch": 16, "fool_n": 8, "fool_steps": 1},
+    "identity": {"steps": 5, "width": 8, "batch": 16},
+    "perceptual": {"steps": 5, "width": 8, "batch": 16},
+    "fid_features": {"steps": 5, "width": 8, "embed_dim": 8, "batch": 16},
+    "ddpm": {"steps": 2, "batch_size": 8, "warmup_steps": 1, "n_samples": 4, "sample_steps": 2, "eval_images": 4},
+    "pmf": {"steps": 2, "batch_size": 8, "warmup_steps": 1, "n_samples": 4, "eval_images": 4},
+}
+
+
+def _imported_folders(tmp_path, cfg: dict) -> dict:
+    """The task's ground-truth counterfactuals as two other code bases would leave them: a generic folder
+    (`<sample id>.png`) and a DiME experiment folder (Info targets 1 - label) with its id mapping."""
+    import torch
+
+    from tests.fakes import write_dime, write_generic
+    from vcebench.config import load_config
+    from vcebench.data import eval_split_name, get_synthetic, load_split
+    from vcebench.io import to_uint8
+    from vcebench.tasks import get_task
+
+    full = load_config([ROOT / "config" / "config.yaml"], cfg)
+    task = get_task(full, TASK)
+    split = load_split(full, task.dataset, eval_split_name(task.dataset))
+    ids = torch.sort(split.sample_ids).values[:N_EVAL]
+    label = split.attribute(task.attribute)[split.index_of(ids)].long().numpy()
+    gt = to_uint8(get_synthetic(full, task.dataset).gt_counterfactuals(ids, task.attribute))
+    z = {"sample_id": ids.numpy(), "cf": gt, "pred": label, "target": 1 - label, "flipped": label == label}
+    write_generic(z, tmp_path / "gt")
+    write_dime(z, label, tmp_path / "dime" / "Results" / "exp", tmp_path / "dime" / "ids.csv")
+    return {"gt": {"path": str(tmp_path / "gt")},
+            "dime": {"path": str(tmp_path / "dime" / "Results" / "exp"), "layout": "dime",
+                     "mapping": str(tmp_path / "dime" / "ids.csv")}, "label": label}
+
+
+def test_imported_methods_run_to_the_table_and_report(tmp_path):
+    """Two imported folders (generic, DiME layout) beside FiRe: imported, evaluated, in the csv / md, drawn
+    in a gallery and in `snakemake --report` (about 2 minutes on 2 cores: seven tiny networks train)."""
+    import csv
+    import json
+
+    import numpy as np
+
+    from vcebench.io import load_npz
+
+    cfg = {"threads": 1, "train_threads": 1, "n_shards": 1, "batch_size": 8, "n_eval": N_EVAL, "run_tasks": [TASK],
+           "methods": ["fire", "external_gt", "external_dime"], "workdir": str(tmp_path / "w"),
+           "datasets": {"synthfaces": {"n_identities": 40, "images_per_identity": 8}},
+           "metrics": {"sfid_seeds": [0]}, "tasks": {TASK: {"params": {"fire": {"K": 2, "smoothgrad_n": 2}}}},
+           "models": {"synthfaces": TINY_MODELS}}
+    folders = _imported_folders(tmp_path, cfg)
+    label = folders.pop("label")
+    pre = tmp_path / "p.yaml"
+    pre.write_text(yaml.safe_dump({**cfg, "external": folders}))
+    r = _smk("--cores", "2", "--configfile", str(pre), timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    results = tmp_path / "w" / "results"
+    with open(results / f"{TASK}.csv") as f:
+        rows = {row["method"]: row for row in csv.DictReader(f)}
+    assert list(rows) == cfg["methods"]
+    for m in ("external_gt", "external_dime"):
+        z = load_npz(results / TASK / m / "counterfactuals.npz")
+        assert int(rows[m]["n"]) == N_EVAL
+        assert float(rows[m]["FR"]) == pytest.approx(100 * z["flipped"].mean())  # scored from what was imported
+        assert rows[m]["nfe_per_cf"] == rows[m]["sec_per_cf"] == rows[m]["tflops_per_cf"] == ""
+        assert (results / TASK / m / "gallery.png").stat().st_size > 0
+    assert rows["fire"]["nfe_per_cf"] != ""
+    dime = load_npz(results / TASK / "external_dime" / "counterfactuals.npz")
+    np.testing.assert_array_equal(dime["target"], 1 - label)  # the Info files' targets
+    assert json.loads((results / TASK / "external_dime" / "import.json").read_text())["layout"] == "dime"
+    md = (results / f"{TASK}.md").read_text()
+    assert "| external_gt |" in md and "| external_dime |" in md
+    assert "external_gt, external_dime: counterfactuals of another code base" in md
+
+    html = tmp_path / "report.html"
+    r = _smk("--report", str(html), "--configfile", str(pre))
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    text = html.read_text()
+    for m in ("external_gt", "external_dime"):
+        assert f"results/{TASK}/{m}/gallery.png" in text
+    assert f"results/{TASK}.csv" in text

@@ -3,13 +3,19 @@ and bad folders get one error naming the file."""
 
 import csv
 import json
+import re
+import shlex
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 import vcebench.models
+from tests.fakes import save_image, write_dime, write_generic
 from vcebench.cli import main
 from vcebench.commands.import_cf import DIME_GROUPS, ImportFolderError, import_folder
 from vcebench.io import from_uint8, load_npz, save_npz
@@ -47,40 +53,6 @@ def setup(request, tmp_path_factory):
     assert 0 < z["flipped"].sum() < N_EVAL  # both kinds present: the FR check can fail
     return {"d": d, "config": config, "cfg": cfg, "task": task, "x": x, "z": z, "models": models,
             "label": split.attribute(task.attribute)[split.index_of(ids)].long().numpy()}
-
-
-def _save(img: np.ndarray, path, fmt="PNG"):
-    a = img[0] if img.shape[0] == 1 else np.transpose(img, (1, 2, 0))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(a).save(path, format=fmt)
-
-
-def write_generic(z, folder, zero_pad=False):
-    for sid, cf in zip(z["sample_id"], z["cf"]):
-        _save(cf, folder / (f"{int(sid):07d}.png" if zero_pad else f"{int(sid)}.png"))
-
-
-def write_dime(z, label, folder, mapping_csv):
-    """What DiME's / ACE's ImageSaver writes: {CC,IC}/{CCF,ICF}/{CF,Info}/<7-digit loader index>, with
-    the loader's index (here: the reversed position) mapped to our sample ids by a CSV."""
-    rows = []
-    n = len(z["sample_id"])
-    for pos in range(n):
-        index = n - 1 - pos  # not the sample id: the mapping must be used
-        pred, target = int(z["pred"][pos]), int(z["target"][pos])
-        cf_pred = target if z["flipped"][pos] else pred
-        group = ("CC" if label[pos] == pred else "IC") + "/" + ("CCF" if target == cf_pred else "ICF")
-        name = f"{index}".zfill(7)
-        _save(z["cf"][pos], folder / group / "CF" / f"{name}.png")
-        (folder / group / "Info").mkdir(parents=True, exist_ok=True)
-        (folder / group / "Info" / f"{name}.txt").write_text(
-            f"label: {label[pos]}\npred: {pred}\ntarget: {target}\ncf pred: {cf_pred}\nBKL: 0.1\nl_1: 0.01")
-        (folder / group / "Noise").mkdir(exist_ok=True)
-        rows.append({"file": f"{name}.png", "sample_id": int(z["sample_id"][pos])})
-    with open(mapping_csv, "w", newline="") as fh:
-        w = csv.DictWriter(fh, ["file", "sample_id"])
-        w.writeheader()
-        w.writerows(rows)
 
 
 def _evaluate(s, cfs):
@@ -162,7 +134,7 @@ def test_missing_id(generic):
 
 def test_unknown_id(generic):
     s, folder, z = generic
-    _save(z["cf"][0], folder / "99999999.png")
+    save_image(z["cf"][0], folder / "99999999.png")
     with pytest.raises(ImportFolderError, match=r"99999999\.png: sample id 99999999 is not in the task's evaluation"):
         _import(s, folder)
 
@@ -173,7 +145,7 @@ def test_id_beyond_n_eval(generic):
 
     split = load_split(s["cfg"], s["task"].dataset, eval_split_name(s["task"].dataset))
     extra = int(torch.sort(split.sample_ids).values[N_EVAL])
-    _save(z["cf"][0], folder / f"{extra}.png")
+    save_image(z["cf"][0], folder / f"{extra}.png")
     with pytest.raises(ImportFolderError, match=rf"{extra}\.png: sample id {extra} is not among the {N_EVAL}"):
         _import(s, folder)
 
@@ -181,7 +153,7 @@ def test_id_beyond_n_eval(generic):
 def test_duplicate_id(generic):
     s, folder, z = generic
     sid = int(z["sample_id"][0])
-    _save(z["cf"][0], folder / f"{sid:05d}.png")
+    save_image(z["cf"][0], folder / f"{sid:05d}.png")
     with pytest.raises(ImportFolderError, match=rf"sample id {sid} given by 2 files: .*{sid:05d}\.png.*{sid}\.png"):
         _import(s, folder)
 
@@ -190,7 +162,7 @@ def test_wrong_size(generic):
     s, folder, z = generic
     sid = int(z["sample_id"][5])
     h = z["cf"].shape[2]
-    _save(np.zeros((z["cf"].shape[1], h + 2, h + 2), np.uint8), folder / f"{sid}.png")
+    save_image(np.zeros((z["cf"].shape[1], h + 2, h + 2), np.uint8), folder / f"{sid}.png")
     with pytest.raises(ImportFolderError, match=rf"{sid}\.png: {h + 2}x{h + 2} pixels, expected {h}x{h}"):
         _import(s, folder)
 
@@ -288,3 +260,72 @@ def test_dime_unmapped_file(setup, tmp_path):
     mapping.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
     with pytest.raises(ImportFolderError, match=rf"{dropped}: not in the mapping CSV"):
         _import(s, folder, "dime", mapping)
+
+
+# --- the README's commands ---------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def readme_commands(first: str) -> list[list[str]]:
+    """The commands of the README's ``bash`` block that holds ``first``, split like a shell would (continuation
+    lines joined, comments dropped)."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    block = next(b for b in blocks if first in b)
+    return [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def test_readme_import_then_evaluate(tmp_path, monkeypatch, capsys):
+    """README, "Importing results from other code bases": its commands, as printed, in a checkout whose
+    config points at a fake CelebA; the DiME folder they name is written where they look (the only change:
+    their `/runs/...` placeholder lies under tmp_path). The imported method is scored and tabled."""
+    from tests.fakes import make_celeba
+    from vcebench.config import load_config, read_yaml
+    from vcebench.data import eval_split_name, load_split
+    from vcebench.merge import deep_merge
+    from vcebench.tasks import get_task
+
+    commands = readme_commands("vcebench import --task celeba_smile")
+    assert [c[:2] for c in commands] == [["vcebench", "import"], ["vcebench", "evaluate"], ["vcebench", "evaluate"],
+                                         ["vcebench", "report"]]
+    checkout = tmp_path / "checkout"
+    (checkout / "config").mkdir(parents=True)
+    shutil.copy(ROOT / "config" / "schema.yaml", checkout / "config" / "schema.yaml")
+    n = 8
+    mine = {"threads": 1, "n_eval": n, "batch_size": 4, "metrics": {"batch_size": 4, "sfid_seeds": [0]},
+            "datasets": {"celeba": {"root": str(make_celeba(tmp_path / "celeba", n=48)), "resolution": 32,
+                                    "minival": n}}}
+    (checkout / "config" / "config.yaml").write_text(
+        yaml.safe_dump(deep_merge(read_yaml(ROOT / "config" / "config.yaml"), mine)))
+    cfg = load_config([checkout / "config" / "config.yaml"])
+    task = get_task(cfg, "celeba_smile")
+    split = load_split(cfg, task.dataset, eval_split_name(task.dataset))
+    ids = torch.sort(split.sample_ids).values[:n]
+    x = split.float_images(split.index_of(ids))
+    models = standin_models(split.attribute_names, 3, threshold=float(x.flatten(1).mean(1).median()))
+    fake_counterfactuals(x, ids, models.classifier, tmp_path / "known.npz")
+    z = load_npz(tmp_path / "known.npz")
+    z["cf"][:2] = to_u8(x[:2])  # two unchanged inputs: not flipped
+    with torch.no_grad():
+        z["flipped"] = models.classifier(from_uint8(z["cf"])).argmax(1).numpy() == z["target"]
+    assert 2 <= z["flipped"].sum() < n
+    label = split.attribute(task.attribute)[split.index_of(ids)].long().numpy()
+    write_dime(z, label, tmp_path / "runs" / "dime" / "Results" / "smile", checkout / "dime_ids.csv")
+    monkeypatch.setattr(vcebench.models, "load_task_models", lambda *a, **k: models, raising=False)
+    monkeypatch.chdir(checkout)
+
+    for command in commands:
+        args = [a.replace("/runs/", f"{tmp_path}/runs/") for a in command[1:]]
+        assert main(args) == 0, capsys.readouterr().err
+
+    out = checkout / "results" / "celeba_smile"
+    res = json.loads((out / "external_dime" / "metrics.json").read_text())
+    assert res["metrics"]["FR"] == pytest.approx(100 * z["flipped"].mean())
+    assert res["n"]["FID"] == int(z["flipped"].sum()) and res["metrics"]["FID"] is not None
+    with open(checkout / "results" / "celeba_smile.csv") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["method"] == "external_dime" and int(row["n"]) == n
+    assert float(row["FR"]) == pytest.approx(100 * z["flipped"].mean())
+    assert row["nfe_per_cf"] == row["mean_steps"] == row["sec_per_cf"] == ""  # vcebench did not run it
+    md = (checkout / "results" / "celeba_smile.md").read_text()
+    assert "| external_dime |" in md and "counterfactuals of another code base" in md

@@ -25,8 +25,49 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def read_yaml(path: str | Path) -> Any:
-    """``yaml.safe_load`` of a file (libyaml's parser when available)."""
-    return yaml.load(Path(path).read_text(), Loader=_YAML_LOADER)  # noqa: S506 (a safe loader)
+    """``yaml.safe_load`` of a file (libyaml's parser when available), refusing a key written twice in one
+    mapping (YAML forbids it; PyYAML would keep the last one silently). A syntax error or a repeated key is a
+    one-line :class:`ConfigError` naming the file, the line and (repeated) the key."""
+    path = Path(path)
+    loader = _YAML_LOADER(path.read_text())
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_unique_keys(path, node)
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        context = f" ({e.context})" if e.context else ""
+        raise ConfigError(f"{path}{where}: {e.problem}{context}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: {' '.join(str(e).split())}") from None
+    finally:
+        loader.dispose()
+
+
+def _check_unique_keys(path: Path, root: yaml.Node) -> None:
+    """Every mapping of the node tree holds each key once (a merge key ``<<`` may override, as YAML allows)."""
+    todo, seen_nodes = [(root, "")], set()
+    while todo:
+        node, where = todo.pop()
+        if id(node) in seen_nodes:  # an alias: checked where its anchor is
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            todo += [(item, f"{where}[{i}]") for i, item in enumerate(node.value)]
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], int] = {}
+            for key, value in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                name = f"{where}.{key.value}" if where else key.value
+                if (key.tag, key.value) in first:
+                    raise ConfigError(f"{path}, line {key.start_mark.line + 1}: key `{name}` is given twice (first "
+                                      f"on line {first[key.tag, key.value] + 1}); remove one")
+                first[key.tag, key.value] = key.start_mark.line
+                todo.append((value, name))
 
 
 def schema_path(config_path: Path | None = None) -> Path:
@@ -65,7 +106,8 @@ def load_config(paths: list[str | Path] | None = None, overrides: dict | None = 
             raise ConfigError(f"config file {p} does not exist (run from the repository root or pass --config)")
         data = read_yaml(p) or {}
         if not isinstance(data, dict):
-            raise ConfigError(f"config file {p} must hold a mapping at the top level")
+            raise ConfigError(f"config file {p} must hold a mapping (`key: value` lines) at the top level, "
+                              f"not a {type(data).__name__}")
         cfg = deep_merge(cfg, data)
     if overrides:
         cfg = deep_merge(cfg, overrides)

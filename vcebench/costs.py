@@ -140,7 +140,8 @@ def _interval(values: np.ndarray, bootstrap: dict[str, Any]) -> list[float] | No
 def cost_columns(cf_path: Path, profile: dict[str, Any] | None, bootstrap: dict[str, Any] | None = None
                  ) -> dict[str, Any]:
     """``nfe_per_cf``, ``mean_steps``, ``tflops_per_cf`` over all n of ``cf_path`` (+ ``<col>_lo`` / ``_hi``),
-    ``sec_per_cf`` / ``peak_mem_mb`` from ``profile``, and ``cost_sources`` saying where each came from."""
+    ``sec_per_cf`` / ``peak_mem_mb`` from ``profile``, and ``cost_sources`` saying where each came from. A file
+    written by `vcebench import` (``steps`` -1: unknown) has none: another code base made its CFs."""
     from metrics.bootstrap import BOOTSTRAP_DEFAULTS
 
     bootstrap = {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})}
@@ -155,6 +156,11 @@ def cost_columns(cf_path: Path, profile: dict[str, Any] | None, bootstrap: dict[
         return out
     z = load_npz(cf_path)
     n = len(z["sample_id"])
+    if n and (np.asarray(z.get("steps", np.zeros(n))) < 0).all():  # `vcebench import`: nothing was counted
+        out.update(dict.fromkeys(("nfe_per_cf", "mean_steps", "tflops_per_cf")))
+        sources.update(dict.fromkeys(("nfe_per_cf", "mean_steps", "tflops_per_cf"), "imported: not counted"))
+        out["cost_sources"] = sources
+        return out
     nfe = nfe_per_sample(z)
     fwd = np.sum([d["fwd"] for d in nfe.values()], axis=0) if nfe else np.zeros(n)
     steps = np.asarray(z.get("steps", np.zeros(n)), np.float64)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import ConfigError, check_keys, coerce_value, load_config
-from .tasks import all_methods, check_runs_on, get_task, runs_on
+from .tasks import all_methods, check_runs_on, external_name, get_task, runs_on
 
 # Ranges of model settings (keys and types come from the code, see the module docstring).
 POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
@@ -47,16 +47,36 @@ def check_settings(cfg: dict, only: tuple[str, str | None] | None = None) -> dic
     """Check (and coerce, in place) every method and model setting of ``cfg``; returns ``cfg``.
 
     ``only=(task, method)``: the method settings checked are those ``method`` merges on ``task`` (the config
-    keys of :func:`vcebench.tasks.method_layers`; none with method ``None``), which is what one job runs; a
-    workflow job gets it, since the Snakefile has checked the whole config when it built the DAG. Resolving
-    every task x method takes about a second and imports every method's module, once per job.
+    keys of :func:`vcebench.tasks.method_layers`; none with method ``None`` or an imported ``external_<name>``,
+    which vcebench does not run), which is what one job runs; a workflow job gets it, since the Snakefile has
+    checked the whole config when it built the DAG. Resolving every task x method takes about a second and
+    imports every method's module, once per job.
     """
     if only is None:
         check_method_settings(cfg)
-    elif only[1] is not None:
+    elif only[1] is not None and not external_name(only[1]):
         check_one_method(cfg, *only)
+    check_task_attributes(cfg, None if only is None else [only[0]])
     check_model_settings(cfg)
     return cfg
+
+
+def check_task_attributes(cfg: dict, names: list[str] | None = None) -> None:
+    """The ``attribute`` of each task (``names``, default all) is a label of its dataset
+    (:func:`vcebench.data.attribute_names`): a wrong one fails when the config is loaded, not when explain starts."""
+    from .data import attribute_names
+
+    for name in names if names is not None else cfg.get("tasks") or {}:
+        task = get_task(cfg, name)
+        task.kind  # noqa: B018 (checks the dataset's name)
+        known = attribute_names(task.dataset)
+        if task.attribute not in known:
+            import difflib
+
+            close = difflib.get_close_matches(task.attribute, known, n=1)
+            raise ConfigError(f"config key `tasks.{name}.attribute`: dataset {task.dataset!r} has no attribute "
+                              f"{task.attribute!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; known: {', '.join(known)}")
 
 
 # ----------------------------------------------------------------------------- methods
@@ -253,3 +273,24 @@ def check_model_settings(cfg: dict) -> None:
             _typed_settings(section, spec, types)
             if isinstance(spec.get("unet"), dict):
                 _typed_settings(f"{section}.unet", spec["unet"], UNET_SETTINGS)
+            _check_resolution(cfg, ds, role, spec)
+
+
+def _check_resolution(cfg: dict, ds: str, role: str, spec: dict) -> None:
+    """A trained network of ``ds`` takes its images' size: ``datasets.<ds>.resolution`` is a multiple of what it
+    downsamples by (the ddpm / pmf UNet: 2 per level; the perceptual autoencoder: 4), or training would stop
+    after the data is rendered."""
+    from .models.nets import AutoEncoder
+    from .models.unet import unet_downsampling
+
+    resolution = ((cfg.get("datasets") or {}).get(ds) or {}).get("resolution")
+    if role in ("ddpm", "pmf") and (spec.get("unet") or {}).get("block_out_channels"):
+        boc = spec["unet"]["block_out_channels"]
+        factor, why = unet_downsampling(boc), f"`models.{ds}.{role}.unet.block_out_channels` has {len(boc)} levels"
+    elif role == "perceptual":
+        factor, why = AutoEncoder.DOWNSAMPLING, f"the `models.{ds}.perceptual` autoencoder downsamples by it"
+    else:
+        return
+    if isinstance(resolution, int) and resolution % factor:
+        raise ConfigError(f"config key `datasets.{ds}.resolution` ({resolution}) must be a multiple of {factor}: "
+                          f"{why} (e.g. {resolution + factor - resolution % factor})")

@@ -61,6 +61,14 @@ def split_method(name: str) -> tuple[str, str | None]:
                       f"with a variant of config key `variants.<method>`")
 
 
+def external_name(method: str) -> str | None:
+    """``external_<name>`` -> ``<name>`` (counterfactuals imported by `vcebench import`, config key
+    ``external.<name>`` in the workflow), else None. vcebench runs no method for such a name: it has no
+    settings, only counterfactuals to score."""
+    prefix = registry.EXTERNAL_PREFIX
+    return method[len(prefix):] if method.startswith(prefix) and len(method) > len(prefix) else None
+
+
 def is_baseline(name: str) -> bool:
     """A reference row (``registry.MethodSpec.baseline``, e.g. ``input`` and its variants): evaluated like
     every method, never tuned, ranked or put on a Pareto front. Imported results are no baseline."""
@@ -175,7 +183,7 @@ def check_method_names(cfg: dict) -> None:
     registered = registry.method_names()
     for key in ("methods", "paper_methods"):
         # external_<name>: imported results, checked against config `external` by vcebench.workflow
-        bad = [m for m in cfg.get(key) or [] if m not in known and not str(m).startswith(registry.EXTERNAL_PREFIX)]
+        bad = [m for m in cfg.get(key) or [] if m not in known and not external_name(str(m))]
         no_defaults = [m for m in bad if m in registered]
         if no_defaults:
             raise ConfigError(f"config key `{key}`: method(s) {no_defaults} have no defaults; add "

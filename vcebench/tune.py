@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from . import registry
 from .config import ConfigError
 from .tasks import split_method
 
@@ -112,11 +111,11 @@ def select(rows: list[dict[str, Any]], rule: dict[str, Any]) -> tuple[int, dict[
 def tune_methods(cfg: dict) -> list[str]:
     """The base methods of config key ``methods`` (variants such as ``_paper`` rows, imported results and the
     reference rows such as ``input``, ``registry.MethodSpec.baseline``, are not tuned)."""
-    from .tasks import is_baseline
+    from .tasks import external_name, is_baseline
 
     out: list[str] = []
     for m in cfg["methods"]:
-        if str(m).startswith(registry.EXTERNAL_PREFIX):
+        if external_name(str(m)):
             continue
         base = split_method(m)[0]
         if base not in out and not is_baseline(base):

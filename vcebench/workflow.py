@@ -11,11 +11,12 @@ import subprocess
 from pathlib import Path
 
 from . import registry
-from .config import ConfigError, attach_tuned, validate  # noqa: F401 (Snakefile)
+from .config import ConfigError, attach_tuned, read_yaml, validate  # noqa: F401 (Snakefile)
 from .tasks import (  # noqa: F401 (Snakefile)
     SYNTHETIC_DATASETS,
     check_method_names,
     check_runs_on,
+    external_name,
     get_task,
     split_method,
     task_methods,
@@ -62,6 +63,24 @@ def fail_fast(check, *args) -> None:
     except ConfigError as e:
         print(f"vcebench config error: {e}", file=sys.stderr)
         sys.exit(1)
+
+
+def check_config_files(paths) -> None:
+    """Each config file read as the CLI reads it (:func:`vcebench.config.read_yaml`): Snakemake's own reader
+    keeps the last of a key written twice without a word."""
+    for p in paths:
+        read_yaml(p)
+
+
+def warn_empty_shards(cfg: dict) -> None:
+    """A warning when config ``n_shards`` is above the inputs a method explains (``n_eval``): the shards beyond
+    them are jobs with nothing to do."""
+    import sys
+
+    shards, n = int(cfg["n_shards"]), int(cfg["n_eval"])
+    if shards > n:
+        print(f"vcebench config warning: n_shards is {shards} but n_eval is {n}: {shards - n} shard(s) of each "
+              f"method get no input (empty jobs); set n_shards to at most {n}", file=sys.stderr)
 
 
 def shell_flags(flag: str, values) -> str:
@@ -235,14 +254,6 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
 
 
 # --- imported results (`external_<name>` methods, workflows/external.smk) ---------------------------
-
-EXTERNAL_PREFIX = registry.EXTERNAL_PREFIX
-
-
-def external_name(method: str) -> str | None:
-    """``external_<name>`` -> ``<name>`` (results imported from config key ``external.<name>``), else None."""
-    return method[len(EXTERNAL_PREFIX):] if method.startswith(EXTERNAL_PREFIX) else None
-
 
 def generated_methods(methods: list[str]) -> list[str]:
     """The methods vcebench runs itself (explained and profiled), i.e. all but the imported ones."""

@@ -39,6 +39,11 @@ def task_methods(task):
     return wf.task_methods(config, task, METHODS)
 
 
+def seeded_methods(task):
+    """The rows of ``task`` that seed reruns cover: those vcebench generates (an imported one has no seed)."""
+    return [m for m in task_methods(task) if m in GENERATED]
+
+
 def data_arg(dataset):
     d = data_dir(dataset)
     return wf.shell_flags("--data", [d]) if d else ""

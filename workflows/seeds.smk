@@ -61,23 +61,23 @@ rule evaluate_seed:
 
 
 rule seeds_task:
-    """The spread of every cell over the seeds."""
+    """The spread of every cell over the seeds (of the methods vcebench runs: an imported one has no seed)."""
     input:
         main=lambda wc: expand(
             "results/{task}/{method}/metrics.json",
             task=wc.task,
-            method=task_methods(wc.task),
+            method=seeded_methods(wc.task),
         ),
         profiles=lambda wc: expand(
             "results/{task}/{method}/profile.json",
             task=wc.task,
-            method=[m for m in GENERATED if m in task_methods(wc.task)],
+            method=seeded_methods(wc.task),
         ),
         seeds=lambda wc: expand(
             "results/{task}/seeds/{seed}/{method}/metrics.json",
             task=wc.task,
             seed=wf.other_seeds(config),
-            method=task_methods(wc.task),
+            method=seeded_methods(wc.task),
         ),
     output:
         md="results/{task}_seeds.md",
@@ -92,7 +92,7 @@ rule seeds_task:
         runtime=10,
     params:
         cfg=CFG,
-        methods=lambda wc: " ".join(task_methods(wc.task)),
+        methods=lambda wc: wf.shell_words(seeded_methods(wc.task)),
     shell:
         "vcebench report seeds --task {wildcards.task} --methods {params.methods} --out-dir results "
         "{params.cfg} > {log:q} 2>&1"

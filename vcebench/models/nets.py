@@ -166,6 +166,8 @@ class SimSiamNet(nn.Module):
 class AutoEncoder(nn.Module):
     """Conv encoder (3 scales) + mirrored decoder; the encoder's maps feed the perceptual distance."""
 
+    DOWNSAMPLING = 4  # two stride-2 stages: the decoder gives back the input's size only for multiples of it
+
     def __init__(self, in_channels: int, width: int = 16):
         super().__init__()
         ws = (width, 2 * width, 4 * width)

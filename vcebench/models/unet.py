@@ -39,6 +39,12 @@ def check_role_keys(cfg: dict, role: str, allowed: set[str]) -> None:
                               f"allowed: {sorted(allowed)}")
 
 
+def unet_downsampling(block_out_channels) -> int:
+    """How much the UNet of ``block_out_channels`` downsamples (2 per level below the first): the image
+    resolution must be a multiple of it."""
+    return 2 ** (len(block_out_channels) - 1)
+
+
 def unet_kwargs(unet_cfg: dict, channels: int, resolution: int, h_conditioned: bool, role: str) -> dict:
     """``UNet2DModel`` constructor arguments from a role's ``unet:`` block.
 
@@ -55,7 +61,7 @@ def unet_kwargs(unet_cfg: dict, channels: int, resolution: int, h_conditioned: b
     if any(c % groups for c in boc):
         raise RoleConfigError(f"`models.<dataset>.{role}.unet.block_out_channels` {list(boc)} must be "
                               f"divisible by norm_num_groups={groups}")
-    if resolution % (2 ** (len(boc) - 1)):
+    if resolution % unet_downsampling(boc):
         raise RoleConfigError(f"resolution {resolution} is not divisible by 2**{len(boc) - 1} "
                               f"(`models.<dataset>.{role}.unet.block_out_channels` has {len(boc)} levels)")
     return dict(

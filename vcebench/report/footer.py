@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..kernels import describe
-from ..tasks import is_baseline, is_truth
+from ..tasks import external_name, is_baseline, is_truth
 from .tables import display_columns, format_value, method_label
 
 SUBSET_WORDS = {"all": "all inputs", "successful": "successful CFs", "correct": "correctly classified inputs",
@@ -51,6 +51,7 @@ def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = N
     lines.append(_protocol_line(metas, tuned, feature_dim, boot))
     lines.append(COSTS_LINE)
     lines += _baseline_lines(df)
+    lines += _imported_lines(df)
     lines += _warning_lines(metas)
     return lines
 
@@ -169,6 +170,15 @@ def _baseline_lines(df: pd.DataFrame) -> list[str]:
                      "mistake, counted as not flipped in FR); cost columns empty: rendered by the dataset, not "
                      "computed by a method.")
     return lines
+
+
+def _imported_lines(df: pd.DataFrame) -> list[str]:
+    """What the imported rows (``external_<name>``) are (none when the table has none)."""
+    rows = [method_label(m) for m in df["method"] if external_name(m)]
+    if not rows:
+        return []
+    return [f"{', '.join(rows)}: counterfactuals of another code base (`vcebench import`), scored on the same "
+            "inputs with the same networks; no protocol record and no cost columns (vcebench did not run them)."]
 
 
 def _warning_lines(metas: dict[str, dict]) -> list[str]:
