@@ -7,6 +7,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VCEBENCH_CPU_ISA", "avx2")
 os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
+os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 from vcebench.errors import ConfigError
 from vcebench.kernels import ENV_VAR, check_isa, describe, isa_from_config_files, pin_environment
 
-PINNED = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", ENV_VAR)
+PINNED = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", ENV_VAR)
 x86_only = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pin is for x86-64 CPUs")
 
 
@@ -28,8 +28,9 @@ def _capability(code: str, env: dict[str, str]) -> dict:
 
 def test_pin_sets_and_native_lifts_the_variables():
     env: dict[str, str] = {}
-    assert pin_environment("avx2", env) == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    assert env == {ENV_VAR: "avx2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    pinned = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"}
+    assert pin_environment("avx2", env) == pinned
+    assert env == {ENV_VAR: "avx2", **pinned}
     pin_environment("native", env)
     assert env == {ENV_VAR: "native"}
     # a user's own setting of a variable (not vcebench's value) survives `native`

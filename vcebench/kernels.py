@@ -1,11 +1,22 @@
-"""The instruction set of the CPU kernels, pinned so that one commit computes the same numbers on any x86-64 CPU.
+"""The CPU kernels' code paths, pinned so that one commit computes the same numbers on any x86-64 CPU.
 
-PyTorch picks its vectorised kernels (ATen) and oneDNN its convolution / matmul code paths by what the CPU
-offers: an AVX-512 machine and an AVX2 machine run different float reductions, so the same training or
-counterfactual job gives different weights, images and table cells on the two. vcebench pins both to AVX2,
-which every x86-64 CPU of the last decade has, for every job, through the two environment variables the
-libraries read when their first kernel runs (config key ``cpu_isa``: ``avx2``, the default, or ``native``:
-the libraries choose, faster on an AVX-512 CPU, and the tables may then differ from the committed ones).
+PyTorch picks its vectorised kernels (ATen), oneDNN its convolution code paths and MKL its matrix
+products by what the CPU offers, and MKL also by who made it: an AVX-512 machine and an AVX2 machine, or
+an Intel and an AMD one, run different float reductions, so the same training or counterfactual job gives
+different weights, images and table cells on the two. vcebench pins all three for every job, through the
+environment variables the libraries read when their first kernel runs (config key ``cpu_isa``):
+
+- ``avx2`` (the default): ATen's AVX2 kernels (``ATEN_CPU_CAPABILITY``), oneDNN capped at AVX2
+  (``ONEDNN_MAX_CPU_ISA``), and MKL's conditional-numerical-reproducibility branch ``COMPATIBLE``
+  (``MKL_CBWR``: SSE2 without approximate instructions, fixed reductions; the one MKL branch Intel documents
+  as giving the same results on Intel and non-Intel CPUs; its other branches are Intel-only);
+- ``native``: the libraries choose (faster on an AVX-512 CPU); the tables may then differ from the
+  committed ones.
+
+Measured on an Intel Xeon (AVX-512): MKL's default branch, its AVX2 branch and COMPATIBLE give three
+different float32 products of the same matrices, and a training step costs the same under each (the
+UNets' time goes to oneDNN convolutions). docs/internals.md ("Identical numbers on every machine") has the
+measurements and what is still machine-dependent.
 
 The variables take effect only before torch runs its first kernel, so the pin happens where a process
 starts: ``vcebench.cli.main`` (every job) and the Snakefile (which passes them to its jobs), and
@@ -24,9 +35,10 @@ CPU_ISAS = ("avx2", "native")
 DEFAULT_CPU_ISA = "avx2"
 # The variable that overrides the config for a process and passes the choice from the Snakefile to its jobs.
 ENV_VAR = "VCEBENCH_CPU_ISA"
-# What each choice sets: ATen's dispatch (ATEN_CPU_CAPABILITY: default | avx2 | avx512) and oneDNN's ISA cap.
+# What each choice sets: ATen's dispatch (ATEN_CPU_CAPABILITY: default | avx2 | avx512), oneDNN's ISA cap and
+# MKL's reproducible branch.
 PIN_ENV: dict[str, dict[str, str]] = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "COMPATIBLE"},
     "native": {},
 }
 
@@ -98,7 +110,7 @@ def record() -> dict[str, object]:
     return {
         "cpu_isa": os.environ.get(ENV_VAR, "unset"),
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        **{k: os.environ.get(k) for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")},
+        **{k: os.environ.get(k) for k in PIN_ENV["avx2"]},
         "machine": platform.machine(),
     }
 
