@@ -109,9 +109,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_sees_imports():
     graph = import_graph()
-    assert "vcebench.io" in graph["vcebench.models.checkpoints"]  # `from ..io import ...` (relative)
+    assert "vcebench.core.io" in graph["vcebench.models.checkpoints"]  # `from ..io import ...` (relative)
     assert "vcebench.models.ddpm" in graph["vcebench.models.recipes"]  # inside a function
-    assert "vcebench.commands.evaluate" in graph["vcebench.commands.tune"]
+    assert "vcebench.steps.evaluate" in graph["vcebench.steps.tune"]
     assert len(graph) > 50
 
 
@@ -121,13 +121,13 @@ def test_no_import_circles():
 
 
 def test_commands_are_imported_only_by_the_cli():
-    """The CLI verbs (``vcebench.commands``) sit on top: no module of ``vcebench/``, ``methods/`` or
+    """The CLI verbs (``vcebench.steps``) sit on top: no module of ``vcebench/``, ``methods/`` or
     ``metrics/`` outside them imports one (the CLI registers them; a verb may use another verb)."""
     graph = import_graph()
     for module, targets in graph.items():
-        if module.startswith("vcebench.commands") or module == "vcebench.cli":
+        if module.startswith("vcebench.steps") or module == "vcebench.cli":
             continue
-        up = sorted(t for t in targets if t.startswith("vcebench.commands"))
+        up = sorted(t for t in targets if t.startswith("vcebench.steps"))
         assert not up, f"{module} imports {up}"
 
 

@@ -9,9 +9,9 @@ import shutil
 import pytest
 import torch
 
-from vcebench.config import ConfigError, deep_merge
+from vcebench.config.load import ConfigError, deep_merge
+from vcebench.core.frechet import feature_frechet_distance as frechet_distance
 from vcebench.data.base import Split
-from vcebench.frechet import feature_frechet_distance as frechet_distance
 from vcebench.models import CheckpointError, MissingModelError, load_task_models, load_trained_net
 from vcebench.models.augment import augment, gaussian_blur, pgd
 from vcebench.models.checkpoints import save_trained

@@ -63,7 +63,7 @@ def test_pareto_front_keeps_only_non_dominated_points():
 
 
 def test_pareto_methods_and_figures(tmp_path):
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
     from vcebench.report import pareto_figures
     from vcebench.workflow import n_eval_arg, pareto_methods
 

@@ -36,8 +36,8 @@ def test_device_cuda_without_a_gpu_is_a_one_line_error(tmp_path, monkeypatch, ca
 
 def test_train_command_passes_the_config_device(tmp_path, monkeypatch, capsys):
     """`device: cuda` reaches setup_torch (TF32 / cuDNN) and the training shard; nothing forces the CPU."""
+    import vcebench.core.runtime as runtime
     import vcebench.models.recipes as recipes
-    import vcebench.runtime as runtime
     from vcebench.cli import main
 
     seen = {}

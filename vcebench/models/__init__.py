@@ -13,7 +13,7 @@ __all__ = ["ROLES", "BinaryHead", "CheckpointError", "MissingModelError", "TaskM
 
 
 def train_role(*args, **kwargs):
-    """Train one role of a dataset (see :func:`vcebench.commands.train.train_role`)."""
+    """Train one role of a dataset (see :func:`vcebench.steps.train.train_role`)."""
     from .recipes import train_role as _train_role
 
     return _train_role(*args, **kwargs)

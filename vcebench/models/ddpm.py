@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..io import write_json
+from ..core.io import write_json
 from .checkpoints import remove_checkpoint, replace_dir
 from .distributed import Shard
 from .generative_eval import batched, generative_quality, save_grid

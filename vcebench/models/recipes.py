@@ -17,10 +17,10 @@ from typing import Any
 
 from torch import Tensor
 
-from ..config import ConfigError, settings_errors
-from ..protocol import resolve_method
-from ..runtime import GENERATIVE  # trained by ``training.train_generative``: any device, several processes
-from ..tasks import Task, get_task
+from ..config.load import ConfigError, settings_errors
+from ..config.tasks import Task, get_task
+from ..core.runtime import GENERATIVE  # trained by ``training.train_generative``: any device, several processes
+from ..protocol.noise import resolve_method
 from .classifier import CLASSIFIER_DEFAULTS, train_classifier
 from .distributed import Shard
 from .features import FID_DEFAULTS, train_fid_features
@@ -98,7 +98,7 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
         raise ConfigError(f"config key `models.{ds}.{role}` names canonical weights ({spec.get('weights')!r}); "
                           f"there is nothing to train. Remove `weights` to train this role instead.")
     out = Path(out_dir) if out_dir else Path(model_dir) / ds / role
-    from ..io import check_writable
+    from ..core.io import check_writable
 
     check_writable(out, f"the trained {role}")  # before training, not after it
     t0 = time.perf_counter()
@@ -126,7 +126,7 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
         metrics = fn(settings, splits, out, dataset=ds, task_attributes=task_attributes(cfg, ds),
                      classifier_dir=out.parent / "classifier", progress=progress)
     metrics["wall_seconds_total"] = round(time.perf_counter() - t0, 2)
-    from ..io import write_json
+    from ..core.io import write_json
 
     write_json(out / "metrics.json", metrics)
     return metrics
@@ -145,7 +145,7 @@ def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tens
     """
     import json
 
-    from vcebench.io import write_json
+    from vcebench.core.io import write_json
 
     model_dir = Path(model_dir)
     val = to_float_images(val_images_uint8[:n_images], f"evaluate_generative({role}): val_images_uint8")
