@@ -176,7 +176,7 @@ def test_remaining_type_and_value_errors_name_the_settings(monkeypatch, tmp_path
     """What the typed check cannot see (a value the network or method constructor rejects) still ends in a
     ConfigError naming the settings, not a traceback."""
     import methods
-    from vcebench.models import recipes as trainers
+    from vcebench.steps import train as trainers
 
     def bad_trainer(settings, splits, out, **kw):
         raise TypeError("unsupported operand type(s) for *: 'NoneType' and 'int'")
@@ -433,7 +433,7 @@ def test_frechet_distance_on_old_and_new_scipy(monkeypatch):
     and every module computes FID through vcebench.core.frechet."""
     import scipy.linalg
 
-    from vcebench import frechet
+    from vcebench.core import frechet
     from vcebench.models import features
 
     real = scipy.linalg.sqrtm

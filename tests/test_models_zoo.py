@@ -219,7 +219,7 @@ def test_real_task_needs_weights(cfg):
 
 
 def test_unknown_training_key_is_rejected(cfg, tmp_path):
-    from vcebench.models.recipes import train_role
+    from vcebench.steps.train import train_role
 
     bad = deep_merge(cfg, {"models": {"synthfaces": {"classifier": {"stpes": 3}}}})
     with pytest.raises(ConfigError, match=r"models\.synthfaces\.classifier\.stpes.*steps"):

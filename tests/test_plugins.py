@@ -18,8 +18,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from vcebench import registry, specs
+from vcebench import registry
 from vcebench.config.load import ConfigError
+from vcebench.registry import specs
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "tests" / "plugins" / "vcebench_perturb"

@@ -189,9 +189,10 @@ def test_ddpm_family_nfe_follows_the_reference_loops():
 
 
 def test_paper_scale_report_is_consistent_with_its_own_table():
+    from vcebench.costs.flops import flops_from_nfe
     from vcebench.models.paper_nets import CELEBA
     from vcebench.paper.nfe import fire_nfe
-    from vcebench.paper.scale import flops_from_nfe, format_markdown, paper_scale_report
+    from vcebench.paper.scale import format_markdown, paper_scale_report
 
     r = paper_scale_report("celeba", fvcore=False)
     calls = r["networks"]
@@ -210,7 +211,7 @@ def test_paper_scale_report_is_consistent_with_its_own_table():
 def tiny_load(monkeypatch, cfg):
     """Replace data + trained-model loading by tiny stand-ins (the profile logic is what is tested)."""
     from methods import get_method
-    from vcebench import task_profile as cmd
+    from vcebench.costs import task_profile as cmd
     from vcebench.costs.standins import tiny_standins
 
     def fake_load(settings, *, n, device):
@@ -309,7 +310,7 @@ def test_paper_timing_runs_every_variant_kind_on_cpu(tmp_path):
     """The GPU timing script's code path on tiny networks: rows, errors table, Markdown and JSON written."""
     import json
 
-    from vcebench import paper_timing as pt
+    from vcebench.paper import timing as pt
 
     plan = [{"method": "fire", "variant": "fp32", "batch": 2, "n": 2, "early_stop": False,
              "params": {"K": 2, "smoothgrad_n": 2}},
@@ -344,7 +345,7 @@ def test_paper_timing_runs_every_variant_kind_on_cpu(tmp_path):
 
 
 def test_paper_timing_time_limit_skips_the_rest(tmp_path):
-    from vcebench import paper_timing as pt
+    from vcebench.paper import timing as pt
 
     plan = [{"method": "fire", "variant": "fp32", "batch": 1, "n": 1, "early_stop": False,
              "params": {"K": 1, "smoothgrad_n": 1}}] * 2

@@ -91,7 +91,7 @@ def test_efficiency_figure_writes_png(table, tmp_path):
     df, _ = table
     df = df.copy()
     df["peak_mem_mb"] = [10.0, 20.0, 30.0]
-    from vcebench import figures
+    from vcebench.report import figures
 
     figures.efficiency_figure(tmp_path / "eff.png", df)
     assert (tmp_path / "eff.png").read_bytes()[:4] == b"\x89PNG"

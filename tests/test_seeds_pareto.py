@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vcebench import seeds
+from vcebench.report import seeds
 
 
 def _tables():

@@ -18,9 +18,11 @@ from .config.tasks import (  # noqa: F401 (Snakefile)
     check_runs_on,
     external_name,
     get_task,
+    method_roles,
     split_method,
     task_methods,
 )
+from .registry.roles import GATE_ROLES, GENERATIVE
 
 DATASET_HELP = {
     "celeba": ("datasets.celeba.root", "img_align_celeba/*.jpg, list_attr_celeba.txt|csv, list_eval_partition.txt|csv",
@@ -97,7 +99,6 @@ def train_processes(cfg: dict, role: str) -> int:
     """Processes (GPUs) of one training job: config ``gpus_per_train`` for the ddpm / pmf on CUDA, else 1."""
     if cfg.get("device") != "cuda":
         return 1
-    from .core.runtime import GENERATIVE  # torch: imported for CUDA runs only
 
     return int(cfg.get("gpus_per_train", 1)) if role in GENERATIVE else 1
 
@@ -107,7 +108,6 @@ def train_gpus(cfg: dict, role: str) -> int:
     other roles are small networks trained on the CPU, ``vcebench.models.recipes.train_role``)."""
     if cfg.get("device") != "cuda":
         return 0
-    from .core.runtime import GENERATIVE
 
     return train_processes(cfg, role) if role in GENERATIVE else 0
 
@@ -150,15 +150,7 @@ def tune_roles(cfg: dict, task_name: str) -> list[str]:
     return sorted(roles)
 
 
-def method_roles(method: str) -> tuple[str, ...]:
-    """Networks the explain step of ``method`` needs (``registry.MethodSpec.roles`` of its base method)."""
-    if external_name(method):
-        return ("classifier",)  # `vcebench import` classifies the inputs and the imported CFs
-    return registry.get_method_spec(split_method(method)[0]).roles
-
-
 REAL_TRAINABLE = ("ddpm", "pmf")
-GATE_ROLES = {"oracle": ("classifier",), "ddpm": ("fid_features",), "pmf": ("classifier", "fid_features", "ddpm")}
 
 
 def gate_roles(cfg: dict, dataset: str, role: str) -> list[str]:

@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="verb", required=True, parser_class=CommandParser)
     for verb in VERBS:
-        module = importlib.import_module(f"vcebench.steps.{MODULES.get(verb, verb)}")
+        module = importlib.import_module(f"vcebench.cli.{MODULES.get(verb, verb)}")
         module.register(sub)
     return parser
 

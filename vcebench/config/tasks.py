@@ -194,3 +194,10 @@ def check_method_names(cfg: dict) -> None:
         for m in cfg.get(key) or []:
             for t in cfg.get("run_tasks") or []:
                 check_runs_on(get_task(cfg, t), m, f"config keys `{key}` and `run_tasks`")
+
+
+def method_roles(method: str) -> tuple[str, ...]:
+    """Networks the explain step of ``method`` needs (``registry.MethodSpec.roles`` of its base method)."""
+    if external_name(method):
+        return ("classifier",)  # `vcebench import` classifies the inputs and the imported CFs
+    return registry.get_method_spec(split_method(method)[0]).roles

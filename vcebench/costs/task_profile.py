@@ -70,9 +70,9 @@ def _load(settings: RunSettings, *, n: int, device: torch.device):
     (datasets, the model zoo): they get ``settings.config``."""
     import torch
 
-    from vcebench.core.runtime import accelerate_from_config
     from vcebench.data import load_split
     from vcebench.models import load_task_models
+    from vcebench.models.accelerate import accelerate_from_config
 
     task, cfg = settings.task, settings.config
     params = dict(settings.params)
@@ -91,7 +91,7 @@ def _load(settings: RunSettings, *, n: int, device: torch.device):
 
 
 def _roles(method_name: str) -> tuple[str, ...]:
-    from vcebench.workflow import method_roles
+    from vcebench.config.tasks import method_roles
 
     return method_roles(method_name)
 

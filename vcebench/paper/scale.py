@@ -27,14 +27,14 @@ Architectures (CelebA 128 px protocol):
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from vcebench.costs.measure import FLOP_CONVENTION, FVCORE_CONVENTION, count_flops, fvcore_forward_macs
+from vcebench.costs.flops import flops_from_nfe, per_call_flops, role_call
+from vcebench.costs.measure import FLOP_CONVENTION, FVCORE_CONVENTION, fvcore_forward_macs
 from vcebench.models.paper_nets import SETTINGS, PaperSetting, build_networks
 from vcebench.paper.nfe import NFE, ddpm_family_nfe, fire_nfe, fire_nfe_per_update
 
@@ -43,51 +43,13 @@ PAPER_RATIO = 8.0  # MaskDiME / FiRe FLOPs (paper Fig. 2)
 PAPER_MINUTES_1000 = 6.37  # FiRe wall time for 1,000 CFs at batch 5 (paper Fig. 2)
 
 
-# --------------------------------------------------------------------------- per-call FLOPs
-
-
-def _role_call(name: str, net: nn.Module, x: Tensor) -> Tensor:
-    b = x.shape[0]
-    if name == "unet":
-        return net.eps(x, torch.full((b,), 10, dtype=torch.long, device=x.device))
-    if name == "pmf":
-        return net.predict_clean(x, 0.4)
-    if name == "perceptual":
-        return net(x, torch.zeros_like(x))
-    return net(x)
-
-
-def per_call_flops(nets: dict[str, nn.Module], resolution: int, batch: int = 1,
-                   channels: int = 3) -> dict[str, dict[str, Any]]:
-    """FLOPs of one call of each role at ``batch``: forward, and the backward to the input alone.
-
-    The backward is measured as (forward + backward) - forward with frozen weights, i.e. the input
-    gradient only, which is what guidance computes. Perceptual: one call embeds both images.
-    """
-    out: dict[str, dict[str, Any]] = {}
-    for name, net in nets.items():
-        dev = next(itertools.chain(net.parameters(), net.buffers()), torch.zeros(0)).device  # cpu if neither
-        x = torch.zeros(batch, channels, resolution, resolution, device=dev)
-        with torch.no_grad():
-            _, fwd = count_flops(_role_call, name, net, x)
-
-        def fwd_bwd(name: str = name, net: nn.Module = net, dev: torch.device = dev) -> None:
-            xg = torch.zeros(batch, channels, resolution, resolution, device=dev, requires_grad=True)
-            torch.autograd.grad(_role_call(name, net, xg).sum(), xg)
-
-        _, both = count_flops(fwd_bwd)
-        out[name] = {"params": sum(p.numel() for p in net.parameters()),
-                     "fwd_flops": fwd.total, "bwd_flops": both.total - fwd.total}
-    return out
-
-
 class _FvcoreWrapper(nn.Module):
     def __init__(self, name: str, net: nn.Module):
         super().__init__()
         self.name, self.net = name, net
 
     def forward(self, x: Tensor) -> Tensor:
-        return _role_call(self.name, self.net, x)
+        return role_call(self.name, self.net, x)
 
 
 def fvcore_forward_table(nets: dict[str, nn.Module], resolution: int) -> dict[str, int | None]:
@@ -98,16 +60,6 @@ def fvcore_forward_table(nets: dict[str, nn.Module], resolution: int) -> dict[st
     """
     x = torch.zeros(1, 3, resolution, resolution)
     return {name: fvcore_forward_macs(_FvcoreWrapper(name, net), (x,)) for name, net in nets.items()}
-
-
-def flops_from_nfe(nfe: NFE, calls: dict[str, dict[str, Any]]) -> float:
-    """FLOPs per CF = sum over networks of fwd calls x fwd FLOPs + bwd calls x bwd FLOPs."""
-    total = 0.0
-    for net, d in nfe.items():
-        if net not in calls:
-            raise KeyError(f"no per-call FLOPs measured for network {net!r}")
-        total += d.get("fwd", 0.0) * calls[net]["fwd_flops"] + d.get("bwd", 0.0) * calls[net]["bwd_flops"]
-    return total
 
 
 # --------------------------------------------------------------------------- the report

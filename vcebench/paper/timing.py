@@ -17,14 +17,14 @@ Precision variants (each a context around the method call, the weights stay floa
 - ``tf32``: TF32 on (``torch.backends.{cuda.matmul,cudnn}.allow_tf32``);
 - ``bf16``: ``torch.autocast(bfloat16)`` (TF32 on for what autocast leaves in float32);
 - ``mixed``: TF32, with bf16 autocast in the two UNets (PMF and DDPM) only (``cuda.bf16_generative``,
-  :func:`vcebench.core.runtime.accelerate`): they hold ~80% of
+  :func:`vcebench.models.accelerate.accelerate`): they hold ~80% of
   the FLOPs, while the classifier gradients that steer the edits and build the masks stay TF32;
 - ``+cl``: networks and inputs in ``channels_last``;
 - ``+gpunoise``: the per-sample noise generators live on the GPU (``SampleGenerators(device=...)``)
   instead of drawing on the CPU and copying;
 - ``+bench``: ``torch.backends.cudnn.benchmark`` (cuDNN picks its convolution algorithms by timing);
 - ``+compile``: every network call compiled (``torch.compile``, mode ``--compile-mode``, default
-  ``reduce-overhead``) through :func:`vcebench.core.runtime.accelerate`, the path the workflow's
+  ``reduce-overhead``) through :func:`vcebench.models.accelerate.accelerate`, the path the workflow's
   ``cuda.compile`` takes, for FiRe and MaskDiME alike (compile time is in the warm-up column).
 
 Each row is timed ``--repeats`` times (default 3) after one warm-up batch: the median and the
@@ -54,9 +54,10 @@ import torch
 from torch import Tensor
 
 from vcebench.config.tasks import split_method
+from vcebench.costs.flops import flops_from_nfe, per_call_flops
 from vcebench.models.base import TaskModels
 from vcebench.models.paper_nets import CELEBA, PaperSetting, build_networks
-from vcebench.paper.scale import PAPER_MINUTES_1000, flops_from_nfe, per_call_flops
+from vcebench.paper.scale import PAPER_MINUTES_1000
 
 # Small networks with the same structure, for running the code path on a CPU (tests).
 TINY = replace(CELEBA, resolution=32, unet_channels=(32, 32, 64, 64, 64), head_dim=32)
@@ -106,10 +107,10 @@ def precision(mode: str, device: torch.device, cudnn_benchmark: bool = False) ->
 
 def prepare_models(base: TaskModels, v: dict[str, Any], compile_mode: str = "reduce-overhead",
                    compile_backend: str = "inductor") -> TaskModels:
-    """A view of ``base`` for variant ``v``: channels_last, then :func:`vcebench.core.runtime.accelerate` (the
+    """A view of ``base`` for variant ``v``: channels_last, then :func:`vcebench.models.accelerate.accelerate` (the
     path ``cuda.compile`` / ``cuda.bf16_generative`` take in the workflow): bf16 UNets for ``mixed``,
     every network call compiled for ``+compile``; FiRe and MaskDiME get the same networks."""
-    from vcebench.core.runtime import accelerate
+    from vcebench.models.accelerate import accelerate
 
     fmt = torch.channels_last if v["channels_last"] else torch.contiguous_format
     for role in ("classifier", "ddpm", "pmf", "perceptual"):
@@ -329,7 +330,7 @@ def format_markdown(r: dict[str, Any]) -> str:
              "classifier scale (8) here: 60 of 200 guided steps. TFLOPs/CF from the measured NFE x per-call FLOPs. "
              "s/CF is the median of the timed passes over the n inputs (after one warm-up batch), "
              "[min, max] their spread; +compile uses torch.compile mode "
-             f"`{r.get('compile_mode')}` on every network call of both methods (vcebench.core.runtime.accelerate).",
+             f"`{r.get('compile_mode')}` on every network call of both methods (vcebench.models.accelerate).",
              "", "| method | variant | batch | n | es | s/CF (median) | [min, max] | reps | vs paper | "
              "mean updates / steps | s/update | TFLOPs/CF | TFLOP/s | peak GiB | edit diff vs fp32 | warm-up s |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

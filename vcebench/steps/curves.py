@@ -154,8 +154,8 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
     from ..data import load_split
     from ..models.ddpm import train_ddpm
     from ..models.pmf import train_pmf
-    from ..models.recipes import generative_references
     from ..models.zoo import role_spec
+    from .train import generative_references
 
     if role not in PRIMARY:
         raise ConfigError(f"training curves are for the generative roles {', '.join(PRIMARY)}; got {role!r}")

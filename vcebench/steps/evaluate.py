@@ -1,11 +1,5 @@
-"""`vcebench evaluate`: the task's metrics for one method, or the FID reference statistics.
-
-Examples::
-
-    vcebench evaluate --task synthfaces_smile --reference --out results/synthfaces_smile/fid_ref.npz
-    vcebench evaluate --task synthfaces_smile --method fire \\
-        --cfs results/synthfaces_smile/fire/counterfactuals.npz \\
-        --fid-ref results/synthfaces_smile/fid_ref.npz --out results/synthfaces_smile/fire/metrics.json
+"""`vcebench evaluate` as a library (its arguments and printing: :mod:`vcebench.cli.evaluate`):
+the task's metrics for one method, or the FID reference statistics.
 
 Which metrics, on which subsets, with which networks: ``metrics/__init__.py``. Without
 ``--fid-ref`` the originals' features are computed on the fly (same numbers, slower).
@@ -13,17 +7,12 @@ Which metrics, on which subsets, with which networks: ``metrics/__init__.py``. W
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from ..cli import add_config_arg
-from ..registry import BUILTIN_METRICS
 
 if TYPE_CHECKING:
     import torch
@@ -31,75 +20,11 @@ if TYPE_CHECKING:
     from ..protocol.run_settings import EvalSettings
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help="compute a method's metrics (or the FID reference statistics)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", required=True, help="task name (config key `tasks`)")
-    p.add_argument("--method", help="method name (recorded in metrics.json)")
-    p.add_argument("--reference", action="store_true",
-                   help="write the FID reference statistics of all evaluation-split originals to --out")
-    p.add_argument("--cfs", help="counterfactuals.npz (default results/<task>/<method>/counterfactuals.npz)")
-    p.add_argument("--fid-ref", help="fid_ref.npz written by --reference (default: compute on the fly)")
-    p.add_argument("--out", help="output path (default results/<task>/<method>/metrics.json, "
-                                 "or results/<task>/fid_ref.npz with --reference)")
-    p.add_argument("--data", help="rendered dataset cache folder (synthetic datasets; default: render in memory)")
-    p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
-    p.add_argument("--only", action="append", metavar="METRIC",
-                   help="evaluate only these metric families (repeatable), e.g. --only FID --only FR; known: "
-                        f"{', '.join(s.name for s in BUILTIN_METRICS)} and the plug-ins' (vcebench.registry)")
-    p.add_argument("--strict", action="store_true",
-                   help="fail when a metric has too few samples (default: write null and the reason under "
-                        "`skipped`, e.g. FID of a method with < 2 successful counterfactuals)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--n-eval", type=int, default=None, metavar="N",
-                   help="the counterfactuals cover the first N evaluation inputs, not config `n_eval` "
-                        "(`pareto.n_eval`)")
-    add_config_arg(p)
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Resolves the task (and the method's name, given or the --cfs folder's) once into an
-    :class:`~vcebench.protocol.run_settings.EvalSettings`, then writes the FID reference or metrics.json."""
-    from ..config.load import ConfigError
-    from ..config.tasks import get_task
-    from ..core.io import check_writable
-    from ..core.runtime import setup_torch
-    from ..protocol.run_settings import EvalSettings
-    from ..protocol.settings import load_settings
-
-    cfg = load_settings(args.config, only=(args.task, None if args.reference else args.method))
-    if args.n_eval is not None:
-        cfg["n_eval"] = int(args.n_eval)
-    task = get_task(cfg, args.task)
-    if not args.reference and not args.method and not args.cfs:
-        raise ConfigError("vcebench evaluate needs --method (and/or --cfs), or --reference")
-    method = None if args.reference else args.method or Path(args.cfs).parent.name
-    settings = EvalSettings.resolve(cfg, task, method, data_dir=args.data, model_dir=args.models)
-    device = setup_torch(settings.runtime.threads, settings.runtime.device, settings.runtime.cuda)
-    if args.reference:
-        out = args.out or f"results/{task.name}/fid_ref.npz"
-        check_writable(Path(out).parent, "the FID reference")
-        write_reference(settings, out, device, not args.no_progress)
-        return 0
-    cfs = args.cfs or f"results/{task.name}/{method}/counterfactuals.npz"
-    out = args.out or f"results/{task.name}/{method}/metrics.json"
-    check_writable(Path(out).parent, "metrics.json")  # before the evaluation, not after it
-    result = evaluate_task(settings, cfs, fid_ref=args.fid_ref, device=device, only=args.only,
-                           progress=not args.no_progress, strict=args.strict)
-    from ..core.io import write_json
-
-    write_json(out, result)
-    for name, reason in result["skipped"].items():
-        print(f"vcebench evaluate: warning: {name} skipped: {reason}", file=sys.stderr)
-    shown = ", ".join(f"{k}={v:.4g}" if v is not None else f"{k}=skipped" for k, v in result["metrics"].items())
-    print(f"{task.name}/{method}: {shown} ({result['seconds_total']:.1f} s) -> {out}")
-    return 0
-
 
 def _image_batches(split, rows: np.ndarray, batch_size: int, device) -> Iterator[torch.Tensor]:
     for s in range(0, len(rows), batch_size):
         yield split.float_images(rows[s:s + batch_size]).to(device)
+
 
 
 def write_reference(settings: EvalSettings, out: str, device, progress: bool = True) -> None:
@@ -126,6 +51,7 @@ def write_reference(settings: EvalSettings, out: str, device, progress: bool = T
           f"{ref.features.shape[1]}-d) -> {out}")
 
 
+
 def _build_metrics(settings: EvalSettings, names: list[str], models, ids: np.ndarray, fid_ref: str | None) -> list:
     """The metrics ``names`` of ``settings.task``, with the FID reference (checked to cover ``ids``) and the
     training labels where they need them. The metrics and the split loader read whole sections of the
@@ -147,6 +73,7 @@ def _build_metrics(settings: EvalSettings, names: list[str], models, ids: np.nda
                          train_attribute_names=None if train is None else train.attribute_names, only=names)
 
 
+
 def _gt_counterfactuals(config: Mapping[str, Any], task, ids: np.ndarray):
     """Rows -> the ground-truth counterfactuals of those rows' samples, quantised like x and cf (``config``: the
     whole configuration, whose ``datasets`` section configures the renderer)."""
@@ -161,6 +88,7 @@ def _gt_counterfactuals(config: Mapping[str, Any], task, ids: np.ndarray):
         return from_uint8(to_uint8(ds.gt_counterfactuals(torch.from_numpy(ids[r]), task.attribute)))
 
     return gt_of
+
 
 
 def _input_reader(cfs_path: str, z, ids: np.ndarray, split, rows: np.ndarray):
@@ -181,6 +109,7 @@ def _input_reader(cfs_path: str, z, ids: np.ndarray, split, rows: np.ndarray):
     return x_of
 
 
+
 def _checked(batches, z, checks: dict[str, int]):
     """The batches (file order), counting where they disagree with the file's ``pred`` / ``flipped`` and where
     a target is not 1 - prediction into ``checks``."""
@@ -194,6 +123,7 @@ def _checked(batches, z, checks: dict[str, int]):
             checks["flipped_disagreements"] += int((b.flipped.cpu().numpy() != z["flipped"][r]).sum())
         checks["target_not_1_minus_pred"] += int((b.target != 1 - b.pred).sum())
         yield b
+
 
 
 def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None = None, device="cpu",
@@ -237,6 +167,7 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
     return _metrics_json(settings, names, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, t0)
 
 
+
 def _metrics_json(settings: EvalSettings, names: list[str], z, core: dict, checks: dict, inputs: dict,
                   models: dict, t0: float) -> dict:
     """metrics.json from the metrics' results ``core``, in its key order."""
@@ -265,6 +196,7 @@ def _metrics_json(settings: EvalSettings, names: list[str], z, core: dict, check
     }
 
 
+
 def check_coverage(cfs_path, ids: np.ndarray, split, n_eval: int, strict: bool) -> dict:
     """The counterfactuals should cover the first ``n_eval`` evaluation sample ids (what ``vcebench explain``
     makes): missing or extra ids are an error under ``strict``, a warning otherwise. Returns the counts
@@ -286,6 +218,7 @@ def check_coverage(cfs_path, ids: np.ndarray, split, n_eval: int, strict: bool) 
             "n_extra": int(len(extra))}
 
 
+
 def guidance_summary(z: dict) -> dict | None:
     """Which guidance scale produced each sample's CF (DDPM family: ``info_scale``, the last scale tried, and
     ``info_attempts``): counts per scale and per number of attempts, and whether every sample flipped at its
@@ -301,6 +234,7 @@ def guidance_summary(z: dict) -> dict | None:
                                                                        and flipped.all())}
 
 
+
 def _roles_of(name: str) -> tuple[str, ...]:
     from metrics import MetricError
 
@@ -310,3 +244,4 @@ def _roles_of(name: str) -> tuple[str, ...]:
     if name not in known:
         raise MetricError(f"unknown metric {name!r} (--only); known: {', '.join(known)}")
     return known[name].roles
+

@@ -1,12 +1,5 @@
-"""`vcebench explain`: counterfactuals for one shard of a task's evaluation set, or merge the shards.
-
-Examples::
-
-    vcebench explain --task synthfaces_smile --method fire --shard 0 --n-shards 2
-    vcebench explain --task synthfaces_smile --method fire_K5 --data resources/data/synthfaces \\
-        --out results/synthfaces_smile/fire_K5/shards/shard-0-of-1.npz
-    vcebench explain --merge results/synthfaces_smile/fire/shards/shard-*.npz \\
-        --out results/synthfaces_smile/fire/counterfactuals.npz
+"""`vcebench explain` as a library (its arguments and printing: :mod:`vcebench.cli.explain`):
+counterfactuals for one shard of a task's evaluation set, or merge the shards.
 
 Shard ``i`` of ``n`` takes ``sorted_ids[i::n]`` of the first ``n_eval`` sample ids of the
 evaluation split; every sample draws its noise from its own stream (``vcebench.core.rng``), so the
@@ -19,7 +12,6 @@ merged over the shards, as the method's ``profile.json`` (``vcebench.costs.colum
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 import time
@@ -28,77 +20,30 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vcebench.cli import add_config_arg
 from vcebench.core.errors import UserError
 from vcebench.core.io import load_npz, save_npz, to_uint8, write_json
-from vcebench.registry import builtin_method_names
 
 if TYPE_CHECKING:
     import torch
 
     from vcebench.protocol.run_settings import RunSettings
 
+
+
 SHARD_RE = re.compile(r"shard-(\d+)-of-(\d+)\.npz$")
+
 
 
 class ShardError(UserError, ValueError):
     """Bad shard arguments or an inconsistent set of shard files; the message says which."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("explain", help="generate counterfactuals for one shard, or merge shards",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", help="task name (config key `tasks`)")
-    p.add_argument("--method", help=f"method name: {', '.join(builtin_method_names())}, a plug-in's "
-                                    "(vcebench.registry), or <method>_<variant> (config key `variants`)")
-    p.add_argument("--shard", type=int, default=0, help="shard index i (default 0)")
-    p.add_argument("--n-shards", type=int, default=1, help="number of shards n (default 1)")
-    p.add_argument("--data", default=None, help="rendered dataset folder (default: render / load from config)")
-    p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
-    p.add_argument("--out", default=None, help="output npz (default results/<task>/<method>/shards/"
-                                               "shard-<i>-of-<n>.npz; with --merge: the merged file)")
-    p.add_argument("--merge", nargs="+", default=None, metavar="NPZ", help="merge these shard files into --out")
-    p.add_argument("--profile-out", default=None, metavar="JSON",
-                   help="with --merge: also write the shards' costs (timing-*.json beside them: time, peak memory, "
-                        "FLOPs per network call) as one profile.json")
-    p.add_argument("--seed", type=int, default=None,
-                   help="generation seed in place of config `seed` (the `seeds` target; networks unchanged)")
-    p.add_argument("--n-eval", type=int, default=None, metavar="N",
-                   help="the first N evaluation inputs in place of config `n_eval` (`pareto.n_eval`)")
-    add_config_arg(p)
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.merge:
-        if not args.out:
-            raise ShardError("--merge needs --out (the merged counterfactuals.npz)")
-        merge_shards([Path(p) for p in args.merge], Path(args.out))
-        if args.profile_out:
-            merge_timings([timing_path(Path(p)) for p in args.merge], Path(args.profile_out))
-        return 0
-    if not args.task or not args.method:
-        raise ShardError("needs --task and --method (or --merge)")
-    if not 0 <= args.shard < args.n_shards:
-        raise ShardError(f"--shard must be in [0, --n-shards={args.n_shards}), got {args.shard}")
-    from vcebench.protocol.run_settings import RunSettings
-    from vcebench.protocol.settings import load_settings
-
-    cfg = load_settings(args.config, only=(args.task, args.method))  # the settings this job runs
-    if args.seed is not None:  # in the config too: the loaders read the whole of it
-        cfg["seed"] = int(args.seed)
-    if args.n_eval is not None:
-        cfg["n_eval"] = int(args.n_eval)
-    settings = RunSettings.resolve(cfg, args.task, args.method, data_dir=args.data, model_dir=args.models)
-    out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
-    explain_shard(settings, args.shard, args.n_shards, out)
-    return 0
-
 
 def timing_path(out: Path) -> Path:
     """``.../shard-i-of-n.npz`` -> ``.../timing-i-of-n.json``."""
     name = out.name
     return out.with_name(name.replace("shard-", "timing-", 1).rsplit(".npz", 1)[0] + ".json")
+
 
 
 def shard_ids(all_ids: torch.Tensor, n_eval: int, shard: int, n_shards: int) -> torch.Tensor:
@@ -109,15 +54,17 @@ def shard_ids(all_ids: torch.Tensor, n_eval: int, shard: int, n_shards: int) -> 
     return ids[shard::n_shards]
 
 
+
 def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -> dict:
     """Load the task's networks and evaluation split, generate this shard's counterfactuals, write them.
 
     The loaders read whole sections of the configuration (datasets, the model zoo, the DDPM schedule): they
     get ``settings.config``, the read-only view of it."""
     from vcebench.core.io import check_writable
-    from vcebench.core.runtime import accelerate_from_config, setup_torch
+    from vcebench.core.runtime import setup_torch
     from vcebench.data import load_split
     from vcebench.models import load_task_models
+    from vcebench.models.accelerate import accelerate_from_config
     from vcebench.protocol.noise import check_ddpm_schedule
 
     check_writable(Path(out).parent, "the counterfactuals")  # before any work, not after generation
@@ -139,6 +86,7 @@ def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -
     return generate(method, load_images, ids, models, settings, out, device)
 
 
+
 def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], row_ids: torch.Tensor,
                 unreadable: dict[int, str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(fail reason, prediction, target) of a batch: 0 for the rows a method can start from, else the code of
@@ -158,6 +106,7 @@ def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], r
     return reason, pred, target
 
 
+
 def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, inputs_u8: list) -> dict:
     """The shard npz's arrays from the batches' counterfactuals, predictions, targets and uint8 inputs."""
     import torch
@@ -175,6 +124,7 @@ def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, in
               "input_hash": input_fingerprint(np.concatenate(inputs_u8), cf_u8)}
     arrays.update({f"info_{k}": v.cpu().numpy() for k, v in cf.info.items() if k != "failed"})
     return arrays
+
 
 
 def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettings, out: Path,
@@ -241,6 +191,7 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     return record
 
 
+
 def _run_record(models, parts: list, device: torch.device | str) -> dict:
     """The timing record's machine fields and ``flops_per_call`` of every network the shard's counterfactuals
     called (counted after generation, outside its time)."""
@@ -264,6 +215,7 @@ def _run_record(models, parts: list, device: torch.device | str) -> dict:
             print(f"vcebench explain: warning: FLOPs per network call not counted ({out['flops_error']}); "
                   "the table's TFLOPs/CF will be empty", file=sys.stderr)
     return out
+
 
 
 def _with_failed_rows(cf, ok, reason, x):
@@ -294,10 +246,12 @@ def _with_failed_rows(cf, ok, reason, x):
     return Counterfactuals(images=images, flipped=flipped, steps=steps, info=info)
 
 
+
 def _empty_shard() -> dict:
     return {"sample_id": np.zeros(0, np.int64), "cf": np.zeros((0, 1, 1, 1), np.uint8),
             "target": np.zeros(0, np.int64), "pred": np.zeros(0, np.int64), "flipped": np.zeros(0, bool),
             "steps": np.zeros(0, np.int64), "failed": np.zeros(0, bool), "input_hash": np.zeros(0, np.int64)}
+
 
 
 def merge_timings(paths: list[Path], out: Path) -> dict:
@@ -310,6 +264,7 @@ def merge_timings(paths: list[Path], out: Path) -> dict:
         raise ShardError(f"{e}; rerun the shard(s)") from e
     write_json(out, profile)
     return profile
+
 
 
 def merge_shards(paths: list[Path], out: Path) -> None:
@@ -344,3 +299,4 @@ def merge_shards(paths: list[Path], out: Path) -> None:
         raise ShardError(f"sample id(s) {uniq[counts > 1][:10].tolist()} appear in more than one shard")
     order = np.argsort(ids, kind="stable")
     save_npz(out, **{k: v[order] for k, v in merged.items()})
+

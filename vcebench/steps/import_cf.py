@@ -1,12 +1,6 @@
-"""`vcebench import`: counterfactual images written by another code base -> the ``counterfactuals.npz``
+"""`vcebench import` as a library (its arguments and printing: :mod:`vcebench.cli.import_cf`):
+counterfactual images written by another code base -> the ``counterfactuals.npz``
 that `vcebench evaluate` scores (docs/internals.md, "Counterfactual files").
-
-Examples::
-
-    vcebench import --task celeba_smile --layout dime --path /runs/dime/Results/smile \\
-        --mapping dime_ids.csv --out results/celeba_smile/external_dime/counterfactuals.npz
-    vcebench import --task synthfaces_smile --layout generic --path my_cfs/ \\
-        --out results/synthfaces_smile/external_mine/counterfactuals.npz
 
 Layouts:
 
@@ -34,24 +28,33 @@ scores are those of what the folder holds.
 
 from __future__ import annotations
 
-import argparse
 import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from vcebench.cli import add_config_arg
 from vcebench.core.errors import UserError
 
 LAYOUTS = ("dime", "generic")
+
+
+
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+
 DIME_GROUPS = [(cc, ccf) for cc in ("CC", "IC") for ccf in ("CCF", "ICF")]
+
+
+
 MAX_LISTED = 8
+
 
 
 class ImportFolderError(UserError, ValueError):
     """A counterfactual folder that cannot be imported; the message names the files at fault."""
+
 
 
 @dataclass
@@ -65,39 +68,6 @@ class Entry:
     cf_pred: int = -1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("import", help="turn a folder of counterfactual images (DiME/ACE or generic) into "
-                                      "counterfactuals.npz", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", required=True, help="task name (config key `tasks`)")
-    p.add_argument("--layout", required=True, choices=LAYOUTS, help="folder layout")
-    p.add_argument("--path", required=True, help="the folder (dime: Results/<exp_name>)")
-    p.add_argument("--mapping", default=None, help="CSV file,sample_id[,target] (default: file name = sample id)")
-    p.add_argument("--out", required=True, help="output counterfactuals.npz")
-    p.add_argument("--data", default=None, help="rendered dataset folder (synthetic datasets)")
-    p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
-    add_config_arg(p)
-    p.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """``vcebench import``; an :class:`ImportFolderError` is a user error (one line, exit 2, in cli.main)."""
-    from vcebench.config.tasks import get_task
-    from vcebench.core.runtime import setup_torch
-    from vcebench.protocol.settings import load_settings
-
-    cfg = load_settings(args.config)
-    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
-    task = get_task(cfg, args.task)
-    summary = import_folder(cfg, task, args.path, args.layout, args.out, mapping=args.mapping,
-                            data_dir=args.data, model_dir=args.models, device=device)
-    print(f"{task.name}: imported {summary['n']} counterfactuals ({args.layout} layout, {args.path}); "
-          f"flipped by the task's classifier: {summary['flipped']}/{summary['n']}; "
-          f"disagreements with the folder's own predictions: {summary['disagreements']} -> {args.out}")
-    return 0
-
-
-# --- reading a folder ------------------------------------------------------------------------------
 
 def _problems(path, problems: list[str], what: str) -> ImportFolderError:
     shown = "; ".join(problems[:MAX_LISTED])
@@ -105,8 +75,10 @@ def _problems(path, problems: list[str], what: str) -> ImportFolderError:
     return ImportFolderError(f"{path}: {what}: {shown}{more}")
 
 
+
 def _image_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
+
 
 
 def read_info(path: Path) -> dict[str, int]:
@@ -124,6 +96,7 @@ def read_info(path: Path) -> dict[str, int]:
         raise ImportFolderError(f"{path}: Info file lacks {missing} (expected DiME/ACE lines `pred: 0`, "
                                 "`target: 1`, `cf pred: 1`)")
     return out
+
 
 
 def list_dime(root: Path) -> list[Entry]:
@@ -150,8 +123,10 @@ def list_dime(root: Path) -> list[Entry]:
     return entries
 
 
+
 def list_generic(root: Path) -> list[Entry]:
     return [Entry(f) for f in _image_files(root, IMAGE_SUFFIXES + (".npy",))]
+
 
 
 def read_mapping(path: Path) -> dict[str, tuple[int, int]]:
@@ -176,6 +151,7 @@ def read_mapping(path: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
+
 def assign_ids(entries: list[Entry], mapping: dict[str, tuple[int, int]] | None, root: Path) -> None:
     """Set each entry's sample id (from ``mapping``, by file name or stem, else the file name itself)."""
     bad = []
@@ -194,6 +170,7 @@ def assign_ids(entries: list[Entry], mapping: dict[str, tuple[int, int]] | None,
             bad.append(f"{e.file}: file name is not a sample id (give --mapping)")
     if bad:
         raise _problems(root, bad, f"{len(bad)} file(s) without a sample id")
+
 
 
 def check_ids(entries: list[Entry], expected: np.ndarray, in_split: np.ndarray, root: Path) -> list[Entry]:
@@ -216,6 +193,7 @@ def check_ids(entries: list[Entry], expected: np.ndarray, in_split: np.ndarray, 
     if problems:
         raise _problems(root, problems, f"{len(problems)} problem(s) with the sample ids")
     return [by_id[int(s)][0] for s in sorted(expected_set)]
+
 
 
 def load_image(path: Path, shape: tuple[int, int, int]) -> np.ndarray:
@@ -263,6 +241,7 @@ def load_image(path: Path, shape: tuple[int, int, int]) -> np.ndarray:
     return a[None] if a.ndim == 2 else np.ascontiguousarray(np.transpose(a, (2, 0, 1)))
 
 
+
 def read_folder(path: str | Path, layout: str, shape: tuple[int, int, int], expected: np.ndarray,
                 in_split: np.ndarray, mapping: str | Path | None = None) -> tuple[list[Entry], np.ndarray]:
     """Entries (sorted by sample id, exactly ``expected``) and their images (uint8 N x C x H x W)."""
@@ -288,7 +267,6 @@ def read_folder(path: str | Path, layout: str, shape: tuple[int, int, int], expe
     return entries, np.stack(images)
 
 
-# --- the npz ---------------------------------------------------------------------------------------
 
 def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Path, *, mapping=None,
                   data_dir: str | None = None, model_dir: str = "resources/models", device="cpu",
@@ -338,3 +316,4 @@ def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Pat
                "files": [str(e.file) for e in entries]}
     write_json(Path(out).with_name("import.json"), summary)
     return summary
+

@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from vcebench.data import eval_split_name, load_split
     from vcebench.protocol.run_settings import EvalSettings
 
-    from .evaluate import evaluate_task
+    from ..steps.evaluate import evaluate_task
 
     cfg = load_config(args.config)
     setup_torch(cfg.get("threads"))

@@ -46,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_arg(s)
 
 
+
 def run_curve(args: argparse.Namespace) -> int:
     """Train --role of --task's dataset for --steps steps with the config's recipe (resumable: rerun the same
     command after an interruption), write the EMA weights at each --at step, score every snapshot on the same
@@ -54,7 +55,7 @@ def run_curve(args: argparse.Namespace) -> int:
     from ..config.load import load_config
     from ..config.tasks import get_task
     from ..core.runtime import setup_torch
-    from .curves import to_markdown, training_curve
+    from ..steps.curves import to_markdown, training_curve
 
     cfg = load_config(args.config)
     setup_torch(int(cfg.get("train_threads", cfg["threads"])), "cpu")
@@ -64,6 +65,7 @@ def run_curve(args: argparse.Namespace) -> int:
     Path(args.out, "curve.md").write_text(md)
     print(md)
     return 0
+
 
 
 def run_parity(args: argparse.Namespace) -> int:
@@ -84,3 +86,4 @@ def run_parity(args: argparse.Namespace) -> int:
     Path(args.out).with_suffix(".md").write_text(md)
     print(md)
     return 0
+

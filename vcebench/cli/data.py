@@ -22,6 +22,7 @@ from ..config.tasks import REAL_DATASETS, SYNTHETIC_DATASETS
 ALL = SYNTHETIC_DATASETS + REAL_DATASETS
 
 
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="render / check / show datasets", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,6 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+
 def _config(args: argparse.Namespace) -> dict:
     from ..core.runtime import setup_torch
     from ..protocol.settings import load_settings
@@ -74,9 +76,11 @@ def _config(args: argparse.Namespace) -> dict:
     return cfg
 
 
+
 def run(args: argparse.Namespace) -> int:
     return {"render": _render, "check": _check, "show": _show, "bench": _bench,
             "describe": _describe}[args.subverb](args)
+
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -97,6 +101,7 @@ def _render(args: argparse.Namespace) -> int:
     write_attribute_table(out / "attributes.csv", splits)
     print(f"wrote {out}/{{{','.join(args.splits)}}}.npz and {out}/attributes.csv")
     return 0
+
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -125,6 +130,7 @@ def _check(args: argparse.Namespace) -> int:
         print(f"vcebench data check: {e}", file=sys.stderr)
         return 1
     return 0
+
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -173,6 +179,7 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
@@ -194,9 +201,11 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+
 def _describe(args: argparse.Namespace) -> int:
     from ..data import get_synthetic
 
     cfg = _config(args)
     print(get_synthetic(cfg, args.dataset).describe())
     return 0
+
