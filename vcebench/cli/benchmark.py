@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vcebench.cli import add_config_arg
+from . import add_config_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,13 +42,13 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from metrics.fid import compute_reference
-    from vcebench.config.load import ConfigError, load_config
-    from vcebench.config.tasks import get_task
-    from vcebench.core.runtime import setup_torch
-    from vcebench.costs.standins import arch_standin_models, fake_counterfactuals, standin_models
-    from vcebench.data import eval_split_name, load_split
-    from vcebench.protocol.run_settings import EvalSettings
 
+    from ..config.load import ConfigError, load_config
+    from ..config.tasks import get_task
+    from ..core.runtime import setup_torch
+    from ..costs.standins import arch_standin_models, fake_counterfactuals, standin_models
+    from ..data import eval_split_name, load_split
+    from ..protocol.run_settings import EvalSettings
     from ..steps.evaluate import evaluate_task
 
     cfg = load_config(args.config)
@@ -62,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--n {args.n}: the evaluation split has only {len(split)} images")
     if args.trained:
         from metrics import required_roles
-        from vcebench.models import load_task_models
+
+        from ..models import load_task_models
 
         models = load_task_models(cfg, task, roles=required_roles(task), model_dir=args.models)
     x = split.float_images(slice(0, args.n))
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                            "cpu_seconds_evaluate": c_eval, "threads": torch.get_num_threads(),
                            "models": "trained" if args.trained else ("tiny" if args.tiny else "arch") + " stand-ins"}
     if args.out:
-        from vcebench.core.io import write_json
+        from ..core.io import write_json
 
         write_json(args.out, result)
     print(json.dumps({k: result[k] for k in ("metrics", "n", "seconds", "benchmark")}, indent=1))

@@ -22,10 +22,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vcebench.cli import add_config_arg
-from vcebench.registry import builtin_method_names
-
+from ..registry import builtin_method_names
 from ..steps.explain import ShardError, explain_shard, merge_shards, merge_timings, timing_path
+from . import add_config_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
         raise ShardError("needs --task and --method (or --merge)")
     if not 0 <= args.shard < args.n_shards:
         raise ShardError(f"--shard must be in [0, --n-shards={args.n_shards}), got {args.shard}")
-    from vcebench.protocol.run_settings import RunSettings
-    from vcebench.protocol.settings import load_settings
+    from ..protocol.run_settings import RunSettings
+    from ..protocol.settings import load_settings
 
     cfg = load_settings(args.config, only=(args.task, args.method))  # the settings this job runs
     if args.seed is not None:  # in the config too: the loaders read the whole of it

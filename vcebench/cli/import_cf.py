@@ -36,9 +36,8 @@ from __future__ import annotations
 
 import argparse
 
-from vcebench.cli import add_config_arg
-
 from ..steps.import_cf import LAYOUTS, import_folder
+from . import add_config_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -59,9 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``vcebench import``; an :class:`ImportFolderError` is a user error (one line, exit 2, in cli.main)."""
-    from vcebench.config.tasks import get_task
-    from vcebench.core.runtime import setup_torch
-    from vcebench.protocol.settings import load_settings
+    from ..config.tasks import get_task
+    from ..core.runtime import setup_torch
+    from ..protocol.settings import load_settings
 
     cfg = load_settings(args.config)
     device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))

@@ -19,11 +19,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vcebench.cli import add_config_arg, add_subverb, add_subverbs
-from vcebench.config.load import ConfigError
-from vcebench.core.errors import UserError
-from vcebench.core.io import write_json
-from vcebench.costs.task_profile import (
+from ..config.load import ConfigError
+from ..core.errors import UserError
+from ..core.io import write_json
+from ..costs.task_profile import (
     apply_timings,
     compare_compaction,
     peak_memory_of,
@@ -33,13 +32,13 @@ from vcebench.costs.task_profile import (
     timing_files_by_method,
     with_overrides,
 )
-
 from ..steps.profile import mean_steps_from, ratio_table
+from . import add_config_arg, add_subverb, add_subverbs
 
 if TYPE_CHECKING:
     import torch
 
-    from vcebench.protocol.run_settings import RunSettings
+    from ..protocol.run_settings import RunSettings
 
 MOVED = {"--compare-compaction": "compaction", "--paper-scale": "paper-scale", "": "task"}
 
@@ -115,8 +114,8 @@ def _task_args(p: argparse.ArgumentParser) -> None:
 
 def _setup(args: argparse.Namespace) -> tuple[dict, torch.device]:
     """Settings and the torch device of `profile paper-scale`."""
-    from vcebench.core.runtime import setup_torch
-    from vcebench.protocol.settings import load_settings
+    from ..core.runtime import setup_torch
+    from ..protocol.settings import load_settings
 
     cfg = load_settings(args.config)
     return cfg, setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
@@ -127,9 +126,9 @@ def _job_settings(args: argparse.Namespace, methods: list[str]) -> tuple[dict[st
     """Each method's :class:`~vcebench.protocol.run_settings.RunSettings` on --task with --data and --models, in batches
     of ``--batch-size`` (default config key ``batch_size``; it and ``--n`` checked positive), and the torch
     device of their runtime options (the same for all)."""
-    from vcebench.core.runtime import setup_torch
-    from vcebench.protocol.run_settings import RunSettings
-    from vcebench.protocol.settings import load_settings
+    from ..core.runtime import setup_torch
+    from ..protocol.run_settings import RunSettings
+    from ..protocol.settings import load_settings
 
     cfg = load_settings(args.config)
     if args.n < 1:
@@ -199,9 +198,9 @@ def run_paper_scale(args: argparse.Namespace) -> int:
     per counterfactual of every method from their calls per CF; writes <out-dir>/paper_scale_flops.{md,json}."""
     import torch
 
-    from vcebench.core.io import atomic_path, write_json
-    from vcebench.paper import scale as ps
-    from vcebench.paper.nfe import measured_paper_nfe
+    from ..core.io import atomic_path, write_json
+    from ..paper import scale as ps
+    from ..paper.nfe import measured_paper_nfe
 
     cfg, _ = _setup(args)
     if not 1.0 <= args.attempts <= 3.0:
@@ -231,7 +230,7 @@ def run_gpu(args: argparse.Namespace) -> int:
     after every row (vcebench.paper.timing says what each variant changes)."""
     import torch
 
-    from vcebench.paper import timing as pt
+    from ..paper import timing as pt
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():

@@ -38,7 +38,7 @@ def network_call_flops(models, x: torch.Tensor, nfe_by_network: dict[str, dict[s
     forward and input backward (``costs.flops.per_call_flops``), from which the report derives FLOPs per CF
     for all n CFs of counterfactuals.npz; ``tflops_per_cf_from_calls``: the same product with the mean calls
     ``nfe_by_network`` (``vcebench.costs.measure.nfe_by_network``)."""
-    from vcebench.costs.flops import flops_from_nfe, per_call_flops
+    from .flops import flops_from_nfe, per_call_flops
 
     nets = {net: getattr(models, NFE_ROLES[net]) for net, d in nfe_by_network.items()
             if (d["fwd"] or d["bwd"]) and net in NFE_ROLES and getattr(models, NFE_ROLES[net], None) is not None}

@@ -11,13 +11,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vcebench.config.load import ConfigError
-from vcebench.costs.columns import network_call_flops
+from ..config.load import ConfigError
+from .columns import network_call_flops
 
 if TYPE_CHECKING:
     import torch
 
-    from vcebench.protocol.run_settings import RunSettings
+    from ..protocol.run_settings import RunSettings
 
 
 def release_memory() -> None:
@@ -70,9 +70,9 @@ def _load(settings: RunSettings, *, n: int, device: torch.device):
     (datasets, the model zoo): they get ``settings.config``."""
     import torch
 
-    from vcebench.data import load_split
-    from vcebench.models import load_task_models
-    from vcebench.models.accelerate import accelerate_from_config
+    from ..data import load_split
+    from ..models import load_task_models
+    from ..models.accelerate import accelerate_from_config
 
     task, cfg = settings.task, settings.config
     params = dict(settings.params)
@@ -91,7 +91,7 @@ def _load(settings: RunSettings, *, n: int, device: torch.device):
 
 
 def _roles(method_name: str) -> tuple[str, ...]:
-    from vcebench.config.tasks import method_roles
+    from ..config.tasks import method_roles
 
     return method_roles(method_name)
 
@@ -99,8 +99,8 @@ def _roles(method_name: str) -> tuple[str, ...]:
 def _method_call(settings: RunSettings, *, n: int, device: torch.device):
     """:func:`_load`, with the method bound to its networks and per-sample noise streams as explain runs it:
     ``(params, models, call(x, target, sample_ids), x, target, ids)``."""
-    from vcebench.core.rng import SampleGenerators
-    from vcebench.core.runtime import noise_device
+    from ..core.rng import SampleGenerators
+    from ..core.runtime import noise_device
 
     params, method, models, x, target, ids = _load(settings, n=n, device=device)
     seed, stream = settings.seed, settings.method
@@ -116,7 +116,7 @@ def profile_task(settings: RunSettings, *, n: int, device: torch.device, flop_n:
                  warmup: bool = True, memory: bool = True) -> dict[str, Any]:
     """profile.json of ``settings.method`` on the first ``n`` evaluation inputs of ``settings.task``, in batches
     of ``settings.batch_size``."""
-    from vcebench.costs.measure import profile_run
+    from .measure import profile_run
 
     params, models, call, x, target, ids = _method_call(settings, n=n, device=device)
     report = profile_run(call, x, target, ids, batch_size=settings.batch_size, device=device, flop_n=flop_n,
@@ -130,7 +130,7 @@ def profile_task(settings: RunSettings, *, n: int, device: torch.device, flop_n:
 def peak_memory_of(settings: RunSettings, *, n: int, device: torch.device) -> float:
     """Peak memory (MiB) of ``settings.method`` on the same inputs as :func:`profile_task` (memory pass only;
     the networks are loaded again, so that nothing of the first pass stays allocated in between)."""
-    from vcebench.costs.measure import peak_memory_run
+    from .measure import peak_memory_run
 
     _, _, call, x, target, ids = _method_call(settings, n=n, device=device)
     return peak_memory_run(call, x, target, ids, batch_size=settings.batch_size, device=device)[0]
@@ -139,7 +139,7 @@ def peak_memory_of(settings: RunSettings, *, n: int, device: torch.device) -> fl
 def apply_timings(report: dict[str, Any], paths: list[str]) -> None:
     """Replace ``sec_per_cf`` by the explain run's generation time (summed over shards / n,
     ``vcebench.costs.columns.explain_profile``)."""
-    from vcebench.costs.columns import CostRecordError, read_explain_profile
+    from .columns import CostRecordError, read_explain_profile
 
     try:
         explain = read_explain_profile(paths)

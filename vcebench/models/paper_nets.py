@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from vcebench.models.base import BinaryHead, freeze
+from .base import BinaryHead, freeze
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tens
     """
     import json
 
-    from vcebench.core.io import write_json
+    from ..core.io import write_json
 
     model_dir = Path(model_dir)
     val = to_float_images(val_images_uint8[:n_images], f"evaluate_generative({role}): val_images_uint8")

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vcebench.core.errors import UserError
+from ..core.errors import UserError
 
 # Settings of the generative roles, key -> type: what `vcebench.protocol.settings` checks (and coerces) when the
 # config is loaded, and the allowed keys of each block.

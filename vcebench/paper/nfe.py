@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from vcebench.config.tasks import split_method
+from ..config.tasks import split_method
 
 NFE = dict[str, dict[str, float]]
 
@@ -79,11 +79,12 @@ def measured_paper_nfe(cfg: dict, task_name: str = "celeba_smile", n: int = 1, r
     so the analytic counts are evaluated at the observed ones).
     """
     from methods import get_method
-    from vcebench.config.tasks import get_task
-    from vcebench.core.rng import SampleGenerators
-    from vcebench.costs.measure import nfe_by_network
-    from vcebench.costs.standins import tiny_standins
-    from vcebench.protocol.noise import resolve_method
+
+    from ..config.tasks import get_task
+    from ..core.rng import SampleGenerators
+    from ..costs.measure import nfe_by_network
+    from ..costs.standins import tiny_standins
+    from ..protocol.noise import resolve_method
 
     task = get_task(cfg, task_name)
     models = tiny_standins()

@@ -33,10 +33,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vcebench.costs.flops import flops_from_nfe, per_call_flops, role_call
-from vcebench.costs.measure import FLOP_CONVENTION, FVCORE_CONVENTION, fvcore_forward_macs
-from vcebench.models.paper_nets import SETTINGS, PaperSetting, build_networks
-from vcebench.paper.nfe import NFE, ddpm_family_nfe, fire_nfe, fire_nfe_per_update
+from ..costs.flops import flops_from_nfe, per_call_flops, role_call
+from ..costs.measure import FLOP_CONVENTION, FVCORE_CONVENTION, fvcore_forward_macs
+from ..models.paper_nets import SETTINGS, PaperSetting, build_networks
+from .nfe import NFE, ddpm_family_nfe, fire_nfe, fire_nfe_per_update
 
 PAPER_TOTAL_PFLOPS_1000 = 1.28  # FiRe, 1,000 CelebA Smile CFs (paper Fig. 2)
 PAPER_RATIO = 8.0  # MaskDiME / FiRe FLOPs (paper Fig. 2)

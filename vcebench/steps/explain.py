@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vcebench.core.errors import UserError
-from vcebench.core.io import load_npz, save_npz, to_uint8, write_json
+from ..core.errors import UserError
+from ..core.io import load_npz, save_npz, to_uint8, write_json
 
 if TYPE_CHECKING:
     import torch
 
-    from vcebench.protocol.run_settings import RunSettings
+    from ..protocol.run_settings import RunSettings
 
 
 
@@ -60,12 +60,12 @@ def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -
 
     The loaders read whole sections of the configuration (datasets, the model zoo, the DDPM schedule): they
     get ``settings.config``, the read-only view of it."""
-    from vcebench.core.io import check_writable
-    from vcebench.core.runtime import setup_torch
-    from vcebench.data import load_split
-    from vcebench.models import load_task_models
-    from vcebench.models.accelerate import accelerate_from_config
-    from vcebench.protocol.noise import check_ddpm_schedule
+    from ..core.io import check_writable
+    from ..core.runtime import setup_torch
+    from ..data import load_split
+    from ..models import load_task_models
+    from ..models.accelerate import accelerate_from_config
+    from ..protocol.noise import check_ddpm_schedule
 
     check_writable(Path(out).parent, "the counterfactuals")  # before any work, not after generation
     rt, task, cfg = settings.runtime, settings.task, settings.config
@@ -112,7 +112,8 @@ def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, in
     import torch
 
     from methods.base import cat_counterfactuals
-    from vcebench.core.io import input_fingerprint
+
+    from ..core.io import input_fingerprint
 
     cf = cat_counterfactuals(parts)
     cf_u8 = to_uint8(cf.images)
@@ -145,9 +146,9 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     import torch
     from tqdm import tqdm
 
-    from vcebench.core.rng import SampleGenerators
-    from vcebench.core.runtime import noise_device
-    from vcebench.costs.measure import PeakMemory
+    from ..core.rng import SampleGenerators
+    from ..core.runtime import noise_device
+    from ..costs.measure import PeakMemory
 
     bs, seed, stream = settings.batch_size, settings.seed, settings.method
     gen_device = noise_device(settings.runtime.cuda, device)
@@ -197,9 +198,9 @@ def _run_record(models, parts: list, device: torch.device | str) -> dict:
     called (counted after generation, outside its time)."""
     import torch
 
-    from vcebench.config.kernels import record as kernel_record
-    from vcebench.costs.columns import network_call_flops
-    from vcebench.costs.measure import FLOP_CONVENTION, cat_info, device_name, nfe_by_network
+    from ..config.kernels import record as kernel_record
+    from ..costs.columns import network_call_flops
+    from ..costs.measure import FLOP_CONVENTION, cat_info, device_name, nfe_by_network
 
     out = {"device": device_name(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
            "kernels": kernel_record(), "models": dict(getattr(models, "names", {}) or {}),
@@ -256,7 +257,7 @@ def _empty_shard() -> dict:
 
 def merge_timings(paths: list[Path], out: Path) -> dict:
     """The shards' timing records (``timing-<i>-of-<n>.json``) merged into one ``profile.json`` at ``out``."""
-    from vcebench.costs.columns import CostRecordError, read_explain_profile
+    from ..costs.columns import CostRecordError, read_explain_profile
 
     try:
         profile = read_explain_profile(paths)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vcebench.core.errors import UserError
+from ..core.errors import UserError
 
 LAYOUTS = ("dime", "generic")
 
@@ -274,16 +274,16 @@ def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Pat
     """Read ``path``, classify x and cf with the task's classifier, write ``out``; returns a summary."""
     import torch
 
-    from vcebench.core.io import from_uint8, save_npz, write_json
-    from vcebench.data import eval_split_name, load_split
-    from vcebench.steps.explain import shard_ids
+    from ..core.io import from_uint8, save_npz, write_json
+    from ..data import eval_split_name, load_split
+    from .explain import shard_ids
 
     split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
     expected = shard_ids(split.sample_ids, int(cfg["n_eval"]), 0, 1).numpy()
     shape = tuple(int(s) for s in split.float_images(torch.zeros(1, dtype=torch.int64)).shape[1:])
     entries, cf = read_folder(path, layout, shape, expected, split.sample_ids.numpy(), mapping)
     if models is None:
-        from vcebench.models import load_task_models
+        from ..models import load_task_models
 
         models = load_task_models(cfg, task, roles=("classifier",), device=str(device), model_dir=model_dir)
     ids = np.array([e.sample_id for e in entries], np.int64)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vcebench.config.load import ConfigError
+from ..config.load import ConfigError
 
 
 def ratio_table(reports: dict[str, dict[str, Any]], ref: str) -> str:
