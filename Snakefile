@@ -10,8 +10,8 @@ import sys
 from snakemake.utils import min_version
 
 from vcebench import workflow as wf
-from vcebench.kernels import DEFAULT_CPU_ISA, pin_environment
-from vcebench.settings import check_settings
+from vcebench.config.kernels import DEFAULT_CPU_ISA, pin_environment
+from vcebench.protocol.settings import check_settings
 
 min_version("8.0")
 
@@ -29,7 +29,7 @@ wf.attach_tuned(config, workflow.basedir)
 # method and model settings (keys, types, ranges) from the code's dataclasses: fail before any job runs
 wf.fail_fast(check_settings, config)
 wf.warn_empty_shards(config)
-# every job's CPU kernels (config `cpu_isa`, vcebench/kernels.py): jobs inherit the variables set here
+# every job's CPU kernels (config `cpu_isa`, vcebench/config/kernels.py): jobs inherit the variables set here
 pin_environment(config.get("cpu_isa", DEFAULT_CPU_ISA))
 
 

@@ -1,10 +1,10 @@
 """VCE methods behind one interface (docs/architecture.md): ``get_method(name, params) -> Method``.
 
-``params`` are the merged hyperparameters of ``vcebench.tasks.method_params(cfg, task, name)``;
+``params`` are the merged hyperparameters of ``vcebench.config.tasks.method_params(cfg, task, name)``;
 each method parses them into its typed dataclass (paper defaults) and rejects unknown keys.
 Which methods exist, their dataclasses, factories and roles: ``vcebench.registry`` (built-ins and
 plug-ins). A variant ``<method>_<variant>`` (config ``variants.<method>``, e.g. the FiRe ablations
-``fire_K5``) is built by its base method; ``vcebench.tasks.split_method`` parses the name.
+``fire_K5``) is built by its base method; ``vcebench.config.tasks.split_method`` parses the name.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from vcebench import registry
-from vcebench.config import settings_errors
-from vcebench.tasks import Task, check_runs_on, split_method
+from vcebench.config.load import settings_errors
+from vcebench.config.tasks import Task, check_runs_on, split_method
 
 from .base import Counterfactuals, Method, parse_params
 
 
 def base_method(name: str) -> str:
-    """``<method>_<variant>`` -> ``<method>`` (``vcebench.tasks.split_method``); base names unchanged."""
+    """``<method>_<variant>`` -> ``<method>`` (``vcebench.config.tasks.split_method``); base names unchanged."""
     return split_method(name)[0]
 
 

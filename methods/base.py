@@ -16,9 +16,9 @@ from typing import Any, Protocol, TypeVar
 import torch
 from torch import Tensor
 
-from vcebench.config import ConfigError, check_keys, coerce_value
+from vcebench.config.load import ConfigError, check_keys, coerce_value
+from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
-from vcebench.rng import SampleGenerators
 
 
 @dataclass

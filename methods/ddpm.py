@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
-from vcebench.rng import SampleGenerators
 
 from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite, require
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
-from vcebench.rng import SampleGenerators
 
 from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule, denoise, sample_step
 from .guidance import guidance_grads, l1_grad

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
-from vcebench.rng import SampleGenerators
 
 from .base import require
 from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule, sample_step

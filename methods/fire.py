@@ -26,8 +26,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
-from vcebench.rng import SampleGenerators
 
 from .base import (
     FAIL_NONFINITE_GRAD,

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
-from vcebench.rng import SampleGenerators
 
 from .base import NFE, Counterfactuals, finalize
 

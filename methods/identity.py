@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
-from vcebench.rng import SampleGenerators
 
 from .base import NFE, Counterfactuals, finalize
 

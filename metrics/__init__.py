@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 def metric_names(task) -> list[str]:
-    """Metric families evaluated for ``task`` (a ``vcebench.tasks.Task``): the registry's metrics of its kind
+    """Metric families evaluated for ``task`` (a ``vcebench.config.tasks.Task``): the registry's metrics of its kind
     (``vcebench.registry``; plug-ins included)."""
     from vcebench import registry
 

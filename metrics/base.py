@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from vcebench.errors import UserError
+from vcebench.core.errors import UserError
 
 from .bootstrap import Resamples, Samples, weighted_means
 

@@ -24,7 +24,7 @@ from .similarity import FaceVerification, L1Distance, SimSiamSimilarity
 
 @dataclass
 class MetricContext:
-    """What a metric factory may use: the task (``vcebench.tasks.Task``), its loaded networks
+    """What a metric factory may use: the task (``vcebench.config.tasks.Task``), its loaded networks
     (``TaskModels``: every role the metric declares is loaded), the whole config, the precomputed FID
     reference features and the training split's labels (for CD; ``None`` when not loaded)."""
 

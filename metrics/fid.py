@@ -12,7 +12,7 @@ resolution. Input conventions are the feature extractor's concern: the canonical
 Inception-v3 wrapper in ``vcebench.models`` resizes to 299 x 299 (bilinear) and maps
 [-1, 1] to its own normalisation exactly as pytorch-fid's ``InceptionV3(resize_input=True,
 normalize_input=True)`` does on PNGs read as [0, 1]. Originals and counterfactuals reach
-this module after uint8 quantisation (``vcebench.io``), i.e. with the same values the
+this module after uint8 quantisation (``vcebench.core.io``), i.e. with the same values the
 reference scripts read from PNG files.
 
 Statistics follow pytorch-fid / clean-fid: mean and *unbiased* covariance (``np.cov``,
@@ -20,7 +20,7 @@ ddof = 1) computed here from float64 sums ``n, sum f, sum f f^T`` (as torchmetri
 ``FrechetInceptionDistance``), so they stream over batches and merge across shards. The
 distance is pytorch-fid's ``calculate_frechet_distance`` (``scipy.linalg.sqrtm`` of
 ``sigma1 sigma2``, ``eps`` on the diagonals only if the product is singular), implemented once in
-``vcebench.frechet``.
+``vcebench.core.frechet``.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from vcebench.frechet import FrechetError
-from vcebench.frechet import frechet_distance as _frechet_distance
+from vcebench.core.frechet import FrechetError
+from vcebench.core.frechet import frechet_distance as _frechet_distance
 
 from .base import EvalBatch, MetricError, Subset, embed, require
 from .bootstrap import Resamples
@@ -100,7 +100,7 @@ class FeatureStats:
 
 def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray,
                      eps: float = 1e-6, method: str = "sqrtm") -> float:
-    """:func:`vcebench.frechet.frechet_distance` (the one implementation), errors as MetricError."""
+    """:func:`vcebench.core.frechet.frechet_distance` (the one implementation), errors as MetricError."""
     try:
         return _frechet_distance(mu1, sigma1, mu2, sigma2, eps=eps, method=method)
     except FrechetError as e:
@@ -191,14 +191,14 @@ class FIDReference:
         return FeatureStats().update(self.features)
 
     def save(self, path: str | os.PathLike) -> None:
-        from vcebench.io import save_npz
+        from vcebench.core.io import save_npz
 
         save_npz(path, sample_id=self.sample_id, features=self.features, extractor=np.array(self.extractor),
                  **self.stats().to_arrays())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FIDReference:
-        from vcebench.io import load_npz
+        from vcebench.core.io import load_npz
 
         if not os.path.exists(path):
             raise FileNotFoundError(f"FID reference statistics {path} not found; create them with "

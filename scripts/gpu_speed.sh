@@ -2,7 +2,7 @@
 # The GPU speed measurement in one command (under 8 minutes on one H100 / H200); docs/internals.md
 # ("GPU speed check") says what it measures.
 #   scripts/gpu_speed.sh [--tiny]     results in $OUT (default results/speed_gpu)
-# 1. vcebench profile gpu (vcebench/paper_timing.py) on the plan scripts/gpu_speed_plan.json: FiRe's worst case
+# 1. vcebench profile gpu (vcebench/paper/timing.py) on the plan scripts/gpu_speed_plan.json: FiRe's worst case
 #    (all K = 15 updates, batch 5) and MaskDiME (one scale, 60 of 200 steps, batch 5), each with the
 #    workflow's GPU defaults, with bf16 UNets, and with every network call compiled; 3 timed passes a row.
 # 2. the quick DAG with device: cuda (its own workdir), and its s/CF per method beside the CPU

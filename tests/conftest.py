@@ -2,7 +2,7 @@ import os
 
 os.environ.setdefault("VCEBENCH_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# the kernels every vcebench job runs (vcebench.kernels), set before torch starts: tests compute the same
+# the kernels every vcebench job runs (vcebench.config.kernels), set before torch starts: tests compute the same
 # numbers on any x86-64 CPU
 os.environ.setdefault("VCEBENCH_CPU_ISA", "avx2")
 os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
@@ -18,6 +18,6 @@ torch.set_flush_denormal(True)
 
 @pytest.fixture(scope="session")
 def cfg():
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
 
     return load_config()

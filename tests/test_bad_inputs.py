@@ -30,8 +30,8 @@ import vcebench.data
 import vcebench.models
 from tests.toy import toy_images, toy_models
 from vcebench.cli import main
-from vcebench.config import ConfigError
-from vcebench.io import load_npz, save_npz, to_uint8
+from vcebench.config.load import ConfigError
+from vcebench.core.io import load_npz, save_npz, to_uint8
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or "snakemake"
@@ -100,7 +100,7 @@ def test_rules_run_from_a_path_with_spaces_and_shell_characters(tmp_path):
     ({"models": {"synthxray": {"simsiam": {"lr": float("nan")}}}}, "models.synthxray.simsiam.lr"),
 ])
 def test_bad_settings_are_named_when_the_config_is_loaded(override, key):
-    from vcebench.settings import load_settings
+    from vcebench.protocol.settings import load_settings
 
     with pytest.raises(ConfigError) as e:
         load_settings(overrides=override)
@@ -119,7 +119,7 @@ def test_a_job_checks_the_settings_it_runs(override, key):
     """`only=(task, method)` (an explain / evaluate job; the Snakefile checked the whole config): a bad key,
     type or range of that method on that task is named as the full check names it; another method's is not
     this job's concern, and the job's own string numbers are coerced."""
-    from vcebench.settings import load_settings
+    from vcebench.protocol.settings import load_settings
 
     with pytest.raises(ConfigError) as e:
         load_settings(overrides=override, only=("synthfaces_smile", "fire_K5"))
@@ -134,7 +134,7 @@ def test_a_job_checks_the_settings_it_runs(override, key):
 
 def test_numbers_written_as_strings_are_coerced():
     """`lr: 6e-3` is a string to YAML 1.1; `steps: "150"`: both become numbers for every consumer."""
-    from vcebench.settings import load_settings
+    from vcebench.protocol.settings import load_settings
 
     assert yaml.safe_load("lr: 6e-3")["lr"] == "6e-3"
     cfg = load_settings(overrides={"models": {"synthfaces": {"classifier": {"lr": "6e-3", "steps": "150"},
@@ -145,7 +145,7 @@ def test_numbers_written_as_strings_are_coerced():
     assert cfg["models"]["synthfaces"]["ddpm"]["lr"] == 0.0015
     assert cfg["method_defaults"]["dime"]["scales"] == [8.0, 10] and cfg["method_defaults"]["fire"]["K"] == 7
     # a valid config is left exactly as written (the workflow's rerun triggers hash it)
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
 
     assert load_settings() == load_config()
 
@@ -176,7 +176,7 @@ def test_remaining_type_and_value_errors_name_the_settings(monkeypatch, tmp_path
     """What the typed check cannot see (a value the network or method constructor rejects) still ends in a
     ConfigError naming the settings, not a traceback."""
     import methods
-    from vcebench.models import recipes as trainers
+    from vcebench.steps import train as trainers
 
     def bad_trainer(settings, splits, out, **kw):
         raise TypeError("unsupported operand type(s) for *: 'NoneType' and 'int'")
@@ -260,11 +260,11 @@ def test_corrupt_training_state_is_set_aside(tmp_path, capfd):
 @pytest.fixture(scope="module")
 def evalset(tmp_path_factory):
     """A small synthfaces config (n_eval 16), stand-in networks and a checked counterfactuals.npz."""
-    from vcebench.commands.explain import shard_ids
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
+    from vcebench.core.io import input_fingerprint
+    from vcebench.costs.standins import fake_counterfactuals, standin_models
     from vcebench.data import load_split
-    from vcebench.io import input_fingerprint
-    from vcebench.standins import fake_counterfactuals, standin_models
+    from vcebench.steps.explain import shard_ids
 
     d = tmp_path_factory.mktemp("evalset")
     (d / "small.yaml").write_text("threads: 1\nn_eval: 16\ndatasets:\n  synthfaces: {n_identities: 40, "
@@ -354,8 +354,8 @@ class _NaNOnWhite(torch.nn.Module):
 def test_nonfinite_input_logits_fail_that_sample_with_their_own_code(tmp_path, cfg):
     import methods
     from methods.base import FAIL_NONFINITE_INPUT_LOGITS
-    from vcebench.commands.explain import generate
-    from vcebench.run_settings import RunSettings
+    from vcebench.protocol.run_settings import RunSettings
+    from vcebench.steps.explain import generate
 
     x, _ = toy_images(5)
     x[2] = 1.0
@@ -403,9 +403,9 @@ def test_tiny_images_warn_or_fail(tmp_path, cfg):
 def test_an_unreadable_image_fails_its_sample_not_the_shard(tmp_path, cfg, monkeypatch):
     from methods.base import FAIL_UNREADABLE_INPUT
     from tests.fakes import make_celeba
-    from vcebench.commands.explain import explain_shard
     from vcebench.data import load_split
-    from vcebench.run_settings import RunSettings
+    from vcebench.protocol.run_settings import RunSettings
+    from vcebench.steps.explain import explain_shard
 
     root = make_celeba(tmp_path / "celeba", n=24)
     c = _celeba_cfg(cfg, root)
@@ -430,10 +430,10 @@ def _diag_fd(mu1, s1, mu2, s2) -> float:
 
 def test_frechet_distance_on_old_and_new_scipy(monkeypatch):
     """SciPy >= 1.18 has no `disp`; older SciPy may return a complex root. Both give the known answer,
-    and every module computes FID through vcebench.frechet."""
+    and every module computes FID through vcebench.core.frechet."""
     import scipy.linalg
 
-    from vcebench import frechet
+    from vcebench.core import frechet
     from vcebench.models import features
 
     real = scipy.linalg.sqrtm
@@ -459,7 +459,8 @@ def test_frechet_distance_on_old_and_new_scipy(monkeypatch):
         assert got == pytest.approx(ref, rel=1e-9) and got > 1
     # one implementation: no other module takes a matrix square root
     sources = [p for d in ("vcebench", "metrics", "methods") for p in (ROOT / d).rglob("*.py")]
-    assert [p.relative_to(ROOT).as_posix() for p in sources if "sqrtm(" in p.read_text()] == ["vcebench/frechet.py"]
+    takers = [p.relative_to(ROOT).as_posix() for p in sources if "sqrtm(" in p.read_text()]
+    assert takers == ["vcebench/core/frechet.py"]
 
 
 def test_scipy_range_is_pinned_and_installed():

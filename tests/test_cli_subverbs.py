@@ -142,7 +142,7 @@ def test_the_gpu_timing_plan_of_the_tiny_run(tmp_path):
     """`profile gpu --tiny`: a two-row smoke plan, or the given plan shrunk to smoke-test size."""
     import json
 
-    from vcebench import paper_timing as pt
+    from vcebench.paper import timing as pt
 
     assert pt.load_plan(None) is None
     assert [p["method"] for p in pt.load_plan(None, tiny=True)] == ["fire", "maskdime"]
@@ -154,8 +154,8 @@ def test_the_gpu_timing_plan_of_the_tiny_run(tmp_path):
 
 def test_no_module_keeps_a_main_of_its_own():
     """The command line is `vcebench`: the former `python -m` entry points are subverbs now."""
-    from vcebench import paper_timing
-    from vcebench.models import parity
+    from vcebench.paper import timing as paper_timing
+    from vcebench.protocol import parity
 
     for module in (paper_timing, parity):
         assert not hasattr(module, "main")

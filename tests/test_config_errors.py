@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from vcebench.cli import main
-from vcebench.config import ConfigError, load_config, read_yaml
-from vcebench.settings import load_settings
+from vcebench.config.load import ConfigError, read_yaml
+from vcebench.protocol.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or "snakemake"

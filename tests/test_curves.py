@@ -1,4 +1,4 @@
-"""Training curves (vcebench/models/curves.py): snapshots of one run, and the plateau rule."""
+"""Training curves (vcebench/steps/curves.py): snapshots of one run, and the plateau rule."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from vcebench.models.curves import plateau
 from vcebench.models.training import snapshot_path, train_generative
+from vcebench.steps.curves import plateau
 
 
 def _rows(values: dict[int, float]) -> list[dict]:

@@ -2,17 +2,17 @@
 
 import pytest
 
-from vcebench.errors import ConfigError, UserError
+from vcebench.core.errors import ConfigError, UserError
 
 
 def _user_error_classes():
     from metrics.base import InsufficientSamples, MetricError
-    from vcebench.commands.explain import ShardError
-    from vcebench.commands.import_cf import ImportFolderError
     from vcebench.data.base import DatasetError
     from vcebench.models.checkpoints import CheckpointError
     from vcebench.models.unet import RoleConfigError
     from vcebench.models.zoo import MissingModelError
+    from vcebench.steps.explain import ShardError
+    from vcebench.steps.import_cf import ImportFolderError
 
     return [ConfigError, DatasetError, CheckpointError, RoleConfigError, MissingModelError, ShardError,
             MetricError, InsufficientSamples, ImportFolderError]
@@ -22,7 +22,7 @@ def test_user_errors_share_one_base_and_keep_their_builtin_class():
     for cls in _user_error_classes():
         assert issubclass(cls, UserError), cls
         assert issubclass(cls, (ValueError, FileNotFoundError)), cls  # callers catching the built-in still do
-    from vcebench.config import ConfigError as FromConfig
+    from vcebench.config.load import ConfigError as FromConfig
 
     assert FromConfig is ConfigError
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from vcebench import workflow as wf
-from vcebench.config import ConfigError
+from vcebench.config.load import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,10 +112,10 @@ def _imported_folders(tmp_path, cfg: dict) -> dict:
     import torch
 
     from tests.fakes import write_dime, write_generic
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
+    from vcebench.config.tasks import get_task
+    from vcebench.core.io import to_uint8
     from vcebench.data import eval_split_name, get_synthetic, load_split
-    from vcebench.io import to_uint8
-    from vcebench.tasks import get_task
 
     full = load_config([ROOT / "config" / "config.yaml"], cfg)
     task = get_task(full, TASK)
@@ -139,7 +139,7 @@ def test_imported_methods_run_to_the_table_and_report(tmp_path):
 
     import numpy as np
 
-    from vcebench.io import load_npz
+    from vcebench.core.io import load_npz
 
     cfg = {"threads": 1, "train_threads": 1, "n_shards": 1, "batch_size": 8, "n_eval": N_EVAL, "run_tasks": [TASK],
            "methods": ["fire", "external_gt", "external_dime"], "workdir": str(tmp_path / "w"),

@@ -8,11 +8,11 @@ import pickle
 import pytest
 import torch
 
+from vcebench.config.tasks import Task
 from vcebench.models.canonical import load_canonical
 from vcebench.models.checkpoints import CheckpointError
 from vcebench.models.ddpm import UNetDDPM
 from vcebench.models.fastdime_unet import FastDiMEUNet, UnsafePickleError, read_plain_pickle
-from vcebench.tasks import Task
 
 TASK = Task(name="chexpert_pacemaker", dataset="chexpert", attribute="Pacemaker")
 KEY = "models.chexpert.ddpm"
@@ -99,7 +99,7 @@ def test_noise_protocol_uses_the_released_schedule(tmp_path):
     linear; guided-diffusion: its diffusion_steps / noise_schedule flags), the one explain checks it against."""
     import numpy as np
 
-    from vcebench.protocol import check_ddpm_schedule, ddpm_schedule
+    from vcebench.protocol.noise import check_ddpm_schedule, ddpm_schedule
 
     _release(tmp_path / "ddpm")
     spec = {"weights": str(tmp_path / "ddpm"), "format": "fastdime_chexpert"}

@@ -1,10 +1,10 @@
-"""vcebench.figures: one |diff| scale per figure, flipped marks, the efficiency figure's legend, galleries."""
+"""vcebench.report.figures: one |diff| scale per figure, flipped marks, the efficiency figure's legend, galleries."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from vcebench import figures
+from vcebench.report import figures
 
 
 def _imgs(n=3, c=3, s=12, seed=0):
@@ -53,12 +53,12 @@ def test_gallery_command_shares_one_scale_and_reports_probabilities(tmp_path, mo
     import torch
 
     import vcebench.models
-    from vcebench import figures as figs
     from vcebench.cli import main
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
+    from vcebench.core.io import from_uint8, load_npz, save_npz
+    from vcebench.costs.standins import fake_counterfactuals, standin_models
     from vcebench.data import load_split
-    from vcebench.io import from_uint8, load_npz, save_npz
-    from vcebench.standins import fake_counterfactuals, standin_models
+    from vcebench.report import figures as figs
 
     cfg_path = tmp_path / "small.yaml"
     cfg_path.write_text("threads: 1\ndatasets:\n  synthfaces: {n_identities: 40, images_per_identity: 8}\n")

@@ -11,13 +11,13 @@ from torch import nn
 import methods
 from metrics.base import EvalBatch
 from metrics.ground_truth import GroundTruth as GroundTruthMetric
-from vcebench.config import ConfigError, load_config
+from vcebench.config.load import ConfigError, load_config
+from vcebench.config.tasks import check_method_names, get_task, task_methods
+from vcebench.core.io import from_uint8, to_uint8
+from vcebench.core.rng import SampleGenerators
 from vcebench.data import get_synthetic
-from vcebench.io import from_uint8, to_uint8
 from vcebench.models.base import TaskModels
-from vcebench.rng import SampleGenerators
-from vcebench.run_settings import RunSettings
-from vcebench.tasks import check_method_names, get_task, task_methods
+from vcebench.protocol.run_settings import RunSettings
 
 ATTR = "Smiling"
 DATA = {"datasets": {"synthfaces": {"n_identities": 12, "images_per_identity": 2}}}  # a small renderer

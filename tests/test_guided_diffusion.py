@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from methods.ddpm import Schedule
-from vcebench.config import ConfigError
+from vcebench.config.load import ConfigError
+from vcebench.config.tasks import Task
 from vcebench.models.canonical import load_canonical
 from vcebench.models.checkpoints import CheckpointError
 from vcebench.models.ddpm import EpsDDPM, UNetDDPM
 from vcebench.models.guided_unet import AttentionBlock, GuidedUNet, betas_for, resolve_flags
-from vcebench.tasks import Task
 
 FIXTURE = Path(__file__).parent / "fixtures" / "dime_celeba_ddpm_keys.json"
 SMALL = {"image_size": 32, "num_channels": 32, "num_res_blocks": 1, "channel_mult": "1,2",
@@ -216,7 +216,7 @@ def _with_ddpm(cfg, **spec):
 
 def test_dime_model_flags_pasted_into_the_config_load_the_released_layout(cfg, tmp_path):
     from vcebench.models.zoo import load_role
-    from vcebench.settings import check_settings
+    from vcebench.protocol.settings import check_settings
 
     ref = json.loads(FIXTURE.read_text())["keys"]
     torch.save({k: torch.full((1,), 0.01).expand(s) for k, s in ref.items()}, tmp_path / "ddpm-celeba.pt")
@@ -266,8 +266,8 @@ def test_model_flags_merge_over_guided_diffusions_defaults_and_match_the_keys(tm
     ({"model_flags": ["--image_size", "32"]}, r"`models\.celeba\.ddpm\.model_flags` must be a string"),
 ])
 def test_guided_diffusion_flag_errors_are_one_line_naming_the_key_at_config_check(cfg, tmp_path, spec, message):
-    from vcebench.errors import UserError
-    from vcebench.settings import check_settings
+    from vcebench.core.errors import UserError
+    from vcebench.protocol.settings import check_settings
 
     c = _with_ddpm(cfg, weights=str(tmp_path / "absent.pt"), format="guided_diffusion", **spec)
     with pytest.raises(UserError, match=message) as e:
@@ -286,7 +286,7 @@ def test_training_only_flags_are_accepted(tmp_path):
 def test_the_noise_protocol_reads_the_schedule_from_the_pasted_flags(cfg, tmp_path):
     """The start step is derived from the schedule the flags state, and the loaded network must match it."""
     from vcebench.models.zoo import load_role
-    from vcebench.protocol import check_ddpm_schedule, ddpm_schedule
+    from vcebench.protocol.noise import check_ddpm_schedule, ddpm_schedule
 
     torch.save(GuidedUNet(**SMALL, learn_sigma=True).state_dict(), tmp_path / "small.pt")
     flags = SMALL_FLAGS.replace("--diffusion_steps 500 --noise_schedule linear",

@@ -17,9 +17,9 @@ from PIL import Image
 import vcebench.models
 from tests.fakes import save_image, write_dime, write_generic
 from vcebench.cli import main
-from vcebench.commands.import_cf import DIME_GROUPS, ImportFolderError, import_folder
-from vcebench.io import from_uint8, load_npz, save_npz
-from vcebench.standins import fake_counterfactuals, standin_models
+from vcebench.core.io import from_uint8, load_npz, save_npz
+from vcebench.costs.standins import fake_counterfactuals, standin_models
+from vcebench.steps.import_cf import DIME_GROUPS, ImportFolderError, import_folder
 
 N_EVAL = 24
 
@@ -27,9 +27,9 @@ N_EVAL = 24
 @pytest.fixture(scope="module", params=["synthfaces_smile", "synthxray_pacemaker"])
 def setup(request, tmp_path_factory):
     """A small config, the task's first N_EVAL evaluation inputs, stand-in networks and a known npz."""
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
+    from vcebench.config.tasks import get_task
     from vcebench.data import eval_split_name, load_split
-    from vcebench.tasks import get_task
 
     task_name = request.param
     d = tmp_path_factory.mktemp(task_name)
@@ -56,8 +56,8 @@ def setup(request, tmp_path_factory):
 
 
 def _evaluate(s, cfs):
-    from vcebench.commands.evaluate import evaluate_task
-    from vcebench.run_settings import EvalSettings
+    from vcebench.protocol.run_settings import EvalSettings
+    from vcebench.steps.evaluate import evaluate_task
 
     settings = EvalSettings.resolve(s["cfg"], s["task"], "m")  # "m": no configured method, no protocol record
     assert settings.protocol is None
@@ -91,7 +91,7 @@ def test_round_trip(setup, layout, tmp_path):
 
 
 def to_u8(x):
-    from vcebench.io import to_uint8
+    from vcebench.core.io import to_uint8
 
     return to_uint8(x)
 
@@ -280,10 +280,10 @@ def test_readme_import_then_evaluate(tmp_path, monkeypatch, capsys):
     config points at a fake CelebA; the DiME folder they name is written where they look (the only change:
     their `/runs/...` placeholder lies under tmp_path). The imported method is scored and tabled."""
     from tests.fakes import make_celeba
-    from vcebench.config import load_config, read_yaml
+    from vcebench.config.load import load_config, read_yaml
+    from vcebench.config.tasks import get_task
+    from vcebench.core.merge import deep_merge
     from vcebench.data import eval_split_name, load_split
-    from vcebench.merge import deep_merge
-    from vcebench.tasks import get_task
 
     commands = readme_commands("vcebench import --task celeba_smile")
     assert [c[:2] for c in commands] == [["vcebench", "import"], ["vcebench", "evaluate"], ["vcebench", "evaluate"],

@@ -1,4 +1,4 @@
-"""The import graph of `vcebench/`, `methods/` and `metrics/` has no circles.
+"""The import graph of `vcebench/`, `methods/` and `metrics/` has no circles and runs down the layers.
 
 What counts as an arrow from module A to module B: any `import B` or `from B import ...` in A's
 source, at module level or inside a function, class or `if TYPE_CHECKING:` block (a lazy import
@@ -15,6 +15,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("vcebench", "methods", "metrics")
+
+# The architecture, lowest layer first (docs/architecture.md): a module imports only modules of its own
+# layer or of a lower one. Within a layer any arrow is allowed as long as there is no circle.
+LAYERS = [
+    ("vcebench.core",),  # plumbing: errors, io, rng, frechet, merge, torch runtime
+    ("vcebench.registry",),  # the catalogue: specs, built-ins, roles (the public plug-in API)
+    ("vcebench.config",),  # load and check the config, tasks, CPU kernels
+    ("vcebench.data", "vcebench.models", "metrics", "methods"),  # datasets, networks, the plug-in families
+    ("vcebench.protocol",),  # noise rule, tuning rule, one job's settings, parity
+    ("vcebench.costs",),  # FLOPs, timing, memory, cost columns, stand-ins
+    ("vcebench.paper", "vcebench.report"),  # paper reproduction; tables, figures, seeds, regression
+    ("vcebench.steps",),  # what one CLI verb does, as a library
+    ("vcebench.workflow",),  # the helpers the Snakefile calls
+    ("vcebench.cli",),  # argparse and printing
+]
 
 
 def module_files() -> dict[str, Path]:
@@ -109,9 +124,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_graph_sees_imports():
     graph = import_graph()
-    assert "vcebench.io" in graph["vcebench.models.checkpoints"]  # `from ..io import ...` (relative)
+    assert "vcebench.core.io" in graph["vcebench.models.checkpoints"]  # `from ..io import ...` (relative)
     assert "vcebench.models.ddpm" in graph["vcebench.models.recipes"]  # inside a function
-    assert "vcebench.commands.evaluate" in graph["vcebench.commands.tune"]
+    assert "vcebench.steps.evaluate" in graph["vcebench.steps.tune"]  # a step may use another step
     assert len(graph) > 50
 
 
@@ -120,15 +135,84 @@ def test_no_import_circles():
     assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
 
 
-def test_commands_are_imported_only_by_the_cli():
-    """The CLI verbs (``vcebench.commands``) sit on top: no module of ``vcebench/``, ``methods/`` or
-    ``metrics/`` outside them imports one (the CLI registers them; a verb may use another verb)."""
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS of ``module``'s package (``None``: the bare ``vcebench`` package, or no layer)."""
+    for i, layer in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in layer):
+            return i
+    return None
+
+
+def test_every_module_has_a_layer():
+    loose = sorted(m for m in import_graph() if m != "vcebench" and layer_of(m) is None)
+    assert not loose, f"modules outside LAYERS: {loose}"
+
+
+def test_vcebench_top_level_is_the_layers():
+    """No loose module beside the layer packages: only ``__init__.py`` and ``workflow.py``."""
+    top = sorted(p.name for p in (ROOT / "vcebench").glob("*.py"))
+    assert top == ["__init__.py", "workflow.py"]
+    packages = {p.name for p in (ROOT / "vcebench").iterdir() if (p / "__init__.py").exists()}
+    assert packages == {p.split(".")[1] for layer in LAYERS for p in layer if p.startswith("vcebench.")} - {"workflow"}
+
+
+def test_imports_run_down_the_layers():
+    """Every import (lazy ones inside functions and ``TYPE_CHECKING`` blocks too) points to a module of the
+    same or a lower layer; the CLI verbs (``vcebench.cli``) sit on top, and no step imports the CLI."""
     graph = import_graph()
-    for module, targets in graph.items():
-        if module.startswith("vcebench.commands") or module == "vcebench.cli":
-            continue
-        up = sorted(t for t in targets if t.startswith("vcebench.commands"))
-        assert not up, f"{module} imports {up}"
+    up = [f"{m} (layer {layer_of(m)}) -> {t} (layer {layer_of(t)})" for m, targets in sorted(graph.items())
+          for t in sorted(targets) if t != "vcebench" and (layer_of(t) or 0) > (layer_of(m) or 0)]
+    assert not up, "imports against the layer order:\n" + "\n".join(up)
+
+
+def test_layer_checker_sees_an_upward_import():
+    assert layer_of("vcebench.core.io") == 0 and layer_of("vcebench.cli") == len(LAYERS) - 1
+    assert layer_of("methods.fire") == layer_of("vcebench.models.base") < layer_of("vcebench.protocol.noise")
+    assert layer_of("vcebench") is None and layer_of("vcebench.workflowx") is None
+
+
+def _bound_names(path: Path) -> set[str]:
+    """Names a package's ``__init__.py`` binds at module level (definitions, assignments, imports)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_imports_resolve():
+    """Every import of the three packages names a module or a name that exists: a moved module's old path
+    would otherwise fall back to its package in the graph and hide an arrow."""
+    files = module_files()
+    sources = [(m, p) for m, p in files.items()]
+    sources += [(f"tests.{p.stem}", p) for p in sorted((ROOT / "tests").glob("*.py"))]
+    missing = []
+    for module, path in sources:
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] in PACKAGES and alias.name not in files:
+                        missing.append(f"{module}: import {alias.name}")
+            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in PACKAGES):
+                if module.startswith("tests.") and node.level:
+                    continue
+                source = _absolute(module, is_package, node)
+                if source not in files:
+                    missing.append(f"{module}: from {source} import ...")
+                    continue
+                if files[source].name != "__init__.py":
+                    continue
+                bound = _bound_names(files[source])
+                for alias in node.names:
+                    if alias.name != "*" and f"{source}.{alias.name}" not in files and alias.name not in bound:
+                        missing.append(f"{module}: from {source} import {alias.name}")
+    assert not missing, "imports of modules or names that do not exist:\n" + "\n".join(missing)
 
 
 def test_checker_finds_a_circle():

@@ -1,4 +1,4 @@
-"""The CPU kernels' instruction-set pin (vcebench/kernels.py): set before torch starts, lifted by config."""
+"""The CPU kernels' instruction-set pin (vcebench/config/kernels.py): set before torch starts, lifted by config."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from vcebench.errors import ConfigError
-from vcebench.kernels import ENV_VAR, check_isa, describe, isa_from_config_files, pin_environment
+from vcebench.config.kernels import ENV_VAR, check_isa, describe, isa_from_config_files, pin_environment
+from vcebench.core.errors import ConfigError
 
 PINNED = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR", ENV_VAR)
 x86_only = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pin is for x86-64 CPUs")
@@ -54,7 +54,7 @@ def test_config_files_choose_and_env_overrides(tmp_path, monkeypatch):
 
 
 def test_schema_accepts_only_known_values(cfg):
-    from vcebench.config import validate
+    from vcebench.config.load import validate
 
     validate({**cfg, "cpu_isa": "native"})
     with pytest.raises(ConfigError, match="cpu_isa"):
@@ -65,7 +65,7 @@ def test_schema_accepts_only_known_values(cfg):
 def test_cli_start_pins_torch_before_it_runs_and_native_does_not(tmp_path):
     """What a job's torch reports: AVX2 when pinned (on any x86-64 CPU with AVX2), the CPU's own choice
     with ``native``; the record says which."""
-    probe = ("import json, sys; from vcebench.kernels import pin_for_argv, record; pin_for_argv(sys.argv[1:]); "
+    probe = ("import json, sys; from vcebench.config.kernels import pin_for_argv, record; pin_for_argv(sys.argv[1:]); "
              "import torch; torch.ones(2).sum(); print(json.dumps(record()))")
     native_cfg = tmp_path / "native.yaml"
     native_cfg.write_text("cpu_isa: native\n")

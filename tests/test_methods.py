@@ -9,8 +9,8 @@ import methods
 from methods.base import FAIL_NONE, FAIL_NONFINITE_INPUT, NFE, parse_params
 from methods.fire import FireParams, fire_refine
 from tests.toy import GaussianDDPM, GaussianPMF, toy_images, toy_models, toy_target
-from vcebench.config import ConfigError
-from vcebench.rng import SampleGenerators
+from vcebench.config.load import ConfigError
+from vcebench.core.rng import SampleGenerators
 
 DDPM_TOY = {"respacing": 20, "start_step": 8}
 TOY_PARAMS = {
@@ -213,8 +213,8 @@ def test_config_errors():
 
 
 def test_every_configured_method_builds(cfg):
-    from vcebench.protocol import resolve_method
-    from vcebench.tasks import all_methods
+    from vcebench.config.tasks import all_methods
+    from vcebench.protocol.noise import resolve_method
 
     for task in cfg["tasks"]:
         for name in all_methods(cfg):
@@ -238,10 +238,10 @@ def test_fire_semantic_edits_on_trained_synthfaces(cfg):
     (closer to the ground-truth counterfactual there than the input is; most changed pixels inside it)."""
     from pathlib import Path
 
+    from vcebench.config.tasks import get_task
     from vcebench.data import eval_split_name, get_synthetic, load_split
     from vcebench.models import load_task_models
-    from vcebench.protocol import resolve_method
-    from vcebench.tasks import get_task
+    from vcebench.protocol.noise import resolve_method
 
     if not Path("resources/models/synthfaces/pmf/metrics.json").exists():
         pytest.skip("trained synthfaces models not found in resources/models")

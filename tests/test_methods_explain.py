@@ -12,9 +12,9 @@ import vcebench.data
 import vcebench.models
 from tests.toy import toy_images, toy_models
 from vcebench.cli import main
-from vcebench.commands.explain import ShardError, explain_shard, merge_shards, shard_ids
-from vcebench.io import load_npz
-from vcebench.run_settings import RunSettings
+from vcebench.core.io import load_npz
+from vcebench.protocol.run_settings import RunSettings
+from vcebench.steps.explain import ShardError, explain_shard, merge_shards, shard_ids
 
 FIRE_TOY = {"rho": 0.05, "dilation": 1, "feather": 2, "K": 3, "smoothgrad_n": 4}
 
@@ -80,7 +80,7 @@ def test_explain_shards_merge_equal_one_shot(fake_world, tmp_path):
 def test_merge_writes_the_explain_runs_costs_as_the_profile(fake_world, tmp_path):
     """`--merge --profile-out`: time per CF over all shards (their seconds summed over their n), the largest
     peak, the per-call FLOPs, which the cost columns multiply with the NFE of every CF."""
-    from vcebench.costs import cost_columns
+    from vcebench.costs.columns import cost_columns
 
     cfg, _ = fake_world
     outs = [tmp_path / f"shard-{i}-of-2.npz" for i in range(2)]
@@ -109,7 +109,7 @@ def test_merge_writes_the_explain_runs_costs_as_the_profile(fake_world, tmp_path
 
 def test_merge_rejects_missing_and_duplicate(tmp_path):
     def shard(i, n, ids):
-        from vcebench.io import save_npz
+        from vcebench.core.io import save_npz
 
         p = tmp_path / f"d{i}{ids[0]}/shard-{i}-of-{n}.npz"
         save_npz(p, sample_id=np.array(ids, np.int64), cf=np.zeros((len(ids), 1, 2, 2), np.uint8),
@@ -126,7 +126,7 @@ def test_merge_rejects_missing_and_duplicate(tmp_path):
 
 def test_explain_config_errors(fake_world, tmp_path):
     cfg, _ = fake_world
-    from vcebench.config import ConfigError
+    from vcebench.config.load import ConfigError
 
     with pytest.raises(ConfigError, match="unknown method"):
         RunSettings.resolve(cfg, "synthfaces_smile", "fires")
@@ -140,12 +140,12 @@ def test_explain_config_errors(fake_world, tmp_path):
 def test_a_flop_counting_failure_keeps_the_counterfactuals(fake_world, tmp_path, monkeypatch, capsys):
     """FLOPs per call are counted after generation: when counting fails (e.g. a network the counter cannot
     trace), the shard and its timing are still written, the error recorded, and the merge gives no FLOPs."""
-    import vcebench.costs
+    import vcebench.costs.columns
 
     def broken(*a, **k):
         raise RuntimeError("cannot trace this network")
 
-    monkeypatch.setattr(vcebench.costs, "network_call_flops", broken)
+    monkeypatch.setattr(vcebench.costs.columns, "network_call_flops", broken)
     cfg, _ = fake_world
     out = tmp_path / "shard-0-of-1.npz"
     explain_shard(RunSettings.resolve(cfg, "synthfaces_smile", "fire"), 0, 1, out)

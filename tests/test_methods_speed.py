@@ -1,4 +1,4 @@
-"""The methods' speed paths: no host reads inside a step; compiled / bf16 networks (vcebench.runtime.accelerate)."""
+"""The methods' speed paths: no host reads inside a step; compiled / bf16 networks (vcebench.models.accelerate)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 import methods
 from tests.test_methods import TOY_PARAMS
 from tests.toy import toy_images, toy_models, toy_target
-from vcebench.rng import SampleGenerators
-from vcebench.runtime import accelerate
+from vcebench.core.rng import SampleGenerators
+from vcebench.models.accelerate import accelerate
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import torch
 
 import vcebench.models
 from vcebench.cli import main
-from vcebench.io import load_npz, save_npz
-from vcebench.standins import fake_counterfactuals, standin_models
+from vcebench.core.io import load_npz, save_npz
+from vcebench.costs.standins import fake_counterfactuals, standin_models
 
 TASK = "synthfaces_smile"
 
@@ -17,7 +17,7 @@ TASK = "synthfaces_smile"
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
     """A small synthfaces config, its test split and a counterfactuals.npz for 64 test samples."""
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
     from vcebench.data import load_split
 
     d = tmp_path_factory.mktemp("evaluate")
@@ -121,10 +121,10 @@ def test_do_nothing_row_metrics(patched, small):
     from pathlib import Path
 
     import methods
-    from vcebench.commands.explain import generate
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
     from vcebench.data import load_split
-    from vcebench.run_settings import RunSettings
+    from vcebench.protocol.run_settings import RunSettings
+    from vcebench.steps.explain import generate
 
     d, config, _ = patched
     _, _, models = small

@@ -17,11 +17,11 @@ def test_inception_features_match_cleanfid_legacy_pytorch(tmp_path, monkeypatch)
     from cleanfid.features import feature_extractor
     from cleanfid.resize import make_resizer
 
-    from vcebench.config import load_config
-    from vcebench.io import from_uint8
+    from vcebench.config.load import load_config
+    from vcebench.config.tasks import get_task
+    from vcebench.core.io import from_uint8
     from vcebench.models.canonical import load_canonical
     from vcebench.models.canonical_nets import fid_inception
-    from vcebench.tasks import get_task
 
     torch.manual_seed(0)
     path = tmp_path / "pt_inception-2015-12-05-6726825d.pth"

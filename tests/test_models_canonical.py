@@ -7,7 +7,7 @@ import pytest
 import torch
 import torchvision
 
-from vcebench.config import deep_merge
+from vcebench.config.load import deep_merge
 from vcebench.models import CheckpointError, load_task_models
 from vcebench.models.canonical import CELEBA_ATTRIBUTES
 from vcebench.models.canonical_nets import ACEOracle, DiMEDenseNet, fid_inception, simsiam_encoder, vgg19_features

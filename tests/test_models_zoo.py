@@ -9,9 +9,9 @@ import shutil
 import pytest
 import torch
 
-from vcebench.config import ConfigError, deep_merge
+from vcebench.config.load import ConfigError, deep_merge
+from vcebench.core.frechet import feature_frechet_distance as frechet_distance
 from vcebench.data.base import Split
-from vcebench.frechet import feature_frechet_distance as frechet_distance
 from vcebench.models import CheckpointError, MissingModelError, load_task_models, load_trained_net
 from vcebench.models.augment import augment, gaussian_blur, pgd
 from vcebench.models.checkpoints import save_trained
@@ -219,7 +219,7 @@ def test_real_task_needs_weights(cfg):
 
 
 def test_unknown_training_key_is_rejected(cfg, tmp_path):
-    from vcebench.models.recipes import train_role
+    from vcebench.steps.train import train_role
 
     bad = deep_merge(cfg, {"models": {"synthfaces": {"classifier": {"stpes": 3}}}})
     with pytest.raises(ConfigError, match=r"models\.synthfaces\.classifier\.stpes.*steps"):

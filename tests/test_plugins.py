@@ -18,8 +18,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from vcebench import registry, specs
-from vcebench.config import ConfigError
+from vcebench import registry
+from vcebench.config.load import ConfigError
+from vcebench.registry import specs
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = ROOT / "tests" / "plugins" / "vcebench_perturb"
@@ -59,7 +60,7 @@ def _dist(tmp_path: Path, name: str, entry_points: str, modules: dict[str, str])
 # ----------------------------------------------------------------------------- the registry itself
 
 def test_registry_imports_no_torch_and_no_method_or_metric_module():
-    code = ("import sys, vcebench.registry, vcebench.tasks, vcebench.workflow, vcebench.config\n"
+    code = ("import sys, vcebench.registry, vcebench.config.tasks, vcebench.workflow, vcebench.config.load\n"
             "from vcebench import registry\n"
             "registry.methods(); registry.table_columns('faces', True); registry.eval_roles('xray', True)\n"
             "bad = [m for m in ('torch', 'methods', 'metrics') if m in sys.modules]\n"
@@ -99,7 +100,7 @@ def test_table_columns_and_eval_roles_of_each_task_kind():
 
 
 def test_schema_names_no_method_and_is_filled_from_the_registry(cfg):
-    from vcebench.config import schema_path, validate
+    from vcebench.config.load import schema_path, validate
 
     raw = yaml.safe_load(schema_path().read_text())
     defs = raw["definitions"]
@@ -123,7 +124,7 @@ def test_entry_points_register_the_plugin(plugin):
     spec = registry.get_method_spec("perturb")
     assert spec.source == "vcebench-perturb" and spec.label == "Perturb (plug-in)" and spec.roles == ("classifier",)
     assert registry.method_names()[-1] == "perturb" and "perturb" not in registry.baseline_methods()
-    from vcebench.tasks import split_method
+    from vcebench.config.tasks import split_method
 
     assert split_method("perturb_big") == ("perturb", "big")
     m = methods.get_method("perturb", {"eps": 0.1})
@@ -138,12 +139,12 @@ def test_entry_points_register_the_plugin(plugin):
 
 
 def test_plugin_config_is_checked_like_a_builtin(plugin, tmp_path):
-    from vcebench.settings import load_settings
+    from vcebench.protocol.settings import load_settings
 
     cfg = load_settings(overrides={"methods": ["fire", "perturb", "perturb_big"],
                                    "method_defaults": {"perturb": {"eps": 0.05}},
                                    "variants": {"perturb": {"big": {"eps": 0.2}}}})
-    from vcebench.protocol import resolve_method
+    from vcebench.protocol.noise import resolve_method
 
     assert resolve_method(cfg, "synthfaces_smile", "perturb_big")[0] == {"eps": 0.2}
     for over, key in [({"method_defaults": {"perturb": {"epss": 0.1}}}, "method_defaults.perturb.epss"),

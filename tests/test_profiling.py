@@ -1,4 +1,4 @@
-"""vcebench.profiling, vcebench.paper_scale and `vcebench profile`."""
+"""vcebench.costs.measure, vcebench.paper.scale and `vcebench profile`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from methods.base import Counterfactuals
-from vcebench.profiling import (
+from vcebench.costs.measure import (
     conv2d_flops,
     count_flops,
     linear_flops,
@@ -77,7 +77,7 @@ def test_nfe_by_network_aggregates_means_and_rejects_bad_keys():
 # interpreter, as `vcebench profile` does.
 _PEAK_SCRIPT = """
 import sys, time, torch
-import vcebench.profiling as profiling
+import vcebench.costs.measure as profiling
 if sys.argv[1] == "sampling":
     profiling._reset_rss_peak = lambda: False
 with profiling.PeakMemory("cpu", interval=0.001) as mem:
@@ -140,7 +140,7 @@ def test_profile_run_aggregates_flops_nfe_and_steps():
 
 
 def _fire_params(cfg, **over):
-    from vcebench.protocol import resolve_method
+    from vcebench.protocol.noise import resolve_method
 
     p = resolve_method(cfg, "synthfaces_smile", "fire")[0]
     p.update({"K": 3, "smoothgrad_n": 4, **over})
@@ -149,9 +149,9 @@ def _fire_params(cfg, **over):
 
 def test_fire_profile_on_tiny_models_matches_algorithm_nfe(cfg):
     from methods import get_method
-    from vcebench.paper_nfe import fire_nfe
-    from vcebench.rng import SampleGenerators
-    from vcebench.standins import tiny_standins
+    from vcebench.core.rng import SampleGenerators
+    from vcebench.costs.standins import tiny_standins
+    from vcebench.paper.nfe import fire_nfe
 
     models = tiny_standins()
     method = get_method("fire", _fire_params(cfg))
@@ -171,7 +171,7 @@ def test_fire_profile_on_tiny_models_matches_algorithm_nfe(cfg):
 
 
 def test_paper_nfe_counters_match_analytic_counts(cfg):
-    from vcebench.paper_nfe import measured_paper_nfe
+    from vcebench.paper.nfe import measured_paper_nfe
 
     out = measured_paper_nfe(cfg, methods=("fire", "maskdime", "fastdime2plus"))
     for name, d in out.items():
@@ -180,7 +180,7 @@ def test_paper_nfe_counters_match_analytic_counts(cfg):
 
 
 def test_ddpm_family_nfe_follows_the_reference_loops():
-    from vcebench.paper_nfe import ddpm_family_nfe
+    from vcebench.paper.nfe import ddpm_family_nfe
 
     dime = ddpm_family_nfe("dime", 60)
     assert dime["unet"]["fwd"] == 60 + sum(range(60))  # guided step + recursive unguided denoising
@@ -189,9 +189,10 @@ def test_ddpm_family_nfe_follows_the_reference_loops():
 
 
 def test_paper_scale_report_is_consistent_with_its_own_table():
-    from vcebench.paper_nets import CELEBA
-    from vcebench.paper_nfe import fire_nfe
-    from vcebench.paper_scale import flops_from_nfe, format_markdown, paper_scale_report
+    from vcebench.costs.flops import flops_from_nfe
+    from vcebench.models.paper_nets import CELEBA
+    from vcebench.paper.nfe import fire_nfe
+    from vcebench.paper.scale import format_markdown, paper_scale_report
 
     r = paper_scale_report("celeba", fvcore=False)
     calls = r["networks"]
@@ -210,8 +211,8 @@ def test_paper_scale_report_is_consistent_with_its_own_table():
 def tiny_load(monkeypatch, cfg):
     """Replace data + trained-model loading by tiny stand-ins (the profile logic is what is tested)."""
     from methods import get_method
-    from vcebench import task_profile as cmd
-    from vcebench.standins import tiny_standins
+    from vcebench.costs import task_profile as cmd
+    from vcebench.costs.standins import tiny_standins
 
     def fake_load(settings, *, n, device):
         params = {**settings.params, "K": 3, "smoothgrad_n": 4}  # overrides (compaction) are in settings.params
@@ -309,7 +310,7 @@ def test_paper_timing_runs_every_variant_kind_on_cpu(tmp_path):
     """The GPU timing script's code path on tiny networks: rows, errors table, Markdown and JSON written."""
     import json
 
-    from vcebench import paper_timing as pt
+    from vcebench.paper import timing as pt
 
     plan = [{"method": "fire", "variant": "fp32", "batch": 2, "n": 2, "early_stop": False,
              "params": {"K": 2, "smoothgrad_n": 2}},
@@ -344,7 +345,7 @@ def test_paper_timing_runs_every_variant_kind_on_cpu(tmp_path):
 
 
 def test_paper_timing_time_limit_skips_the_rest(tmp_path):
-    from vcebench import paper_timing as pt
+    from vcebench.paper import timing as pt
 
     plan = [{"method": "fire", "variant": "fp32", "batch": 1, "n": 1, "early_stop": False,
              "params": {"K": 1, "smoothgrad_n": 1}}] * 2
@@ -353,7 +354,7 @@ def test_paper_timing_time_limit_skips_the_rest(tmp_path):
 
 
 def test_sample_generators_device_argument_keeps_the_cpu_streams():
-    from vcebench.rng import SampleGenerators
+    from vcebench.core.rng import SampleGenerators
 
     a = SampleGenerators(3, [0, 5]).fork("x").randn(4)
     b = SampleGenerators(3, [0, 5], device="cpu").fork("x").randn(4)

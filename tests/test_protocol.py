@@ -1,4 +1,4 @@
-"""The noise protocol: every method's starting noise as a log-SNR, one rule for all (vcebench.protocol)."""
+"""The noise protocol: every method's starting noise as a log-SNR, one rule for all (vcebench.protocol.noise)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from vcebench.config import ConfigError
-from vcebench.protocol import (
+from vcebench.config.load import ConfigError
+from vcebench.protocol.noise import (
     ddpm_log_snr,
     flow_log_snr,
     flow_t,
@@ -83,7 +83,7 @@ def test_changing_only_respacing_keeps_the_starting_snr(cfg, respacing):
     base = resolve_method(new, "synthfaces_smile", "dime")[1]
     v = resolve_method(new, "synthfaces_smile", "dime_R")[1]
     assert v["log_snr_target"] == pytest.approx(base["log_snr_target"])
-    from vcebench.protocol import respaced_log_snr
+    from vcebench.protocol.noise import respaced_log_snr
 
     _, lam = respaced_log_snr(_linear_abar(), respacing)
     s = v["start_step"]
@@ -106,7 +106,7 @@ def test_offset_and_derived_keys(cfg):
 
 def test_every_configured_method_resolves_and_builds(cfg):
     import methods
-    from vcebench.tasks import all_methods, get_task, runs_on
+    from vcebench.config.tasks import all_methods, get_task, runs_on
 
     for task in cfg["tasks"]:
         for name in all_methods(cfg):
@@ -125,7 +125,7 @@ def test_tuned_file_is_read_after_the_task_and_before_a_variant(cfg, tmp_path):
     a variant's; `paper` rows and `protocol.use_tuned: false` leave it out; the record says which."""
     import yaml
 
-    from vcebench.config import attach_tuned
+    from vcebench.config.load import attach_tuned
 
     new = copy.deepcopy(cfg)
     new["protocol"]["tuned_dir"] = "tuned"

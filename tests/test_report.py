@@ -91,14 +91,14 @@ def test_efficiency_figure_writes_png(table, tmp_path):
     df, _ = table
     df = df.copy()
     df["peak_mem_mb"] = [10.0, 20.0, 30.0]
-    from vcebench import figures
+    from vcebench.report import figures
 
     figures.efficiency_figure(tmp_path / "eff.png", df)
     assert (tmp_path / "eff.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_qualitative_ids_are_spread_over_the_evaluation_set():
-    from vcebench.commands.report import spread
+    from vcebench.steps.report import spread
 
     ids = list(range(100, 200))
     assert spread(ids, 6) == [100, 120, 140, 159, 179, 199]
@@ -109,7 +109,7 @@ def test_qualitative_ids_are_spread_over_the_evaluation_set():
 # --- intervals, cost columns of all n, the do-nothing row, the footer (issue 12) ---------------------
 
 def _npz(path, n, steps, unet_fwd, cls_fwd, cls_bwd, scale=None, attempts=None, flipped=None):
-    from vcebench.io import save_npz
+    from vcebench.core.io import save_npz
 
     arrays = {"sample_id": np.arange(n), "cf": np.zeros((n, 1, 2, 2), np.uint8), "target": np.ones(n, np.int64),
               "steps": np.asarray(steps, np.int64), "info_nfe_unet_fwd": np.asarray(unet_fwd, float),

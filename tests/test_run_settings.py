@@ -1,4 +1,4 @@
-"""vcebench.run_settings: a job's settings resolved once from the config into a frozen object."""
+"""vcebench.protocol.run_settings: a job's settings resolved once from the config into a frozen object."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import dataclasses
 
 import pytest
 
-from vcebench.config import ConfigError
-from vcebench.run_settings import RunSettings, RuntimeOptions
+from vcebench.config.load import ConfigError
+from vcebench.protocol.run_settings import RunSettings, RuntimeOptions
 
 
 def test_resolved_once_from_the_config(cfg):
     from vcebench.data import eval_split_name
-    from vcebench.protocol import resolve_method
+    from vcebench.protocol.noise import resolve_method
 
     c = {**cfg, "seed": 3, "n_eval": 9, "batch_size": 4, "threads": 2}
     s = RunSettings.resolve(c, "synthfaces_smile", "fire", data_dir="d", model_dir="m")
@@ -53,7 +53,7 @@ def test_a_bad_hyperparameter_fails_when_resolved(cfg):
 
 
 def test_a_tune_setting_resolves_its_candidate_on_its_split(cfg):
-    from vcebench.protocol import resolve_method
+    from vcebench.protocol.noise import resolve_method
 
     cand = {"rho": 0.07}
     s = RunSettings.resolve(cfg, "synthfaces_smile", "fire", candidate=cand, split="val")
@@ -71,8 +71,8 @@ def test_with_params_is_a_changed_copy(cfg):
 
 
 def test_eval_settings_keep_an_unconfigured_method_without_a_record(cfg):
-    from vcebench.protocol import resolve_method
-    from vcebench.run_settings import EvalSettings
+    from vcebench.protocol.noise import resolve_method
+    from vcebench.protocol.run_settings import EvalSettings
 
     s = EvalSettings.resolve(cfg, "synthfaces_smile", "fire", split="val")
     assert dict(s.protocol) == resolve_method(cfg, "synthfaces_smile", "fire")[1] and s.split == "val"

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vcebench import seeds
+from vcebench.report import seeds
 
 
 def _tables():
@@ -63,7 +63,7 @@ def test_pareto_front_keeps_only_non_dominated_points():
 
 
 def test_pareto_methods_and_figures(tmp_path):
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
     from vcebench.report import pareto_figures
     from vcebench.workflow import n_eval_arg, pareto_methods
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from tests.user_nets import TinyDiT, UserClassifier
-from vcebench.errors import UserError
+from vcebench.config.tasks import Task
+from vcebench.core.errors import UserError
 from vcebench.models.canonical import load_canonical
-from vcebench.tasks import Task
 
 TASK = Task(name="synthfaces_smile", dataset="synthfaces", attribute="Smiling")
 DIT = {"input_size": 32, "patch_size": 8, "hidden_size": 32, "depth": 2, "num_heads": 2, "num_classes": 2}
@@ -157,7 +157,7 @@ def test_a_wrong_classifier_head_is_named_at_the_first_call(released):
 
 
 def test_the_block_is_checked_when_the_config_is_loaded(cfg, released):
-    from vcebench.settings import check_settings
+    from vcebench.protocol.settings import check_settings
 
     c = copy.deepcopy(cfg)
     c["models"]["synthfaces"]["pmf"] = pmf_spec(released)
@@ -177,7 +177,7 @@ def test_torch_module_pmf_and_classifier_run_fire_to_the_table(released, tmp_pat
 
     import vcebench.models
     from vcebench.cli import main
-    from vcebench.standins import standin_models
+    from vcebench.costs.standins import standin_models
 
     real_load = vcebench.models.load_task_models
     own = {"classifier", "pmf"}
@@ -229,7 +229,7 @@ def test_torch_module_pmf_and_classifier_run_fire_to_the_table(released, tmp_pat
 def test_ddpm_eps_convention_and_its_schedule(cfg, tmp_path):
     from tests.user_nets import EpsNet
     from vcebench.models.zoo import load_role
-    from vcebench.protocol import check_ddpm_schedule, ddpm_schedule
+    from vcebench.protocol.noise import check_ddpm_schedule, ddpm_schedule
 
     net = _random(EpsNet(), 4)
     torch.save({"model": net.state_dict()}, tmp_path / "eps.pt")

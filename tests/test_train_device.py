@@ -36,8 +36,8 @@ def test_device_cuda_without_a_gpu_is_a_one_line_error(tmp_path, monkeypatch, ca
 
 def test_train_command_passes_the_config_device(tmp_path, monkeypatch, capsys):
     """`device: cuda` reaches setup_torch (TF32 / cuDNN) and the training shard; nothing forces the CPU."""
-    import vcebench.models.recipes as recipes
-    import vcebench.runtime as runtime
+    import vcebench.core.runtime as runtime
+    import vcebench.steps.train as train_step
     from vcebench.cli import main
 
     seen = {}
@@ -52,7 +52,7 @@ def test_train_command_passes_the_config_device(tmp_path, monkeypatch, capsys):
         seen["shard"] = kw["shard"]
         return {"role": role, "training": {"images_per_second": 12.5}}
 
-    monkeypatch.setattr(recipes, "train_role", fake_train_role)
+    monkeypatch.setattr(train_step, "train_role", fake_train_role)
     cfg = tmp_path / "cuda.yaml"
     cfg.write_text("device: cuda\n")
     rc = main(["train", "pmf", "--task", "synthfaces_smile", "--out", str(tmp_path / "out"),

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from vcebench.config import ConfigError
-from vcebench.tune import candidate_settings, select, tune_methods
+from vcebench.config.load import ConfigError
+from vcebench.protocol.tune import candidate_settings, select, tune_methods
 
 RULE = {"minimize": "FID", "require": {"FR": 95, "FR_oracle": 80}}
 
@@ -54,7 +54,7 @@ def test_missing_metric_never_qualifies_and_ties_keep_the_earlier_setting():
 
 
 def test_every_method_gets_the_same_number_of_settings(cfg):
-    from vcebench.tasks import get_task, method_params
+    from vcebench.config.tasks import get_task, method_params
 
     task = get_task(cfg, "synthfaces_smile")
     n = cfg["tune"]["n_settings"]
@@ -86,7 +86,7 @@ def test_tune_methods_are_the_base_methods(cfg):
 
 
 def test_merge_keeps_the_other_methods_and_refuses_a_different_rule():
-    from vcebench.tune import merge_tuned
+    from vcebench.protocol.tune import merge_tuned
 
     base = {"task": "t", "rule": RULE, "validation": {"n": 4}, "n_settings": 2, "seed": 0, "noise_rule": "x",
             "wall_seconds": 10}
@@ -107,12 +107,12 @@ def test_a_finished_setting_is_reused_only_with_the_same_network_weights(tmp_pat
     import numpy as np
     import torch
 
-    from vcebench.commands import evaluate as ev_cmd
-    from vcebench.commands import explain as ex_cmd
-    from vcebench.commands.tune import _Sweep, _sweep_row
-    from vcebench.config import load_config
+    from vcebench.config.load import load_config
+    from vcebench.config.tasks import get_task
     from vcebench.models.checkpoints import weights_fingerprint
-    from vcebench.tasks import get_task
+    from vcebench.steps import evaluate as ev_cmd
+    from vcebench.steps import explain as ex_cmd
+    from vcebench.steps.tune import _Sweep, _sweep_row
 
     runs = []
 

@@ -1,4 +1,4 @@
-"""Method variants: `<method>_<variant>` for every method, parsed in one place (vcebench.tasks.split_method)."""
+"""Method variants: `<method>_<variant>` for every method, parsed in one place (vcebench.config.tasks.split_method)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 import methods
 from vcebench import registry
-from vcebench.config import ConfigError, load_config, validate
-from vcebench.tasks import all_methods, get_task, method_params, split_method
+from vcebench.config.load import ConfigError, load_config, validate
+from vcebench.config.tasks import all_methods, get_task, method_params, split_method
 
 
 def test_every_registered_method_builds_with_its_dataclass():
@@ -59,7 +59,7 @@ def test_variants_of_every_method(cfg):
     assert {"fastdime2_s20", "fastdime2plus_s30"} <= set(all_methods(new))
     with pytest.raises(ConfigError, match="variants.fastdime.s20"):
         method_params(new, task, "fastdime_s20")  # a variant belongs to one method only
-    from vcebench.protocol import resolve_method
+    from vcebench.protocol.noise import resolve_method
 
     m = methods.get_method("fastdime2_s20", resolve_method(new, task, "fastdime2_s20")[0])
     assert m.name == "fastdime2_s20" and "ddpm" in m.roles
@@ -91,7 +91,7 @@ def test_schema_checks_variants(cfg):
 
 
 def test_unknown_variant_in_methods_is_a_config_error(tmp_path):
-    from vcebench.config import DEFAULT_CONFIG, load_config
+    from vcebench.config.load import DEFAULT_CONFIG, load_config
 
     p = tmp_path / "p.yaml"
     p.write_text("methods: [fire, dime_nonesuch]\n")

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from vcebench import workflow as wf
-from vcebench.config import ConfigError, load_config
+from vcebench.config.load import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or "snakemake"
@@ -120,7 +120,7 @@ def test_cuda_settings_apply_only_on_cuda():
     """The `cuda` section: noise generators on the GPU only for a CUDA device; on the CPU the flags stay."""
     import torch
 
-    from vcebench.runtime import noise_device, setup_torch
+    from vcebench.core.runtime import noise_device, setup_torch
 
     cfg = load_config()
     assert cfg["cuda"]["noise_on_device"] is True
@@ -154,7 +154,7 @@ def test_settings_key_changes_only_with_the_settings_a_job_uses(cfg):
 def test_fire_variant_applies_on_top_of_the_task_setting(cfg):
     """An ablation changes one thing of the task's FiRe: fire_t06 runs t = 0.6 even where the task sets t,
     and keeps the task's mask settings; fire_K5 keeps the task's t."""
-    from vcebench.tasks import get_task, method_params
+    from vcebench.config.tasks import get_task, method_params
 
     task = get_task(cfg, "synthfaces_smile")
     base = method_params(cfg, task, "fire")

@@ -11,16 +11,18 @@ import subprocess
 from pathlib import Path
 
 from . import registry
-from .config import ConfigError, attach_tuned, read_yaml, validate  # noqa: F401 (Snakefile)
-from .tasks import (  # noqa: F401 (Snakefile)
+from .config.load import ConfigError, attach_tuned, read_yaml, validate  # noqa: F401 (Snakefile)
+from .config.tasks import (  # noqa: F401 (Snakefile)
     SYNTHETIC_DATASETS,
     check_method_names,
     check_runs_on,
     external_name,
     get_task,
+    method_roles,
     split_method,
     task_methods,
 )
+from .registry.roles import GATE_ROLES, GENERATIVE
 
 DATASET_HELP = {
     "celeba": ("datasets.celeba.root", "img_align_celeba/*.jpg, list_attr_celeba.txt|csv, list_eval_partition.txt|csv",
@@ -66,7 +68,7 @@ def fail_fast(check, *args) -> None:
 
 
 def check_config_files(paths) -> None:
-    """Each config file read as the CLI reads it (:func:`vcebench.config.read_yaml`): Snakemake's own reader
+    """Each config file read as the CLI reads it (:func:`vcebench.config.load.read_yaml`): Snakemake's own reader
     keeps the last of a key written twice without a word."""
     for p in paths:
         read_yaml(p)
@@ -97,7 +99,6 @@ def train_processes(cfg: dict, role: str) -> int:
     """Processes (GPUs) of one training job: config ``gpus_per_train`` for the ddpm / pmf on CUDA, else 1."""
     if cfg.get("device") != "cuda":
         return 1
-    from .runtime import GENERATIVE  # torch: imported for CUDA runs only
 
     return int(cfg.get("gpus_per_train", 1)) if role in GENERATIVE else 1
 
@@ -107,7 +108,6 @@ def train_gpus(cfg: dict, role: str) -> int:
     other roles are small networks trained on the CPU, ``vcebench.models.recipes.train_role``)."""
     if cfg.get("device") != "cuda":
         return 0
-    from .runtime import GENERATIVE
 
     return train_processes(cfg, role) if role in GENERATIVE else 0
 
@@ -141,7 +141,7 @@ def tuned_dir(cfg: dict, basedir: str | Path = ".") -> str:
 
 def tune_roles(cfg: dict, task_name: str) -> list[str]:
     """Networks `vcebench tune` loads: every tuned method's, and those of the metrics it scores."""
-    from .tune import tune_methods
+    from .protocol.tune import tune_methods
 
     known = registry.metrics()
     roles = {"classifier"} | {r for m in tune_methods(cfg) for r in method_roles(m)}
@@ -150,15 +150,7 @@ def tune_roles(cfg: dict, task_name: str) -> list[str]:
     return sorted(roles)
 
 
-def method_roles(method: str) -> tuple[str, ...]:
-    """Networks the explain step of ``method`` needs (``registry.MethodSpec.roles`` of its base method)."""
-    if external_name(method):
-        return ("classifier",)  # `vcebench import` classifies the inputs and the imported CFs
-    return registry.get_method_spec(split_method(method)[0]).roles
-
-
 REAL_TRAINABLE = ("ddpm", "pmf")
-GATE_ROLES = {"oracle": ("classifier",), "ddpm": ("fid_features",), "pmf": ("classifier", "fid_features", "ddpm")}
 
 
 def gate_roles(cfg: dict, dataset: str, role: str) -> list[str]:
@@ -236,7 +228,7 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
     role): the role's spec plus the dataset's; ``data`` (dataset))."""
     import json
 
-    from .protocol import resolve_method
+    from .protocol.noise import resolve_method
 
     if kind == "method":
         task, method = names

@@ -1,6 +1,6 @@
 # `snakemake seeds`: generation and evaluation again with every seed of config `seeds.seeds` on the same
 # trained networks (the config's own seed is the main run); the spread per metric -> results/<task>_seeds.md.
-# `vcebench report tolerances` derives the CI regression tolerances from it (vcebench/seeds.py).
+# `vcebench report tolerances` derives the CI regression tolerances from it (vcebench/report/seeds.py).
 
 
 rule explain_seed:

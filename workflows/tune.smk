@@ -1,5 +1,5 @@
 rule tune_task:
-    """Every method's settings picked on the validation split (vcebench/tune.py); the default run reads the
+    """Every method's settings picked on the validation split (vcebench/protocol/tune.py); the default run reads the
     file it writes (protocol.tuned_dir, committed). Not part of `all`: run `snakemake tune`.
     """
     input:

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import UserError
-from ..io import atomic_path, from_uint8, load_npz, save_npz
+from ..core.errors import UserError
+from ..core.io import atomic_path, from_uint8, load_npz, save_npz
 
 SPLIT_NAMES = ("train", "val", "test")
 

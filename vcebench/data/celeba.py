@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..rng import sample_seed
+from ..core.rng import sample_seed
 from .base import DatasetError, Split
 from .real import file_number, find_file, make_reader, read_lines, read_pm1_table, require_root
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..rng import sample_seed
+from ..core.rng import sample_seed
 from .base import DatasetError, Split
 from .real import SOURCES, make_reader, require_root
 

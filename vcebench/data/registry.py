@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..tasks import REAL_DATASETS, SYNTHETIC_DATASETS
+from ..config.tasks import REAL_DATASETS, SYNTHETIC_DATASETS
 from .base import DatasetError, Split, load_cached_split
 from .synthetic import SyntheticDataset
 

@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from ..io import quantize
-from ..rng import sample_seed
+from ..core.io import quantize
+from ..core.rng import sample_seed
 from .attributes import AttributeNetwork, format_matrix
 from .base import SPLIT_NAMES, DatasetError, Split
 

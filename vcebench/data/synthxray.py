@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..rng import sample_seed
+from ..core.rng import sample_seed
 from . import draw as D
 from .attributes import AttributeNetwork, Node, bern
 from .synthetic import SyntheticDataset

@@ -51,8 +51,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import ConfigError, check_keys
-from ..tasks import Task
+from ..config.load import ConfigError, check_keys
+from ..config.tasks import Task
 from .base import BinaryHead
 from .canonical_nets import (
     ACEOracle,

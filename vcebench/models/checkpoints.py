@@ -22,8 +22,8 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..errors import UserError
-from ..io import atomic_path, write_json
+from ..core.errors import UserError
+from ..core.io import atomic_path, write_json
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -101,7 +101,7 @@ def load_resume_state(path: str | Path, fp: str, desc: str) -> dict | None:
 
 def save_snapshot(path: str | Path, weights: dict[str, Tensor], step: int) -> None:
     """Write one training snapshot's (EMA) weights as safetensors, atomically (``training.train_generative``
-    ``snapshots=``: the points of a training curve, ``vcebench.models.curves``)."""
+    ``snapshots=``: the points of a training curve, ``vcebench.steps.curves``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in weights.items()}

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ConfigError
-from ..io import from_uint8
+from ..config.load import ConfigError
+from ..core.io import from_uint8
 from .augment import augment
 from .checkpoints import save_trained
 from .nets import SyntheticNet

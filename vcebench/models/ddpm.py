@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..io import write_json
+from ..core.io import write_json
 from .checkpoints import remove_checkpoint, replace_dir
 from .distributed import Shard
 from .generative_eval import batched, generative_quality, save_grid
@@ -144,7 +144,7 @@ class UNetDDPM(EpsDDPM):
     """
 
     def __init__(self, unet: nn.Module, num_train_timesteps: int, noise_schedule: str = "linear", name: str = ""):
-        from vcebench.models.guided_unet import betas_for
+        from .guided_unet import betas_for
 
         super().__init__()
         self.unet, self.name = unet, name
@@ -166,8 +166,8 @@ class UNetDDPM(EpsDDPM):
         for all levels, so with ``num_heads`` on levels of different widths the saved copy would differ."""
         from diffusers import DDPMScheduler
 
-        from vcebench.models.guided_diffusers import to_diffusers
-        from vcebench.models.guided_unet import GuidedUNet
+        from .guided_diffusers import to_diffusers
+        from .guided_unet import GuidedUNet
 
         if not isinstance(self.unet, GuidedUNet):
             raise TypeError(f"to_diffusers converts a guided-diffusion UNet, not {type(self.unet).__name__}")

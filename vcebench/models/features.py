@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..frechet import feature_frechet_distance as frechet_distance
-from ..io import from_uint8
+from ..core.frechet import feature_frechet_distance as frechet_distance
+from ..core.io import from_uint8
 from .augment import gaussian_blur
 from .checkpoints import save_trained
 from .classifier import CLASSIFIER_DEFAULTS, fit_attributes

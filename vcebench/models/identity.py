@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..io import from_uint8
+from ..core.io import from_uint8
 from .augment import augment
 from .checkpoints import save_trained
 from .nets import SyntheticNet

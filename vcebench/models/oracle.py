@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..io import from_uint8
+from ..core.io import from_uint8
 from .augment import pgd
 from .checkpoints import save_trained
 from .classifier import CLASSIFIER_DEFAULTS, fit_attributes

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..io import atomic_path, write_json
+from ..core.io import atomic_path, write_json
 from .checkpoints import remove_checkpoint
 from .ddpm import matched_timestep
 from .distributed import Shard, full_precision, unwrap

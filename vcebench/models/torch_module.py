@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config import ConfigError
+from ..config.load import ConfigError
 from .base import BinaryHead
 from .checkpoints import CheckpointError, load_state_strict
 from .ddpm import EpsDDPM

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..io import from_uint8
-from ..rng import step_generator, step_seed
+from ..core.io import from_uint8
+from ..core.rng import step_generator, step_seed
 from .checkpoints import CHECKPOINT, data_fingerprint, fingerprint, load_resume_state, save_resume_state, save_snapshot
 from .distributed import Shard, args_of
 from .unet import require

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from vcebench.errors import UserError
+from ..core.errors import UserError
 
-# Settings of the generative roles, key -> type: what `vcebench.settings` checks (and coerces) when the
+# Settings of the generative roles, key -> type: what `vcebench.protocol.settings` checks (and coerces) when the
 # config is loaded, and the allowed keys of each block.
 UNET_SETTINGS: dict[str, Any] = {"block_out_channels": tuple[int, ...], "layers_per_block": int,
                                  "norm_num_groups": int, "attention": bool, "dropout": float}

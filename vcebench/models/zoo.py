@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ConfigError
-from ..errors import UserError
-from ..tasks import Task
+from ..config.load import ConfigError
+from ..config.tasks import Task
+from ..core.errors import UserError
 from .base import ROLES, BinaryHead, TaskModels, freeze
 from .checkpoints import CheckpointError, load_state_strict, read_trained
 from .nets import AttributeClassifier, AutoEncoder, SimSiamNet, SyntheticNet
@@ -160,7 +160,7 @@ def load_task_models(cfg: dict, task: Task | str, roles: tuple[str, ...] | list[
                      device: str | torch.device = "cpu", model_dir: str | Path = "resources/models") -> TaskModels:
     """Every network ``task`` needs for ``roles``, frozen, in eval mode, on ``device`` (docs/internals.md)."""
     if isinstance(task, str):
-        from ..tasks import get_task
+        from ..config.tasks import get_task
         task = get_task(cfg, task)
     models = TaskModels()
     for role in roles:
@@ -174,7 +174,7 @@ def load_task_models(cfg: dict, task: Task | str, roles: tuple[str, ...] | list[
 
 def check_settings(role: str, dataset: str, spec: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """Training settings = code defaults <- config ``models.<dataset>.<role>``; unknown keys are errors."""
-    from ..config import check_keys
+    from ..config.load import check_keys
 
     check_keys(f"models.{dataset}.{role}", spec, defaults)
     return {**defaults, **spec}

@@ -1,5 +1,5 @@
 """Comparison tables (CSV / Markdown / LaTeX) and their footers, Pareto figures, and the metric-regression
-check used by CI (the paper's figures: :mod:`vcebench.figures`).
+check used by CI (the paper's figures: :mod:`vcebench.report.figures`).
 
 - :mod:`.tables`: one row per method from the results, cell formatting, ranking marks, the writers;
 - :mod:`.footer`: the footer paragraphs of a task table;
@@ -8,7 +8,7 @@ check used by CI (the paper's figures: :mod:`vcebench.figures`).
 - :mod:`.validity`: each metric column against the true counterfactual and the unedited input.
 """
 
-from ..io import atomic_path
+from ..core.io import atomic_path
 from .footer import load_metrics_json, task_footer
 from .pareto import pareto_figures, pareto_front
 from .regression import regression_check, regression_markdown

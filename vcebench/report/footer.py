@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..kernels import describe
-from ..tasks import external_name, is_baseline, is_truth
+from ..config.kernels import describe
+from ..config.tasks import external_name, is_baseline, is_truth
 from .tables import display_columns, format_value, method_label
 
 SUBSET_WORDS = {"all": "all inputs", "successful": "successful CFs", "correct": "correctly classified inputs",
@@ -114,7 +114,7 @@ def _protocol_line(metas: dict[str, dict], tuned: dict | None, feature_dim: int 
 
 
 def _kernels_bit(metas: dict[str, dict]) -> str | None:
-    """The CPU kernels the evaluations ran (``vcebench.kernels``), per row where they differ."""
+    """The CPU kernels the evaluations ran (``vcebench.config.kernels``), per row where they differ."""
     phrases = {m: describe(mj.get("kernels")) for m, mj in metas.items() if mj.get("kernels")}
     uniq = set(phrases.values())
     if not uniq:

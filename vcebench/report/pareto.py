@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..io import atomic_path
+from ..core.io import atomic_path
 from .tables import direction_arrow, method_label
 
 PARETO_QUALITY = ["KID", "FID", "FVA", "FR_oracle", "GT_L1_region"]

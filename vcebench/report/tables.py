@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .. import registry
-from ..io import atomic_path
+from ..core.io import atomic_path
 
 COST_COLUMNS = list(registry.COST_COLUMNS)
 # How each row's settings were made (metrics.json `protocol`; not ranked): the starting log-SNR and
@@ -35,7 +35,7 @@ def column_label(col: str) -> str:
 def method_label(m: str) -> str:
     """``fire`` -> ``FiRe`` (``registry.MethodSpec.label``); a variant ``<method>_<variant>`` ->
     ``<Method> (<variant>)``; an imported or unknown name unchanged."""
-    from ..tasks import split_method
+    from ..config.tasks import split_method
 
     try:
         base, variant = split_method(m)
@@ -49,11 +49,11 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str, syn
                     profiles: Path | None = None) -> tuple[pd.DataFrame, dict[str, bool]]:
     """One row per method from ``results/<task>/<method>/{metrics,profile}.json`` and counterfactuals.npz:
     the metrics with their bootstrap intervals (``<col>_lo``, ``<col>_hi``, last), the cost columns of all
-    n CFs (``vcebench.costs``; empty for a truth row, ``tasks.is_truth``), the protocol columns. ``profiles``:
+    n CFs (``vcebench.costs.columns``; empty for a truth row, ``tasks.is_truth``), the protocol columns. ``profiles``:
     where ``<method>/profile.json`` lives when not beside the metrics (a seed rerun uses the main run's per-call
     FLOPs and time)."""
-    from ..costs import cost_columns
-    from ..tasks import is_truth
+    from ..config.tasks import is_truth
+    from ..costs.columns import cost_columns
 
     rows, higher = [], registry.column_directions()
     for m in methods:
@@ -151,7 +151,7 @@ def display_columns(df: pd.DataFrame) -> list[str]:
 def _marks(df: pd.DataFrame, cols: list[str], higher: dict[str, bool]) -> dict[str, dict[int, str]]:
     """Best / second per column among the explainers (the do-nothing rows, ``tasks.is_baseline``, are
     reference rows and never ranked)."""
-    from ..tasks import is_baseline
+    from ..config.tasks import is_baseline
 
     ranked = ~df["method"].map(is_baseline).astype(bool)
     return {c: rank_marks(df[c].where(ranked), higher.get(c, False)) for c in cols if c in higher}
@@ -195,7 +195,7 @@ def to_markdown(df: pd.DataFrame, higher: dict[str, bool], title: str = "", foot
 
 
 def _is_baseline(row: pd.Series) -> bool:
-    from ..tasks import is_baseline
+    from ..config.tasks import is_baseline
 
     return is_baseline(row["method"])
 

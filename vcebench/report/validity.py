@@ -25,8 +25,8 @@ from pathlib import Path
 import pandas as pd
 
 from .. import registry
-from ..io import write_json
-from ..tasks import is_baseline, is_truth
+from ..config.tasks import is_baseline, is_truth
+from ..core.io import write_json
 from .tables import HEADER_MARK, display_columns, format_value, method_label
 
 READ_AS_DISTANCE = ("FR_oracle", "MNAC", "CD")

@@ -1,0 +1,115 @@
+"""`vcebench <verb> [<subverb>]`: every step a workflow rule runs is one command.
+
+Examples::
+
+    vcebench data render synthfaces --splits train test --out resources/data/synthfaces
+    vcebench data show synthfaces --n 64 --out grid.png
+    vcebench data check celeba --root /data/celeba
+    vcebench train classifier --task synthfaces_smile
+    vcebench models parity --dataset synthfaces --data resources/data/synthfaces --out parity.json
+    vcebench explain --task synthfaces_smile --method fire --shard 0 --n-shards 2
+    vcebench evaluate --task synthfaces_smile --method fire
+    vcebench profile task --task synthfaces_smile --method fire
+    vcebench profile compaction --task synthfaces_smile --method fire
+    vcebench profile paper-scale celeba
+    vcebench profile gpu --out results/reference
+    vcebench report task --task synthfaces_smile
+    vcebench report gallery --task synthfaces_smile --methods fire dime
+    vcebench report paper --out-dir results/paper
+    vcebench report regression --reference results/reference/quick
+    vcebench report accept --reference results/reference/quick
+    vcebench report seeds --task synthfaces_smile
+    vcebench report pareto --task synthfaces_smile
+    vcebench report tolerances --reference results/reference/quick
+    vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
+    vcebench tune --task synthfaces_smile --data resources/data/synthfaces
+    vcebench benchmark --task synthfaces_smile --n 1000
+
+`vcebench <verb> --help` lists a verb's subverbs, `vcebench <verb> <subverb> --help` their arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+
+VERBS = ("data", "train", "models", "explain", "import", "evaluate", "profile", "report", "tune", "benchmark")
+MODULES = {"import": "import_cf"}  # `import` is a Python keyword
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argument parser that, for a verb whose modes were flags (``moved``: old flag -> subverb), names
+    the subverb to use instead of failing on the first unknown option."""
+
+    moved: dict[str, str] = {}
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self.moved and args and args[0].startswith("-") and args[0] not in ("-h", "--help"):
+            self.error(self._moved_message(args))
+        return super().parse_known_args(args, namespace)
+
+    def _moved_message(self, args: list[str]) -> str:
+        for a in args:
+            flag = a.split("=", 1)[0]
+            if flag in self.moved:
+                return f"{flag} is now a subverb: `{self.prog} {self.moved[flag]} ...` (see `{self.prog} --help`)"
+        return (f"give the subverb first: `{self.prog} {self.moved.get('', 'SUBVERB')} {' '.join(args[:2])} ...` "
+                f"(see `{self.prog} --help`)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vcebench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="verb", required=True, parser_class=CommandParser)
+    for verb in VERBS:
+        module = importlib.import_module(f"vcebench.cli.{MODULES.get(verb, verb)}")
+        module.register(sub)
+    return parser
+
+
+def add_config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", action="append", default=None, metavar="YAML",
+                   help="config file(s), later ones deep-merged over earlier (default: config/config.yaml)")
+
+
+def add_subverbs(p: argparse.ArgumentParser, moved: dict[str, str] | None = None) -> argparse._SubParsersAction:
+    """The subverbs of verb parser ``p`` (`vcebench <verb> <subverb>`). ``moved``: the verb's former mode
+    flags and the subverb each became (key ``""``: the subverb of the former plain form), for the error."""
+    if moved is not None:
+        p.moved = moved
+    return p.add_subparsers(dest="subverb", required=True, title="subverbs")
+
+
+def add_subverb(subs: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], int],
+                help: str) -> argparse.ArgumentParser:
+    """Subverb ``name`` running ``func``; its ``--help`` shows ``help`` and ``func``'s docstring. Options are
+    never abbreviated: another subverb's ``--out`` must fail, not be read as this one's ``--out-dir``."""
+    doc = inspect.cleandoc(func.__doc__ or "")
+    s = subs.add_parser(name, help=help, description=f"{help}.\n\n{doc}".rstrip(), allow_abbrev=False,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.set_defaults(func=func)
+    subs.metavar = "{" + ",".join(subs.choices) + "}"  # a missing subverb's error lists them
+    return s
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; user errors (config, data, checkpoints, metrics) print one clear line, exit 2."""
+    from ..config.kernels import pin_for_argv
+    from ..core.errors import UserError
+
+    pin_for_argv(sys.argv[1:] if argv is None else list(argv))  # before any command module imports torch
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, FileNotFoundError, PermissionError) as e:
+        command = " ".join(filter(None, (args.verb, getattr(args, "subverb", None))))
+        print(f"vcebench {command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""`vcebench models <subverb>`: checks of the trained networks of a dataset, and the generative roles'
+training curves.
+
+Examples::
+
+    vcebench models parity --dataset synthfaces --data resources/data/synthfaces \\
+        --out resources/models/synthfaces/parity.json
+    vcebench models curve --task synthfaces_smile --role ddpm --steps 9600 --at 300 600 1200 2400 4800 \\
+        --data resources/data/synthfaces --out resources/curves/synthfaces/ddpm
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..cli import add_config_arg, add_subverb, add_subverbs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="checks of a dataset's trained networks (parity)", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    subs = add_subverbs(p)
+    s = add_subverb(subs, "parity", run_parity, "PMF one-step denoising vs the DDPM's Tweedie estimate at every "
+                    "configured method's operating noise, and the pmf label gate")
+    s.add_argument("--dataset", required=True, help="dataset whose networks are compared, e.g. synthfaces")
+    s.add_argument("--data", default=None, help="rendered synthetic data folder (default: render in memory)")
+    s.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
+    s.add_argument("--n", type=int, default=256, help="validation images (default 256)")
+    s.add_argument("--out", required=True, help="JSON; a .md beside it holds the table")
+    add_config_arg(s)
+    s = add_subverb(subs, "curve", run_curve, "train a ddpm / pmf recipe once with EMA snapshots and score each "
+                    "(FID / KID of samples, Tweedie or one-step FID): where the budget plateaus")
+    s.add_argument("--task", required=True, help="a task of the dataset, e.g. synthfaces_smile")
+    s.add_argument("--role", required=True, choices=["ddpm", "pmf"])
+    s.add_argument("--steps", type=int, required=True, help="training steps of the run (its cosine schedule)")
+    s.add_argument("--at", type=int, nargs="+", default=[], help="snapshot steps (doublings: the plateau rule "
+                   "compares b with 2 b); --steps is always one")
+    s.add_argument("--data", default=None, help="rendered synthetic data folder (default: render in memory)")
+    s.add_argument("--models", default="resources/models", help="the dataset's trained networks "
+                   "(fid_features; for a pmf also ddpm and classifier) (default resources/models)")
+    s.add_argument("--n-val", type=int, default=1000, help="validation images scored against (default 1000)")
+    s.add_argument("--samples", type=int, default=1000, help="samples per snapshot (default 1000)")
+    s.add_argument("--sample-steps", type=int, default=50, help="DDPM ancestral steps per sample (default 50)")
+    s.add_argument("--out", required=True, help="folder: train/ (the run, its snapshots), curve.json, curve.md")
+    add_config_arg(s)
+
+
+
+def run_curve(args: argparse.Namespace) -> int:
+    """Train --role of --task's dataset for --steps steps with the config's recipe (resumable: rerun the same
+    command after an interruption), write the EMA weights at each --at step, score every snapshot on the same
+    validation images and noise (vcebench.steps.curves) and write --out/curve.json and curve.md with the
+    budget past which doubling improves the primary number by less than 10 %."""
+    from ..config.load import load_config
+    from ..config.tasks import get_task
+    from ..core.runtime import setup_torch
+    from ..steps.curves import to_markdown, training_curve
+
+    cfg = load_config(args.config)
+    setup_torch(int(cfg.get("train_threads", cfg["threads"])), "cpu")
+    curve = training_curve(cfg, get_task(cfg, args.task), args.role, args.steps, args.at, args.out, args.data,
+                           args.models, n_val=args.n_val, n_samples=args.samples, sample_steps=args.sample_steps)
+    md = to_markdown(curve)
+    Path(args.out, "curve.md").write_text(md)
+    print(md)
+    return 0
+
+
+
+def run_parity(args: argparse.Namespace) -> int:
+    """For every starting log-SNR a configured method runs at on --dataset, compares the PMF's one-step
+    prediction with the DDPM's Tweedie estimate from the same noise on validation images (MSE, FID, share
+    of each task's classifier labels kept) and judges the pmf label gate at each task's FiRe operating
+    noise (vcebench.protocol.parity). Writes --out (JSON) and the table beside it (.md)."""
+    from ..config.load import load_config
+    from ..core.io import write_json
+    from ..core.runtime import setup_torch
+    from ..protocol.parity import measure, to_markdown
+
+    cfg = load_config(args.config)
+    setup_torch(cfg["threads"], "cpu")
+    res = measure(cfg, args.dataset, args.models, args.data, args.n)
+    write_json(Path(args.out), res)
+    md = to_markdown(res)
+    Path(args.out).with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+

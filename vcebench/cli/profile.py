@@ -1,0 +1,243 @@
+"""`vcebench profile <subverb>`: FLOPs, NFE, time and memory per counterfactual.
+
+Examples::
+
+    vcebench profile task --task synthfaces_smile --method fire --n 32
+    vcebench profile task --task synthfaces_smile --method fire --timings timing-0-of-2.json timing-1-of-2.json
+    vcebench profile compaction --task synthfaces_smile --method fire
+    vcebench profile paper-scale celeba                  # random-weight paper-size networks, no data
+    vcebench profile paper-scale celeba --fire-steps-from results/synthfaces_smile/fire/profile.json
+    vcebench profile gpu --out results/reference         # wall time at paper scale, on a GPU
+    vcebench profile gpu --tiny --device cpu --out /tmp/t  # the same code path on a CPU in seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config.load import ConfigError
+from ..core.errors import UserError
+from ..core.io import write_json
+from ..costs.task_profile import (
+    apply_timings,
+    compare_compaction,
+    peak_memory_of,
+    print_compaction,
+    profile_task,
+    release_memory,
+    timing_files_by_method,
+    with_overrides,
+)
+from ..steps.profile import mean_steps_from, ratio_table
+from . import add_config_arg, add_subverb, add_subverbs
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..protocol.run_settings import RunSettings
+
+MOVED = {"--compare-compaction": "compaction", "--paper-scale": "paper-scale", "": "task"}
+
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="FLOPs, NFE, time and memory per counterfactual (task, compaction, "
+                       "paper-scale, gpu)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    subs = add_subverbs(p, MOVED)
+    t = add_subverb(subs, "task", run_task, "profile.json of one or more methods on a task's evaluation inputs")
+    _task_args(t)
+    t.add_argument("--method", action="append", required=True,
+                   help="method name (config key `methods`, or <method>_<variant>); repeat it to profile several "
+                        "methods in one process (the workflow does one job per task)")
+    t.add_argument("--out", default=None, help="default results/<task>/<method>/profile.json; with several "
+                   "--method, a path containing {method}")
+    t.add_argument("--no-compaction", action="store_true", help="FiRe: finished samples stay in the batch")
+    t.add_argument("--timings", nargs="+", default=None, metavar="JSON",
+                   help="explain's timing-*.json files: sec_per_cf then comes from the full explain run")
+
+    c = add_subverb(subs, "compaction", run_compaction,
+                    "FiRe: time the same inputs with and without batch compaction (compaction.json)")
+    _task_args(c)
+    c.add_argument("--method", required=True, help="a method with a `compaction` hyperparameter (FiRe)")
+    c.add_argument("--out", default=None, help="default results/<task>/<method>/compaction.json")
+
+    s = add_subverb(subs, "paper-scale", run_paper_scale,
+                    "FLOPs per CF of every method with paper-size random-weight networks (no data)")
+    s.add_argument("setting", nargs="?", choices=["celeba"], default="celeba",
+                   help="the paper's protocol whose network sizes are built (default celeba)")
+    s.add_argument("--attempts", type=float, default=1.0,
+                   help="mean classifier scales tried per CF by the DDPM family (1 to 3; default 1)")
+    s.add_argument("--fire-steps-from", action="append", default=None, metavar="PROFILE_JSON",
+                   help="add a FiRe steps profile (mean_steps) read from a vcebench profile.json")
+    s.add_argument("--measure-nfe", action="store_true",
+                   help="also run the real methods on tiny stand-in networks at paper settings "
+                        "and report their NFE counters")
+    s.add_argument("--no-fvcore", action="store_true", help="skip the fvcore cross-check (~20 s)")
+    s.add_argument("--out-dir", default="results/reference",
+                   help="folder for paper_scale_flops.{md,json} (default results/reference)")
+    add_config_arg(s)
+
+    g = add_subverb(subs, "gpu", run_gpu, "wall time of FiRe and MaskDiME at paper scale (random weights, no "
+                    "data), in precision and runtime variants; for a GPU")
+    g.add_argument("--out", default="results/reference", help="folder for <name>.{json,md} (default "
+                   "results/reference)")
+    g.add_argument("--device", default=None, help="default cuda when available, else cpu")
+    g.add_argument("--tiny", action="store_true", help="small networks (a CPU smoke run of the code path)")
+    g.add_argument("--plan", default=None, help="JSON list of {method, variant, batch, n, early_stop, params} "
+                   "(default: vcebench.paper.timing.default_plan())")
+    g.add_argument("--name", default="gpu_profile", help="output file stem (default gpu_profile)")
+    g.add_argument("--time-limit", type=float, default=float("inf"),
+                   help="skip the remaining plan entries after this many seconds")
+    g.add_argument("--repeats", type=int, default=3, help="timed passes per row (median and spread reported)")
+    g.add_argument("--compile-mode", default="reduce-overhead", help="torch.compile mode of the +compile variants")
+    g.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: a CPU check)")
+
+
+
+def _task_args(p: argparse.ArgumentParser) -> None:
+    """The arguments `profile task` and `profile compaction` share (which inputs, how they are run)."""
+    add_config_arg(p)
+    p.add_argument("--task", required=True, help="task name (config key `tasks`)")
+    p.add_argument("--n", type=int, default=32, help="evaluation inputs to run (first n by sample id; default 32)")
+    p.add_argument("--batch-size", type=int, default=None, help="default: config key `batch_size`")
+    p.add_argument("--flop-n", type=int, default=None,
+                   help="count FLOPs on the first FLOP_N inputs only (default: all n; stated in the output)")
+    p.add_argument("--data", default=None, help="rendered data folder (synthetic cache) or None")
+    p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
+    p.add_argument("--no-warmup", action="store_true", help="warm up on one input instead of a full batch")
+
+
+
+def _setup(args: argparse.Namespace) -> tuple[dict, torch.device]:
+    """Settings and the torch device of `profile paper-scale`."""
+    from ..core.runtime import setup_torch
+    from ..protocol.settings import load_settings
+
+    cfg = load_settings(args.config)
+    return cfg, setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
+
+
+
+def _job_settings(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, RunSettings], torch.device]:
+    """Each method's :class:`~vcebench.protocol.run_settings.RunSettings` on --task with --data and --models, in batches
+    of ``--batch-size`` (default config key ``batch_size``; it and ``--n`` checked positive), and the torch
+    device of their runtime options (the same for all)."""
+    from ..core.runtime import setup_torch
+    from ..protocol.run_settings import RunSettings
+    from ..protocol.settings import load_settings
+
+    cfg = load_settings(args.config)
+    if args.n < 1:
+        raise ConfigError(f"--n must be >= 1, got {args.n}")
+    batch_size = int(args.batch_size or cfg["batch_size"])
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size (config key `batch_size`) must be >= 1, got {batch_size}")
+    settings = {m: dataclasses.replace(RunSettings.resolve(cfg, args.task, m, data_dir=args.data,
+                                                           model_dir=args.models), batch_size=batch_size)
+                for m in methods}
+    rt = settings[methods[0]].runtime
+    return settings, setup_torch(rt.threads, rt.device, rt.cuda)
+
+
+
+def run_task(args: argparse.Namespace) -> int:
+    """Runs each --method on the first --n evaluation inputs of --task and writes its profile.json:
+    seconds, FLOPs and network calls (NFE) per counterfactual, peak memory, mean steps. With --timings,
+    sec_per_cf comes from the explain run's timing files instead (the workflow's profile rule)."""
+    methods = list(dict.fromkeys(args.method))
+    if len(methods) > 1 and args.out and "{method}" not in args.out:
+        raise ConfigError(f"--out {args.out!r} must contain {{method}} when several methods are profiled")
+    settings, device = _job_settings(args, methods)
+    overrides = {"compaction": False} if args.no_compaction else {}
+    settings = {m: with_overrides(s, overrides) for m, s in settings.items()}
+    timings = timing_files_by_method(args.timings, methods) if args.timings else {}
+    reports = {}
+    several = len(methods) > 1 and device.type == "cpu"
+    for method in methods:  # time, FLOPs and NFE first, with the allocator as it is
+        reports[method] = profile_task(settings[method], n=args.n, device=device, flop_n=args.flop_n,
+                                       warmup=not args.no_warmup, memory=not several)
+    if several:  # then each method's peak RSS increase, from a trimmed heap that unmaps what it frees
+        for method in methods:
+            release_memory()
+            reports[method]["peak_mem_mb"] = peak_memory_of(settings[method], n=args.n, device=device)
+            reports[method]["peak_mem_note"] = ("measured in a separate pass after the other methods' time and "
+                                                "FLOP passes, heap trimmed, 128 KiB mmap threshold")
+    for method, report in reports.items():
+        if args.timings:
+            apply_timings(report, timings[method])
+        out = Path((args.out or "results/{task}/{method}/profile.json").format(task=args.task, method=method))
+        write_json(out, report)
+        print(f"{args.task}/{method}: {report['sec_per_cf']:.4f} s/CF, {report['tflops_per_cf']:.3g} TFLOPs/CF, "
+              f"NFE/CF {report['nfe_per_cf']:.1f}, peak {report['peak_mem_mb']:.0f} MiB, "
+              f"mean steps {report['mean_steps']:.2f}, batch {report['batch_size']} -> {out}", flush=True)
+    if len(reports) > 1:
+        print(ratio_table(reports, methods[0]))
+    return 0
+
+
+
+def run_compaction(args: argparse.Namespace) -> int:
+    """Profiles FiRe on the same inputs twice in one process, with and without batch compaction (finished
+    samples leave the batch), and writes both profiles with the speed-up in time and FLOPs."""
+    settings, device = _job_settings(args, [args.method])
+    out = Path(args.out or f"results/{args.task}/{args.method}/compaction.json")
+    report = compare_compaction(settings[args.method], n=args.n, device=device, flop_n=args.flop_n,
+                                warmup=not args.no_warmup)
+    write_json(out, report)
+    print_compaction(report)
+    return 0
+
+
+
+def run_paper_scale(args: argparse.Namespace) -> int:
+    """Builds the paper protocol's networks with random weights (no data, no training) and counts the FLOPs
+    per counterfactual of every method from their calls per CF; writes <out-dir>/paper_scale_flops.{md,json}."""
+    import torch
+
+    from ..core.io import atomic_path, write_json
+    from ..paper import scale as ps
+    from ..paper.nfe import measured_paper_nfe
+
+    cfg, _ = _setup(args)
+    if not 1.0 <= args.attempts <= 3.0:
+        raise ConfigError(f"--attempts is the mean number of classifier scales tried (1 to 3), got {args.attempts}")
+    steps = dict(mean_steps_from(p) for p in (args.fire_steps_from or []))
+    measured = None
+    if args.measure_nfe:
+        measured = measured_paper_nfe(cfg)
+    report = ps.paper_scale_report(args.setting, attempts=args.attempts, measured_fire_steps=steps,
+                                   measured_nfe=measured, fvcore=not args.no_fvcore)
+    report.update({"torch": torch.__version__, "threads": torch.get_num_threads()})
+    out = Path(args.out_dir)
+    write_json(out / "paper_scale_flops.json", report)
+    md = ps.format_markdown(report)
+    with atomic_path(out / "paper_scale_flops.md") as tmp:
+        tmp.write_text(md)
+    sys.stdout.write(md)
+    print(f"\nwrote {out / 'paper_scale_flops.md'} and {out / 'paper_scale_flops.json'}")
+    return 0
+
+
+
+def run_gpu(args: argparse.Namespace) -> int:
+    """Runs the real FiRe and MaskDiME code on the paper-size networks (random weights) and times each row of
+    a plan (method, precision / runtime variant, batch, n): median and spread of --repeats timed passes, mean
+    updates, FLOPs and TFLOP/s, peak memory, each variant's error against fp32. Writes <out>/<name>.{json,md}
+    after every row (vcebench.paper.timing says what each variant changes)."""
+    import torch
+
+    from ..paper import timing as pt
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("no CUDA device: run with --device cpu --tiny for a smoke run")
+    plan = pt.load_plan(args.plan, tiny=args.tiny)
+    pt.run(Path(args.out), pt.TINY if args.tiny else pt.CELEBA, device, plan, time_limit=args.time_limit,
+           name=args.name, log=lambda m: print(m, flush=True), repeats=args.repeats,
+           compile_mode=args.compile_mode, compile_backend=args.compile_backend)
+    return 0
+

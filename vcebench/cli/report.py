@@ -1,0 +1,325 @@
+"""`vcebench report <subverb>`: task tables and figures, the paper's tables, and the CI metric regression.
+
+Examples::
+
+    vcebench report task --task synthfaces_smile --methods fire dime maskdime --data resources/data/synthfaces
+    vcebench report gallery --task synthfaces_smile --methods fire dime --data resources/data/synthfaces
+    vcebench report paper --out-dir results/paper
+    vcebench report regression --reference results/reference/quick --tasks synthfaces_smile --out r.md
+    vcebench report accept --reference results/reference/quick --tasks synthfaces_smile
+    vcebench report seeds --task synthfaces_smile          # results/synthfaces_smile_seeds.{csv,md}
+    vcebench report pareto --task synthfaces_smile         # results/synthfaces_smile_pareto.{csv,png}
+    vcebench report tolerances --reference results/reference/quick   # tolerances.yaml from the seed spread
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from .. import workflow as wf
+from ..cli import add_config_arg, add_subverb, add_subverbs
+from ..config.load import read_yaml
+from ..core.errors import UserError
+from ..steps.report import galleries, task_report
+
+MOVED = {"--gallery": "gallery", "--paper": "paper", "--regression": "regression", "--update-reference": "accept",
+         "--seeds": "seeds", "--pareto": "pareto", "--tolerances": "tolerances", "": "task"}
+
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="tables, figures, paper tables, metric regression (task, gallery, paper, "
+                       "regression, accept, seeds, pareto, tolerances)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    subs = add_subverbs(p, MOVED)
+    t = add_subverb(subs, "task", run_task, "a task's table (csv, md, tex), efficiency and qualitative figures")
+    _task_arg(t)
+    _methods_arg(t)
+    _data_arg(t)
+    _results_args(t)
+    t.add_argument("--n-qualitative", type=int, default=6, help="samples in the qualitative figure (default 6)")
+
+    g = add_subverb(subs, "gallery", run_gallery, "<out-dir>/<task>/<method>/gallery.png per method")
+    _task_arg(g)
+    _methods_arg(g)
+    _data_arg(g)
+    _results_args(g)
+    g.add_argument("--n-gallery", type=int, default=8, help="samples per gallery (default 8)")
+    g.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
+
+    pp = add_subverb(subs, "paper", run_paper, "the FiRe paper's Tables 1-6 and Figure 2")
+    _results_args(pp)
+
+    r = add_subverb(subs, "regression", run_regression, "compare <out-dir>/<task>.csv with the reference tables")
+    _reference_args(r)
+    _results_args(r)
+    r.add_argument("--out", help="the regression report (markdown)")
+
+    a = add_subverb(subs, "accept", run_accept, "copy the current task tables into the reference folder")
+    _reference_args(a)
+    _out_dir_arg(a, "folder holding the current <task>.{csv,md}")
+    add_config_arg(a)
+
+    sd = add_subverb(subs, "seeds", run_seeds, "the spread over config `seeds.seeds` of a task's table")
+    _task_arg(sd)
+    _methods_arg(sd)
+    _results_args(sd)
+
+    pa = add_subverb(subs, "pareto", run_pareto, "the Pareto table and figures of the variants of config `pareto`")
+    _task_arg(pa)
+    _results_args(pa)
+
+    to = add_subverb(subs, "tolerances", run_tolerances, "derive <reference>/tolerances.yaml from the seed spread")
+    _reference_args(to)
+    _out_dir_arg(to, "folder holding <task>_seeds.{csv,md}")
+    add_config_arg(to)
+
+
+
+def _task_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", required=True, help="task name (config key `tasks`)")
+
+
+
+def _methods_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--methods", nargs="*", help="rows (default: config `methods`)")
+
+
+
+def _data_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="rendered synthetic data folder (the inputs the figures show)")
+
+
+
+def _out_dir_arg(p: argparse.ArgumentParser, what: str = "output folder") -> None:
+    p.add_argument("--out-dir", default="results", help=f"{what} (default results)")
+
+
+
+def _results_args(p: argparse.ArgumentParser) -> None:
+    """``--results`` (what the runs wrote), ``--out-dir`` (where the report goes) and ``--config``."""
+    p.add_argument("--results", default="results", help="results folder holding <task>/<method>/ (default results)")
+    _out_dir_arg(p)
+    add_config_arg(p)
+
+
+
+def _reference_args(p: argparse.ArgumentParser) -> None:
+    """``--reference`` and ``--tasks`` of the subverbs that compare with or write a reference."""
+    p.add_argument("--reference", default="results/reference/quick",
+                   help="reference folder (default results/reference/quick)")
+    p.add_argument("--tasks", nargs="*", help="tasks (default: config `run_tasks`)")
+
+
+
+def _config(args: argparse.Namespace) -> dict:
+    from ..config.load import load_config
+
+    return load_config(args.config)
+
+
+
+def run_task(args: argparse.Namespace) -> int:
+    """Writes <out-dir>/<task>.{csv,md,tex} from each method's metrics.json and profile.json, with each metric
+    column checked against the truth row (``<task>_validity.json``, ``vcebench.report.validity``), the efficiency
+    figure and the qualitative figure (inputs, ground truth on synthetic tasks, every method's CFs)."""
+    from ..config.tasks import task_methods
+
+    cfg = _config(args)
+    task_report(cfg, args.task, args.methods or task_methods(cfg, args.task, cfg["methods"]), Path(args.results),
+                 Path(args.out_dir), args.data, args.n_qualitative)
+    return 0
+
+
+
+def run_gallery(args: argparse.Namespace) -> int:
+    """Writes one gallery per method: inputs, CFs and |difference| on one scale for all methods, with the
+    task classifier's p(target) before and after (needs the classifier)."""
+    from ..config.tasks import get_task, task_methods
+
+    cfg = _config(args)
+    galleries(cfg, get_task(cfg, args.task), args.methods or task_methods(cfg, args.task, cfg["methods"]),
+               Path(args.results), Path(args.out_dir), args.data, args.n_gallery, args.models)
+    return 0
+
+
+
+def run_paper(args: argparse.Namespace) -> int:
+    """Writes <out-dir>/tables.{md,tex} and figure2.png for the configured tasks (synthetic analogues by
+    default), with the paper's reported numbers beside the measured rows."""
+    import pandas as pd
+
+    from .. import report
+    from ..config.tasks import get_task
+    from ..paper import numbers as paper_numbers
+
+    cfg = _config(args)
+    results, out = Path(args.results), Path(args.out_dir)
+    methods = cfg["methods"]
+    md, tex = ["# The FiRe paper's tables, regenerated by vcebench", ""], []
+    faces = [t for t in cfg["run_tasks"] if get_task(cfg, t).kind == "faces"]
+    xray = [t for t in cfg["run_tasks"] if get_task(cfg, t).kind == "xray"]
+    for title, tasks in (("Tables 1/2 (faces)", faces), ("Table 3 (x-ray)", xray)):
+        for t in tasks:
+            task = get_task(cfg, t)
+            df, higher = report.load_task_table(results, t, methods, task.kind, task.synthetic)
+            rep = paper_numbers.reported(t)
+            if rep:
+                extra = pd.DataFrame([{"method": f"{m} (reported)", **v} for m, v in rep.items()])
+                df = pd.concat([df, extra], ignore_index=True)
+            md.append(report.to_markdown(df, higher, title=f"{title}: {t}"))
+            tex.append(report.to_latex(df, higher, caption=f"{title}: {t}", label=f"tab:{t}"))
+    ablation_task = faces[0] if faces else (cfg["run_tasks"] or [None])[0]
+    if ablation_task:
+        task = get_task(cfg, ablation_task)
+        groups = {
+            "Table 4 (ablation)": ["fire_one_step", "fire_reverse", "fire_fixed", "fire_fixed_maskdime_mask",
+                                   "fire_fixed_fire_mask", "fire_no_early_stop", "fire"],
+            "Table 5 (refinement budget K)": ["fire_K5", "fire_K10", "fire", "fire_K20"],
+            "Table 6 (noise level t)": ["fire_t02", "fire_t04", "fire_t06", "fire_t08", "fire"],
+        }
+        available = set(cfg.get("paper_methods", [])) | {"fire"}
+        for title, rows in groups.items():
+            rows = [r for r in rows if r in available]
+            df, higher = report.load_task_table(results, ablation_task, rows, task.kind, task.synthetic)
+            md.append(report.to_markdown(df, higher, title=f"{title}: {ablation_task}"))
+            tex.append(report.to_latex(df, higher, caption=f"{title}: {ablation_task}"))
+        df, _ = report.load_task_table(results, ablation_task, methods, task.kind, task.synthetic)
+        from ..report import figures
+
+        figures.efficiency_figure(out / "figure2.png", df, title=f"Figure 2 analogue: {ablation_task}")
+    report.write_text(out / "tables.md", "\n".join(md))
+    report.write_text(out / "tables.tex", "\n".join(tex))
+    print("\n".join(md))
+    return 0
+
+
+
+def run_regression(args: argparse.Namespace) -> int:
+    """Compares each task's <out-dir>/<task>.csv with <reference>/<task>.csv within <reference>/tolerances.yaml;
+    exit status 1 when a metric regressed past its tolerance."""
+    import pandas as pd
+
+    from .. import report
+    from ..config.tasks import get_task
+
+    cfg = _config(args)
+    ref_dir = Path(args.reference)
+    tol_file = ref_dir / "tolerances.yaml"
+    if not tol_file.exists():
+        raise UserError(f"no tolerances at {tol_file}; derive them with `vcebench report tolerances "
+                        f"--reference {ref_dir}` (after `snakemake seeds`)")
+    tolerances = read_yaml(tol_file) or {}
+    all_rows, failures = [], []
+    for t in args.tasks or cfg["run_tasks"]:
+        task = get_task(cfg, t)
+        ref = pd.read_csv(ref_dir / f"{t}.csv")
+        cur = pd.read_csv(Path(args.out_dir) / f"{t}.csv")
+        _, higher = report.load_task_table(Path(args.results), t, list(cur["method"]), task.kind, task.synthetic)
+        rows, fails = report.regression_check(cur, ref, tolerances, higher, t)
+        all_rows += rows
+        failures += fails
+    text = report.regression_markdown(all_rows)
+    status = (f"{len(failures)} metric(s) regressed past tolerance" if failures
+              else f"no regression ({len(all_rows)} metrics within tolerance)")
+    text = f"# Metric regression against {ref_dir}\n\n{status}\n\n" + text
+    if args.out:
+        report.write_text(Path(args.out), text)
+    print(text)
+    if failures:
+        print(report.regression_markdown(failures), file=sys.stderr)
+        return 1
+    return 0
+
+
+
+SEEDS_DEFAULTS = {"seeds": [0, 1, 2], "z": 3.0, "floors": {}}
+
+
+
+def run_seeds(args: argparse.Namespace) -> int:
+    """Writes <out-dir>/<task>_seeds.{csv,md}: each method's metrics over the generation seeds."""
+    from .. import report
+    from ..config.tasks import get_task, task_methods
+    from ..report import seeds
+
+    cfg = _config(args)
+    sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
+    task = get_task(cfg, args.task)
+    methods = args.methods or task_methods(cfg, args.task, cfg["methods"])
+    tables = {}
+    main = Path(args.results) / args.task
+    for s, d in seeds.seed_dirs(Path(args.results), args.task, list(sc["seeds"]), int(cfg["seed"])).items():
+        tables[s], _ = report.load_task_table(d.parent, d.name, methods, task.kind, task.synthetic, profiles=main)
+    spread = seeds.seed_table(tables)
+    out = Path(args.out_dir)
+    with report.atomic_path(out / f"{args.task}_seeds.csv") as tmp:
+        spread.to_csv(tmp, index=False, float_format="%.6g")
+    report.write_text(out / f"{args.task}_seeds.md", seeds.seed_markdown(args.task, spread, list(sc["seeds"])))
+    print((out / f"{args.task}_seeds.md").read_text())
+    return 0
+
+
+
+def run_pareto(args: argparse.Namespace) -> int:
+    """Writes <out-dir>/<task>_pareto.{csv,png} and _pareto_snr.png from the variants of config `pareto`."""
+    import pandas as pd
+
+    from .. import report
+    from ..config.tasks import get_task
+
+    cfg = _config(args)
+    task = get_task(cfg, args.task)
+    rows = wf.pareto_methods(cfg)
+    df, higher = report.load_task_table(Path(args.results), args.task, [m for m, _, _ in rows], task.kind,
+                                        task.synthetic)
+    df = df.assign(base=[b for _, b, _ in rows], sweep=[s for _, _, s in rows])
+    out = Path(args.out_dir)
+    with report.atomic_path(out / f"{args.task}_pareto.csv") as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+    report.pareto_figures(out / f"{args.task}_pareto.png", out / f"{args.task}_pareto_snr.png", df, higher,
+                          title=args.task)
+    print(pd.DataFrame(df).to_string())
+    return 0
+
+
+
+def run_tolerances(args: argparse.Namespace) -> int:
+    """Derives <reference>/tolerances.yaml from <out-dir>/<task>_seeds.csv of --tasks (vcebench/report/seeds.py)
+    and copies the seed tables beside it."""
+    import pandas as pd
+
+    from .. import report
+    from ..report import seeds
+
+    cfg = _config(args)
+    sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
+    tasks = args.tasks or cfg["run_tasks"]
+    spreads = {t: pd.read_csv(Path(args.out_dir) / f"{t}_seeds.csv") for t in tasks}
+    tol = seeds.derive_tolerances(list(spreads.values()), dict(sc["floors"]), float(sc["z"]))
+    ref = Path(args.reference)
+    ref.mkdir(parents=True, exist_ok=True)
+    report.write_text(ref / "tolerances.yaml", seeds.tolerance_yaml(tol, list(sc["seeds"]), tasks, float(sc["z"]),
+                                                                   dict(sc["floors"]), spreads))
+    for t in tasks:
+        shutil.copyfile(Path(args.out_dir) / f"{t}_seeds.md", ref / f"{t}_seeds.md")
+    print((ref / "tolerances.yaml").read_text())
+    return 0
+
+
+
+def run_accept(args: argparse.Namespace) -> int:
+    """Accepts the current results as the reference: copies <out-dir>/<task>.{csv,md} into --reference."""
+    cfg = _config(args)
+    ref_dir = Path(args.reference)
+    ref_dir.mkdir(parents=True, exist_ok=True)
+    for t in args.tasks or cfg["run_tasks"]:
+        for ext in ("csv", "md"):
+            src = Path(args.out_dir) / f"{t}.{ext}"
+            shutil.copyfile(src, ref_dir / src.name)
+            print(f"reference updated: {ref_dir / src.name}")
+    return 0
+

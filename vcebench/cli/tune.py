@@ -1,0 +1,71 @@
+"""`vcebench tune`: pick every method's settings on the validation split, by the rule fixed in the config.
+
+Examples::
+
+    vcebench tune --task synthfaces_smile --data resources/data/synthfaces
+    vcebench tune --task synthfaces_smile --method fire --method maskdime --out /tmp/smile.yaml
+
+Writes the tuned file (default ``<protocol.tuned_dir>/<task>.yaml``, i.e. ``config/tuned/<task>.yaml``: the
+picked settings, the rule, the validation split and n, the date, the whole sweep) and the sweep table as
+Markdown (``--md``, default ``results/tune/<task>.md``). The default run reads the tuned file
+(``protocol.use_tuned``); commit it. What is swept and how the pick is made: ``vcebench/protocol/tune.py``,
+docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..cli import add_config_arg
+from ..steps.tune import run_tune
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="tune every method on the validation split (same number of settings each)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", required=True, help="task name (config key `tasks`)")
+    p.add_argument("--method", action="append", default=None,
+                   help="base method to tune (repeatable; default: the base methods of config key `methods`)")
+    p.add_argument("--data", default=None, help="rendered dataset folder (synthetic; default: render in memory)")
+    p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
+    p.add_argument("--out", default=None, help="tuned file (default <protocol.tuned_dir>/<task>.yaml)")
+    p.add_argument("--md", default=None, help="sweep table (default results/tune/<task>.md)")
+    p.add_argument("--work-dir", default="results/tune", help="counterfactuals of the sweep (default results/tune)")
+    add_config_arg(p)
+    p.set_defaults(func=run)
+
+
+
+def run(args: argparse.Namespace) -> int:
+
+    import yaml
+
+    from ..config.load import DEFAULT_CONFIG, load_config, read_yaml, repo_root
+    from ..core.io import atomic_path
+    from ..protocol.tune import merge_tuned, sweep_markdown
+
+    cfg = load_config(args.config)
+    tuned_dir = (cfg.get("protocol") or {}).get("tuned_dir", "config/tuned")
+    out = Path(args.out or repo_root((args.config or [DEFAULT_CONFIG])[0]) / tuned_dir / f"{args.task}.yaml")
+    md = Path(args.md or f"results/tune/{args.task}.md")
+    result = run_tune(cfg, args.task, data_dir=args.data, model_dir=args.models, work_dir=args.work_dir,
+                      method_names=args.method)
+    if args.method and out.exists():  # tune some methods again: keep the others' rows of the existing file
+        result = merge_tuned(read_yaml(out), result)
+    header = (f"# Written by `vcebench tune --task {args.task}` ({result['date']}): the settings the default run "
+              f"reads (protocol.use_tuned).\n# Picked on {result['validation']['n']} inputs of the "
+              f"`{result['validation']['split']}` split, never evaluated; rule and sweep below.\n")
+    plain = json.loads(json.dumps(result))  # no YAML anchors for the shared config mappings
+    for path, text in ((out, header + yaml.safe_dump(plain, sort_keys=False, width=110)),
+                       (md, sweep_markdown(result))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(text)
+    print(f"{args.task}: tuned settings -> {out}, sweep -> {md} ({result['wall_seconds']:.0f} s)")
+    for m, p in result["picked"].items():
+        print(f"  {m}: setting {p['setting']} ({'rule' if p['qualified'] else 'fallback'}) "
+              f"{result['settings'][m] or 'untuned'} {p['metrics']}")
+    return 0
+

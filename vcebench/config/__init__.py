@@ -1,0 +1,2 @@
+"""Configuration: load, check and merge the config files (``load``), tasks and method settings by task
+(``tasks``), the CPU kernels pinned from the config (``kernels``)."""

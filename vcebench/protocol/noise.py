@@ -1,0 +1,252 @@
+"""The comparison protocol: every method's starting noise as a log-SNR, under ONE noise rule.
+
+FiRe noises its input to ``z_t = (1 - t) x + t eps`` (flow time ``t``): SNR = ((1 - t) / t)^2. The DDPM
+baselines noise it to respaced step ``start_step`` of their own schedule: SNR = abar / (1 - abar). Both are
+written as ``log_snr = ln SNR``.
+
+Each method's config gives its paper noise level at the papers' resolution (``protocol.reference_resolution``,
+128 px, CelebA): FiRe ``t`` (0.4), a DDPM baseline ``ref_start_step`` of ``ref_respacing`` (60 of 200) of the
+DDPM's own ``alphas_cumprod``. ``protocol.noise`` says how a run's noise follows from it:
+
+- ``paper``: the paper's log-SNR as given (FiRe t = 0.4; a DDPM the SNR of 60 of 200).
+- ``snr_matched``: the log-SNR shift of *simple diffusion* (Hoogeboom et al. 2023) for the task's resolution,
+  the same for every method: ``log_snr += 2 ln(reference_resolution / resolution)``. At 32 px that moves
+  FiRe's t = 0.4 to t ~ 0.14 and the DDPM's 60 of 200 to about 9 of 100.
+
+Both add the method's ``log_snr_offset`` (0 unless tuned). A DDPM baseline then starts at the respaced step
+of ITS ``respacing`` whose SNR is closest to that target, so a variant that only changes ``respacing``
+keeps the starting noise and changes only the number of guided steps. A method's ``protocol`` key
+(e.g. ``protocol: {noise: paper, use_tuned: false}`` in a ``paper`` variant) overrides the rule for it.
+
+:func:`resolve_method` turns the merged config of a method (``vcebench.config.tasks.method_params``) into the
+method's own hyperparameters plus a record of how they were made (written to metrics.json).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config.load import ConfigError
+from ..config.tasks import Task, get_task, method_layers, method_params, split_method
+from ..registry import method_noise
+
+NOISE_RULES = ("paper", "snr_matched")
+# keys of a method's config consumed here (never passed to the method's dataclass)
+PROTOCOL_KEYS = ("protocol", "log_snr_offset", "ref_start_step", "ref_respacing", "warmup_fraction")
+# the DDPM schedule assumed when a dataset's config names none (DiME's CelebA DDPM: guided-diffusion's
+# linear betas scaled by 1000 / T, T = 500)
+DEFAULT_DDPM_SCHEDULE = {"num_train_timesteps": 500, "beta_start": 2e-4, "beta_end": 0.04, "beta_schedule": "linear"}
+
+
+def flow_log_snr(t: float) -> float:
+    """log-SNR of FiRe's ``z_t = (1 - t) x + t eps``."""
+    if not 0 < t < 1:
+        raise ConfigError(f"FiRe's noise level t must be in (0, 1), got {t}")
+    return 2.0 * math.log((1.0 - t) / t)
+
+
+def flow_t(log_snr: float) -> float:
+    """Inverse of :func:`flow_log_snr`: ``t = 1 / (1 + sqrt(SNR))``."""
+    return 1.0 / (1.0 + math.exp(0.5 * log_snr))
+
+
+def ddpm_log_snr(alphas_cumprod: np.ndarray) -> np.ndarray:
+    a = np.asarray(alphas_cumprod, dtype=np.float64)
+    return np.log(a) - np.log1p(-a)
+
+
+def respaced_log_snr(alphas_cumprod: np.ndarray, respacing: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train timestep, log-SNR) of every respaced step of a ``respacing``-step trajectory."""
+    from methods.ddpm import space_timesteps
+
+    ts = np.asarray(space_timesteps(len(alphas_cumprod), int(respacing)), dtype=np.int64)
+    return ts, ddpm_log_snr(np.asarray(alphas_cumprod)[ts])
+
+
+def nearest_start_step(alphas_cumprod: np.ndarray, respacing: int, target_log_snr: float) -> int:
+    """The respaced step in [1, respacing) whose log-SNR is closest to ``target_log_snr`` (ties: fewer steps)."""
+    if int(respacing) < 2:
+        raise ConfigError(f"respacing must be >= 2 to start at a step >= 1, got {respacing}")
+    _, lam = respaced_log_snr(alphas_cumprod, respacing)
+    gap = np.abs(lam[1:] - target_log_snr)
+    return int(np.argmin(gap)) + 1  # argmin returns the first (smallest step) of equal gaps
+
+
+# ddpm_schedule's results by (dataset, DDPM settings): checking a config resolves every task x method, each
+# DDPM method asks for its dataset's schedule, and the answer depends on those settings only
+_SCHEDULES: dict[tuple[str, str], tuple[np.ndarray, str]] = {}
+
+
+def ddpm_schedule(cfg: dict, dataset: str) -> tuple[np.ndarray, str]:
+    """(alphas_cumprod float64, where it came from) of ``dataset``'s DDPM: the scheduler of canonical weights
+    (``models.<dataset>.ddpm.weights``/scheduler/) when that folder exists, else the schedule its released
+    format states, else the training settings of ``models.<dataset>.ddpm``, else
+    :data:`DEFAULT_DDPM_SCHEDULE`. Computed once per dataset and settings in a process."""
+    spec = dict(((cfg.get("models") or {}).get(dataset) or {}).get("ddpm") or {})
+    key = (dataset, json.dumps(spec, sort_keys=True, default=str))
+    if key not in _SCHEDULES:
+        _SCHEDULES[key] = _ddpm_schedule(spec, dataset)
+    abar, source = _SCHEDULES[key]
+    return abar.copy(), source
+
+
+def _ddpm_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str]:
+    from ..models.ddpm import schedule_alphas_cumprod
+
+    weights = spec.get("weights")
+    if weights and (Path(weights) / "scheduler" / "scheduler_config.json").exists():
+        return schedule_alphas_cumprod(scheduler_dir=Path(weights) / "scheduler"), f"{weights}/scheduler"
+    released = _released_schedule(spec, dataset) if weights else None
+    if released is not None:
+        return released
+    if weights or not spec:
+        return (schedule_alphas_cumprod(DEFAULT_DDPM_SCHEDULE),
+                "assumed: linear betas 2e-4..0.04, T = 500 (DiME CelebA); no scheduler config found")
+    return schedule_alphas_cumprod(spec), f"config models.{dataset}.ddpm"
+
+
+def _released_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str] | None:
+    """The training schedule a released DDPM format states: guided-diffusion's ``diffusion_steps`` /
+    ``noise_schedule`` flags (keys or ``model_flags``), torch_module's keys of the same names, FastDiME_Med's
+    ``TrainingConfig.TIMESTEPS`` (linear) in config.pickle; None when the format states none or its config
+    cannot be read (loading the weights then says why)."""
+    from ..models.guided_unet import CONFIG_FLAG_KEYS, betas_for, guided_flags
+
+    fmt, where = spec.get("format"), f"models.{dataset}.ddpm ({spec.get('format')} {spec.get('weights')})"
+    if fmt == "guided_diffusion":  # the flag keys, or the pasted `model_flags` over guided-diffusion's defaults
+        try:
+            flags = guided_flags({k: v for k, v in spec.items() if k in CONFIG_FLAG_KEYS}, spec.get("model_flags"))
+        except (ValueError, TypeError):
+            return None
+        steps, schedule = int(flags["diffusion_steps"]), str(flags["noise_schedule"])
+    elif fmt == "torch_module":
+        if not isinstance(spec.get("diffusion_steps"), int):
+            return None
+        steps, schedule = spec["diffusion_steps"], str(spec.get("noise_schedule", "linear"))
+    elif fmt == "fastdime_chexpert":
+        from ..models.fastdime_unet import UnsafePickleError, read_plain_pickle
+
+        try:
+            steps = int(read_plain_pickle(Path(spec["weights"]) / "config.pickle")["TrainingConfig"]
+                        .get("TIMESTEPS", 1000))
+        except (OSError, UnsafePickleError, KeyError, TypeError, ValueError, AttributeError):
+            return None
+        schedule = "linear"
+    else:
+        return None
+    try:
+        betas = betas_for(schedule, steps)
+    except ValueError:
+        return None
+    return np.cumprod(1.0 - betas.numpy()), f"{where}: {schedule} betas, T = {steps}"
+
+
+def _protocol(cfg: dict, params: dict) -> dict:
+    proto = dict(cfg.get("protocol") or {})
+    proto.update(params.get("protocol") or {})
+    rule = proto.get("noise", "paper")
+    if rule not in NOISE_RULES:
+        raise ConfigError(f"protocol.noise must be one of {list(NOISE_RULES)}, got {rule!r}")
+    return proto
+
+
+def resolution_shift(cfg: dict, dataset: str, rule: str, reference_resolution: int) -> tuple[float, int]:
+    """(log-SNR shift, the task's resolution): ``2 ln(reference / resolution)`` under ``snr_matched``, else 0."""
+    res = ((cfg.get("datasets") or {}).get(dataset) or {}).get("resolution")
+    if res is None:
+        raise ConfigError(f"config key `datasets.{dataset}.resolution` is needed by the noise protocol")
+    return (2.0 * math.log(reference_resolution / int(res)) if rule == "snr_matched" else 0.0), int(res)
+
+
+def resolve_method(cfg: dict, task: Task | str, method: str,
+                   candidate: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the method's hyperparameters, record): the merged config of ``method`` on ``task`` with the noise rule
+    applied (FiRe's ``t``, a DDPM's ``start_step``, FastDiME's ``warmup_steps`` derived) and the protocol keys
+    removed (``candidate``: a `vcebench tune` setting in place of the tuned one). The record (metrics.json
+    ``protocol``) says how: rule, resolution shift, offset, reference and
+    resulting log-SNR, the tuned file when used, the config layers merged, the final parameters."""
+    task = get_task(cfg, task) if isinstance(task, str) else task
+    base, variant = split_method(method)
+    params = method_params(cfg, task, method, candidate)
+    proto = _protocol(cfg, params)
+    rule = proto["noise"]
+    ref_res = int(proto.get("reference_resolution", 128))
+    shift, res = resolution_shift(cfg, task.dataset, rule, ref_res)
+    offset = float(params.get("log_snr_offset", 0.0))
+    layers = [name for name, _ in method_layers(cfg, task, method, candidate)]
+    tuned = next((n.split(":", 1)[1] for n in layers if n.startswith("tuned:")), None)
+    record: dict[str, Any] = {
+        "method": method, "base_method": base, "variant": variant, "noise_rule": rule,
+        "reference_resolution": ref_res, "resolution": res, "log_snr_shift": shift, "log_snr_offset": offset,
+        "tuned": tuned is not None, "tuned_file": tuned,
+        "tuned_date": ((cfg.get("tuned") or {}).get(task.name) or {}).get("date") if tuned else None,
+        "layers": layers}
+    out = {k: v for k, v in params.items() if k not in PROTOCOL_KEYS}
+    noise = method_noise(base)  # registry.MethodSpec.noise: FiRe's flow time, a DDPM's start step, or none
+    if "start_step" in params and noise == "ddpm":
+        raise ConfigError(f"{task.name}/{method}: `start_step` is derived from the noise protocol (config "
+                          f"`protocol.noise`); set `log_snr_offset` to move it, `respacing` for the trajectory")
+    if noise == "flow":
+        lam_ref = flow_log_snr(float(params.get("t", 0.4)))
+        lam = lam_ref + shift + offset
+        out["t"] = flow_t(lam)
+        record.update(log_snr_reference=lam_ref, log_snr_target=lam, log_snr=lam, t_reference=params.get("t", 0.4),
+                      t=out["t"])
+    elif noise == "ddpm":
+        _apply_ddpm_rule(cfg, task, method, params, (shift, offset), out, record)
+    if "log_snr" not in record:  # a method that adds no noise (the do-nothing `input` row)
+        record.update(log_snr=None, snr=None)
+    else:
+        record["snr"] = math.exp(record["log_snr"])
+    record["params"] = out
+    return out, record
+
+
+def _apply_ddpm_rule(cfg: dict, task: Task, method: str, params: dict[str, Any], shift_offset: tuple[float, float],
+                     out: dict[str, Any], record: dict[str, Any]) -> None:
+    """A DDPM's ``start_step`` (and ``warmup_steps`` from ``warmup_fraction``) at the reference log-SNR moved
+    by ``shift_offset`` (the resolution shift, the offset), into ``out``; how, into ``record``."""
+    shift, offset = shift_offset
+    abar, source = ddpm_schedule(cfg, task.dataset)
+    ref_r, ref_s = int(params.get("ref_respacing", 200)), int(params.get("ref_start_step", 60))
+    if not 1 <= ref_s < ref_r:
+        raise ConfigError(f"{task.name}/{method}: ref_start_step must be in [1, ref_respacing), got "
+                          f"{ref_s} of {ref_r}")
+    _, lam_ref_all = respaced_log_snr(abar, ref_r)
+    lam_ref = float(lam_ref_all[ref_s])
+    target = lam_ref + shift + offset
+    respacing = int(params.get("respacing", 200))
+    start = nearest_start_step(abar, respacing, target)
+    ts, lam_all = respaced_log_snr(abar, respacing)
+    out["start_step"] = start
+    if "warmup_fraction" in params:
+        if "warmup_steps" in params:
+            raise ConfigError(f"{task.name}/{method}: set `warmup_fraction` (of the start step), not "
+                              f"`warmup_steps`, under the noise protocol")
+        out["warmup_steps"] = max(1, int(float(params["warmup_fraction"]) * start + 0.5))
+    record.update(log_snr_reference=lam_ref, log_snr_target=target, log_snr=float(lam_all[start]),
+                  reference_start=f"{ref_s} of {ref_r}", start_step=start, respacing=respacing,
+                  train_timestep=int(ts[start]), schedule=source)
+
+
+def build_method(cfg: dict, task: Task | str, method: str):
+    """``methods.get_method`` with the resolved hyperparameters; returns (method, record)."""
+    import methods
+
+    task = get_task(cfg, task) if isinstance(task, str) else task
+    params, record = resolve_method(cfg, task, method)
+    return methods.get_method(method, params, task=task, config=cfg), record
+
+
+def check_ddpm_schedule(cfg: dict, dataset: str, alphas_cumprod) -> None:
+    """The loaded DDPM's schedule must be the one the start step was derived from."""
+    expected, source = ddpm_schedule(cfg, dataset)
+    got = np.asarray(alphas_cumprod, dtype=np.float64)
+    if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-6, atol=1e-9):
+        raise ConfigError(f"the {dataset} DDPM's alphas_cumprod differ from the schedule the noise protocol used "
+                          f"({source}); set `models.{dataset}.ddpm` to the loaded network's schedule")

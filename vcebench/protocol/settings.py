@@ -1,0 +1,296 @@
+"""Method and model settings checked when the config is loaded, against the types the code runs with.
+
+The JSON schema (``config/schema.yaml``) leaves ``method_defaults``, ``fire_variants``, the tasks'
+``params`` and the ``models`` blocks free-form; their keys and types are defined by the code:
+
+- methods: the hyperparameter dataclass of each method (``methods.params_class``, parsed by
+  ``methods.base.parse_params``), including its ``validate`` ranges;
+- trained synthetic roles: the code defaults (``vcebench.models.recipes.TRAINERS``; a setting's type is
+  its default's type);
+- ``ddpm`` / ``pmf``: ``DDPM_SETTINGS`` / ``PMF_SETTINGS`` / ``UNET_SETTINGS`` (key -> type);
+- canonical weights (``weights:``): ``vcebench.models.canonical.check_spec`` (the format's keys and checks).
+
+:func:`check_settings` runs in the Snakefile (``snakemake -n`` fails before any job runs) and in
+every CLI verb that runs a method or a network (:func:`load_settings`). A bad key, type or range is a
+:class:`~vcebench.config.load.ConfigError` naming the config key. Numbers written as strings (``lr: 6e-3``
+is a string to YAML 1.1, ``steps: "150"``) are converted in the config dict, so every consumer sees
+the number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from pathlib import Path
+from typing import Any
+
+from ..config.load import ConfigError, check_keys, coerce_value, load_config
+from ..config.tasks import all_methods, check_runs_on, external_name, get_task, runs_on
+
+# Ranges of model settings (keys and types come from the code, see the module docstring).
+POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
+            "eval_images", "checkpoint_every", "width", "blocks", "embed_dim", "dim", "pred_dim",
+            "layers_per_block", "norm_num_groups", "fool_n", "time_scale", "sigma_data", "fd_eps"}
+NON_NEGATIVE = {"warmup_steps", "weight_decay", "grad_clip", "noise", "blur", "shift", "dropout", "adv_eps",
+                "adv_steps", "fool_steps", "t_std", "t_clip", "adaptive_eps", "seed", "max_blur", "max_noise"}
+UNIT_INTERVAL = {"ema_decay", "fm_warmup", "p_fm", "p_r0", "p_t1", "p_t_uniform", "adv_frac", "adv_start",
+                 "min_scale", "jitter", "beta_start", "beta_end"}
+
+
+def load_settings(paths: list[str | Path] | None = None, overrides: dict | None = None,
+                  only: tuple[str, str | None] | None = None) -> dict:
+    """:func:`vcebench.config.load.load_config` followed by :func:`check_settings` (what the CLI verbs use)."""
+    return check_settings(load_config(paths, overrides), only)
+
+
+def check_settings(cfg: dict, only: tuple[str, str | None] | None = None) -> dict:
+    """Check (and coerce, in place) every method and model setting of ``cfg``; returns ``cfg``.
+
+    ``only=(task, method)``: the method settings checked are those ``method`` merges on ``task`` (the config
+    keys of :func:`vcebench.config.tasks.method_layers`; none with method ``None`` or an imported ``external_<name>``,
+    which vcebench does not run), which is what one job runs; a workflow job gets it, since the Snakefile has
+    checked the whole config when it built the DAG. Resolving every task x method takes about a second and
+    imports every method's module, once per job.
+    """
+    if only is None:
+        check_method_settings(cfg)
+    elif only[1] is not None and not external_name(only[1]):
+        check_one_method(cfg, *only)
+    check_task_attributes(cfg, None if only is None else [only[0]])
+    check_model_settings(cfg)
+    return cfg
+
+
+def check_task_attributes(cfg: dict, names: list[str] | None = None) -> None:
+    """The ``attribute`` of each task (``names``, default all) is a label of its dataset
+    (:func:`vcebench.data.attribute_names`): a wrong one fails when the config is loaded, not when explain starts."""
+    from ..data import attribute_names
+
+    for name in names if names is not None else cfg.get("tasks") or {}:
+        task = get_task(cfg, name)
+        task.kind  # noqa: B018 (checks the dataset's name)
+        known = attribute_names(task.dataset)
+        if task.attribute not in known:
+            import difflib
+
+            close = difflib.get_close_matches(task.attribute, known, n=1)
+            raise ConfigError(f"config key `tasks.{name}.attribute`: dataset {task.dataset!r} has no attribute "
+                              f"{task.attribute!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; known: {', '.join(known)}")
+
+
+# ----------------------------------------------------------------------------- methods
+
+# Keys of a method's config layers that the noise protocol consumes (vcebench.protocol.noise.resolve_method) before
+# the method's dataclass sees the settings, with their types.
+PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respacing": int, "warmup_fraction": float}
+
+
+def _typed_layer(section: str, layer: Any, cls: type) -> None:
+    """Keys and types of one config mapping of hyperparameters of dataclass ``cls`` (coerced in place); the
+    protocol keys (:data:`PROTOCOL_SETTINGS`, and a per-method ``protocol`` mapping) are admitted too."""
+    if not isinstance(layer, dict):
+        raise ConfigError(f"config key `{section}` must be a mapping of hyperparameters, got {layer!r}")
+    hints = {**typing.get_type_hints(cls), **PROTOCOL_SETTINGS}
+    check_keys(section, layer, {f.name for f in dataclasses.fields(cls)} | set(PROTOCOL_SETTINGS) | {"protocol"})
+    for k, v in layer.items():
+        if k == "protocol":
+            if not isinstance(v, dict):
+                raise ConfigError(f"config key `{section}.protocol` must be a mapping, got {v!r}")
+            continue
+        layer[k] = _write_back(v, coerce_value(v, hints[k], f"{section}.{k}"))
+
+
+def _write_back(old: Any, new: Any) -> Any:
+    """The value kept in the config: the coerced one only where a number was written as a string, so
+    the settings of a valid config (and the workflow's rerun triggers) stay byte-identical."""
+    if isinstance(old, str) and not isinstance(new, str):
+        return new
+    if isinstance(old, list) and isinstance(new, tuple):
+        return [_write_back(o, n) for o, n in zip(old, new)]
+    return old
+
+
+def check_method_settings(cfg: dict) -> None:
+    """``method_defaults``, ``variants`` (and the older ``fire_variants``) and every task's ``params``: keys
+    and types checked in the section where they are written; then each task's settings of every method,
+    resolved by the noise protocol, are parsed by the method's dataclass (its ranges)."""
+    from methods import params_class
+
+
+    known = all_methods(cfg)
+    for base, layer in (cfg.get("method_defaults") or {}).items():
+        _typed_layer(f"method_defaults.{base}", layer, params_class(base))
+    for variant, layer in (cfg.get("fire_variants") or {}).items():  # the older name of `variants.fire`
+        _typed_layer(f"fire_variants.{variant}", layer or {}, params_class("fire"))
+    for base, variants in (cfg.get("variants") or {}).items():
+        for variant, layer in (variants or {}).items():
+            _typed_layer(f"variants.{base}.{variant}", layer or {}, params_class(base))
+    for tname, t in (cfg.get("tasks") or {}).items():
+        for m, layer in ((t or {}).get("params") or {}).items():
+            if m not in known:
+                raise ConfigError(f"config key `tasks.{tname}.params.{m}`: no method {m!r} (config keys "
+                                  f"`method_defaults` and `variants`); known: {', '.join(known)}")
+            check_runs_on(get_task(cfg, tname), m, f"config key `tasks.{tname}.params.{m}`")
+            _typed_layer(f"tasks.{tname}.params.{m}", layer, params_class(m))
+    for tname in cfg.get("tasks") or {}:
+        task = get_task(cfg, tname)
+        for m in known:
+            if runs_on(task, m):
+                _parse_resolved(cfg, task, m)
+
+
+def _parse_resolved(cfg: dict, task, method: str) -> None:
+    """``method``'s protocol-resolved settings on ``task`` parsed by its dataclass (its ranges); a range error
+    names the config key that set the value."""
+    from methods import params_class
+    from methods.base import parse_params
+
+    from .noise import resolve_method
+
+    try:
+        parse_params(params_class(method), resolve_method(cfg, task, method)[0],
+                     section=f"{method} of task {task.name}")
+    except ConfigError as e:
+        raise ConfigError(_name_source(cfg, task, method, str(e))) from None
+
+
+def check_one_method(cfg: dict, task_name: str, method: str) -> None:
+    """:func:`check_method_settings` for ``method`` on ``task_name`` alone: the config layers it merges (keys
+    and types, coerced in place), then its protocol-resolved settings parsed by its dataclass."""
+    from methods import params_class
+
+    from ..config.tasks import split_method
+
+    task = get_task(cfg, task_name)
+    check_runs_on(task, method)
+    base, variant = split_method(method)
+    params = (cfg["tasks"][task_name] or {}).get("params") or {}
+    layers = [(f"method_defaults.{base}", (cfg.get("method_defaults") or {}).get(base))]
+    if variant is not None:
+        layers.append((f"variants.{base}.{variant}", ((cfg.get("variants") or {}).get(base) or {}).get(variant)))
+        if base == "fire":
+            layers.append((f"fire_variants.{variant}", (cfg.get("fire_variants") or {}).get(variant)))
+    layers += [(f"tasks.{task_name}.params.{m}", params.get(m)) for m in dict.fromkeys((base, method))]
+    for section, layer in layers:
+        if layer is not None:
+            _typed_layer(section, layer, params_class(base))
+    _parse_resolved(cfg, task, method)
+
+
+def _name_source(cfg: dict, task, method: str, msg: str) -> str:
+    """A range error of the merged settings of ``method`` on ``task``, with the config key that set the
+    offending value (the last layer of :func:`vcebench.config.tasks.method_layers` that holds it)."""
+    import re
+
+    from ..config.tasks import method_layers
+
+    source = {k: f"{where}.{k}" for where, layer in method_layers(cfg, task, method) for k in (layer or {})}
+    detail = msg.split("`: ", 1)[-1]
+    named = [k for k in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", detail) if k in source]
+    where = f"config key `{source[named[0]]}`" if named else f"method {method!r} of task {task.name!r}"
+    return f"{where} (method {method}, task {task.name}): {detail}"
+
+
+# ----------------------------------------------------------------------------- models
+
+def _type_of_default(v: Any) -> Any:
+    if isinstance(v, bool):
+        return bool
+    if isinstance(v, int):
+        return int
+    if isinstance(v, float):
+        return float
+    if isinstance(v, (list, tuple)) and v and all(isinstance(i, (int, float)) and not isinstance(i, bool)
+                                                  for i in v):
+        return tuple[float, ...]
+    return Any  # strings with several meanings (`attributes`: null | all | list), None
+
+
+def _check_range(key: str, value: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if key in POSITIVE and not value > 0:
+        raise ConfigError(f"config key `{where}` must be > 0, got {value!r}")
+    if key in NON_NEGATIVE and not value >= 0:
+        raise ConfigError(f"config key `{where}` must be >= 0, got {value!r}")
+    if key in UNIT_INTERVAL and not 0 <= value <= 1:
+        raise ConfigError(f"config key `{where}` must be in [0, 1], got {value!r}")
+
+
+def _typed_settings(section: str, spec: dict, types: dict[str, Any], strict_keys: bool = True) -> None:
+    if strict_keys:
+        check_keys(section, spec, types)
+    for k, v in spec.items():
+        if k not in types:
+            continue
+        value = coerce_value(v, types[k], f"{section}.{k}")
+        _check_range(k, value, f"{section}.{k}")
+        spec[k] = _write_back(v, value)
+
+
+def role_setting_types(role: str) -> dict[str, Any] | None:
+    """Key -> type of the training settings of a trained role (None: not a trainable role)."""
+    from ..models.recipes import TRAINERS
+
+    if role == "ddpm":
+        from ..models.ddpm import DDPM_SETTINGS
+        return DDPM_SETTINGS
+    if role == "pmf":
+        from ..models.pmf import PMF_SETTINGS
+        return PMF_SETTINGS
+    if role in TRAINERS:
+        return {k: _type_of_default(v) for k, v in TRAINERS[role][0].items()}
+    return None
+
+
+def check_model_settings(cfg: dict) -> None:
+    """Every ``models.<dataset>.<role>`` block: training settings (keys, types, ranges) or canonical
+    weights (``canonical.check_spec``)."""
+    from ..models.base import ROLES
+    from ..models.canonical import check_spec, is_canonical
+    from ..models.unet import UNET_SETTINGS
+
+    for ds, roles in (cfg.get("models") or {}).items():
+        for role, spec in (roles or {}).items():
+            section = f"models.{ds}.{role}"
+            if role not in ROLES:
+                raise ConfigError(f"config key `{section}`: unknown model role {role!r}; known: {', '.join(ROLES)}")
+            if spec is None:
+                continue
+            if not isinstance(spec, dict):
+                raise ConfigError(f"config key `{section}` must be a mapping, got {spec!r}")
+            types = role_setting_types(role)
+            if "weights" in spec:  # canonical weights: the format's keys (generative folders: their own too)
+                if is_canonical(role, spec):
+                    check_spec(role, spec, section)
+                else:
+                    _typed_settings(section, spec, types or {}, strict_keys=False)
+                continue
+            if types is None:
+                raise ConfigError(f"config key `{section}`: role {role!r} cannot be trained; set "
+                                  f"`{section}.weights` to canonical weights")
+            _typed_settings(section, spec, types)
+            if isinstance(spec.get("unet"), dict):
+                _typed_settings(f"{section}.unet", spec["unet"], UNET_SETTINGS)
+            _check_resolution(cfg, ds, role, spec)
+
+
+def _check_resolution(cfg: dict, ds: str, role: str, spec: dict) -> None:
+    """A trained network of ``ds`` takes its images' size: ``datasets.<ds>.resolution`` is a multiple of what it
+    downsamples by (the ddpm / pmf UNet: 2 per level; the perceptual autoencoder: 4), or training would stop
+    after the data is rendered."""
+    from ..models.nets import AutoEncoder
+    from ..models.unet import unet_downsampling
+
+    resolution = ((cfg.get("datasets") or {}).get(ds) or {}).get("resolution")
+    if role in ("ddpm", "pmf") and (spec.get("unet") or {}).get("block_out_channels"):
+        boc = spec["unet"]["block_out_channels"]
+        factor, why = unet_downsampling(boc), f"`models.{ds}.{role}.unet.block_out_channels` has {len(boc)} levels"
+    elif role == "perceptual":
+        factor, why = AutoEncoder.DOWNSAMPLING, f"the `models.{ds}.perceptual` autoencoder downsamples by it"
+    else:
+        return
+    if isinstance(resolution, int) and resolution % factor:
+        raise ConfigError(f"config key `datasets.{ds}.resolution` ({resolution}) must be a multiple of {factor}: "
+                          f"{why} (e.g. {resolution + factor - resolution % factor})")

@@ -1,0 +1,216 @@
+"""The figures of a task: qualitative grid, efficiency plot and a gallery per method (PNG, matplotlib).
+
+Every |diff| map is the per-pixel mean over channels of ``|a - b|`` in [0, 1] units (uint8 / 255), drawn
+on one colour scale per figure (the gallery: one scale shared by all methods of a task), with a colour
+bar, so that a brighter pixel means a larger change wherever it appears.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.io import atomic_path
+from .tables import method_label
+
+DIFF_CMAP = "inferno"
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path, dpi: int = 110) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png")
+    _plt().close(fig)
+
+
+def abs_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-pixel mean over channels of |a - b| in [0, 1] units; uint8 ... x C x H x W -> ... x H x W."""
+    return np.abs(a.astype(np.float32) - b.astype(np.float32)).mean(-3) / 255.0
+
+
+def diff_scale(*diffs: np.ndarray | None, q: float = 99.5) -> float:
+    """The shared upper end of the |diff| colour scale: the ``q``-th percentile of all given maps (at
+    least 1/255, so that an unchanged image stays black)."""
+    vals = [d.ravel() for d in diffs if d is not None and d.size]
+    if not vals:
+        return 1.0
+    return max(float(np.percentile(np.concatenate(vals), q)), 1 / 255)
+
+
+def _show(ax, img: np.ndarray) -> None:
+    img = np.transpose(img, (1, 2, 0))
+    if img.shape[2] == 1:
+        ax.imshow(img[..., 0], cmap="gray", vmin=0, vmax=255)
+    else:
+        ax.imshow(img)
+
+
+def _blank(ax) -> None:
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _mark(ax, flipped: bool) -> None:
+    """A tick (flipped) or a cross (not flipped) in the image's top-right corner."""
+    ax.text(0.97, 0.95, "\u2713" if flipped else "\u2717", transform=ax.transAxes, ha="right", va="top",
+            fontsize=9, fontweight="bold", color="white",
+            bbox={"boxstyle": "round,pad=0.1", "fc": "#1a9850" if flipped else "#d73027", "ec": "none"})
+
+
+def qualitative_figure(path: Path, inputs: np.ndarray, cfs: dict[str, np.ndarray], gt: np.ndarray | None = None,
+                       ids: list[int] | None = None, flipped: dict[str, np.ndarray] | None = None) -> None:
+    """Rows = samples; columns = input, (ground truth, |GT - input|), each method's CF (with a flipped
+    (tick) / not flipped (cross) mark) and |CF - input|; every |diff| on one scale, with a colour bar."""
+    plt = _plt()
+    n = inputs.shape[0]
+    gt_diff = abs_diff(gt, inputs) if gt is not None else None
+    diffs = {m: abs_diff(c, inputs) for m, c in cfs.items()}
+    vmax = diff_scale(gt_diff, *diffs.values())
+    cols = ["input"] + (["ground truth", "|GT - input|"] if gt is not None else [])
+    cols += [c for m in cfs for c in (method_label(m), "|diff|")]
+    fig, axes = plt.subplots(n, len(cols), figsize=(1.05 * len(cols) + 0.7, 1.1 * n + 0.5), squeeze=False)
+    im = None
+    for r in range(n):
+        c = 0
+        _show(axes[r, c], inputs[r])
+        if ids is not None:
+            axes[r, c].set_ylabel(f"id {ids[r]}", fontsize=6)
+        c += 1
+        if gt is not None:
+            _show(axes[r, c], gt[r])
+            im = axes[r, c + 1].imshow(gt_diff[r], cmap=DIFF_CMAP, vmin=0, vmax=vmax)
+            c += 2
+        for m, arr in cfs.items():
+            _show(axes[r, c], arr[r])
+            if flipped is not None and m in flipped:
+                _mark(axes[r, c], bool(flipped[m][r]))
+            im = axes[r, c + 1].imshow(diffs[m][r], cmap=DIFF_CMAP, vmin=0, vmax=vmax)
+            c += 2
+    for ax in axes.ravel():
+        _blank(ax)
+    for j, name in enumerate(cols):
+        axes[0, j].set_title(name, fontsize=7)
+    bottom = 0.22 / fig.get_figheight() if flipped is not None else 0.0
+    fig.tight_layout(pad=0.2, rect=(0, bottom, 1 - 0.6 / fig.get_figwidth(), 1))
+    cax = fig.add_axes((1 - 0.5 / fig.get_figwidth(), 0.1, 0.12 / fig.get_figwidth(), 0.8))
+    cb = fig.colorbar(im, cax=cax)
+    cb.set_label("|diff| (mean over channels, [0, 1])", fontsize=6)
+    cb.ax.tick_params(labelsize=6)
+    if flipped is not None:
+        fig.text(0.005, 0.02 / fig.get_figheight(), "\u2713 flipped   \u2717 not flipped (the task's classifier)",
+                 fontsize=7, va="bottom")
+    _save(fig, path)
+
+
+def _mem_legend_values(mem: np.ndarray) -> list[float]:
+    """Up to three round peak-memory values spanning the measured range (the size legend's entries)."""
+    mem = mem[np.isfinite(mem) & (mem > 0)]
+    if not len(mem):
+        return []
+    vals = sorted({float(f"{v:.2g}") for v in (mem.min(), np.median(mem), mem.max())})
+    return [v for v in vals if v > 0]
+
+
+def efficiency_figure(path: Path, df: pd.DataFrame, title: str = "") -> None:
+    """(a) time per CF vs FID, marker area proportional to peak memory (with a size legend);
+    (b) GFLOPs per CF (paper Fig. 2)."""
+    plt = _plt()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
+    mem = pd.to_numeric(df["peak_mem_mb"], errors="coerce").to_numpy(dtype=float)
+    top = np.nanmax(mem) if np.isfinite(mem).any() and np.nanmax(mem) > 0 else 1.0
+
+    def size(m):
+        return 40 + 400 * np.nan_to_num(m, nan=0.0) / top
+
+    x = pd.to_numeric(df["sec_per_cf"], errors="coerce").to_numpy(dtype=float)
+    y = pd.to_numeric(df["FID"], errors="coerce").to_numpy(dtype=float)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, m in enumerate(df["method"]):
+        if np.isfinite(x[i]) and np.isfinite(y[i]):
+            a.scatter(x[i], y[i], s=size(mem[i]), alpha=0.6, color=colors[i % len(colors)])
+            a.annotate(method_label(m), (x[i], y[i]), fontsize=7, xytext=(5, 5), textcoords="offset points")
+    handles = [a.scatter([], [], s=size(v), color="grey", alpha=0.4, label=f"{v:g} MB")
+               for v in _mem_legend_values(mem)]
+    if handles:
+        a.legend(handles=handles, title="peak memory", fontsize=7, title_fontsize=7, labelspacing=1.3,
+                 borderpad=0.9, loc="best", frameon=True)
+    finite = x[np.isfinite(x) & (x > 0)]
+    if len(finite) > 1 and finite.max() / finite.min() > 20:
+        a.set_xscale("log")
+    a.set_xlabel("seconds per counterfactual" + (" (log scale)" if a.get_xscale() == "log" else ""))
+    a.set_ylabel("FID (lower is better)")
+    a.set_title("(a) time vs FID (marker area = peak memory)", fontsize=9)
+    a.margins(0.25)
+    if a.get_xscale() == "linear":
+        a.set_xlim(left=0)
+    gf = pd.to_numeric(df["tflops_per_cf"], errors="coerce").to_numpy(dtype=float) * 1e3
+    labels = [method_label(m) for m in df["method"]]
+    bars = b.bar(labels, np.nan_to_num(gf, nan=0.0), color=[colors[i % len(colors)] for i in range(len(df))])
+    for rect, v in zip(bars, gf):
+        b.annotate("n/a" if not np.isfinite(v) else f"{v:.3g}", (rect.get_x() + rect.get_width() / 2,
+                   rect.get_height()), ha="center", va="bottom", fontsize=7, xytext=(0, 2),
+                   textcoords="offset points")
+    b.set_ylabel("GFLOPs per counterfactual")
+    b.set_title("(b) compute per counterfactual (2 x MACs, fwd + bwd)", fontsize=9)
+    b.tick_params(axis="x", rotation=45, labelsize=7)
+    b.margins(y=0.15)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def gallery_figure(path: Path, method: str, inputs: np.ndarray, cf: np.ndarray, p_before: np.ndarray,
+                   p_after: np.ndarray, target: np.ndarray, flipped: np.ndarray, vmax: float,
+                   gt: np.ndarray | None = None, ids: list[int] | None = None, class_names=("0", "1")) -> None:
+    """One method's counterfactuals, one sample per row: input, CF, (ground truth), |CF - input|,
+    (|GT - input|) on the scale ``[0, vmax]`` (shared by all galleries of a task, colour bar), and the
+    classifier's probability of the target class before (input) and after (CF)."""
+    plt = _plt()
+    n = inputs.shape[0]
+    cols = ["input", "counterfactual"] + (["ground truth"] if gt is not None else []) + ["|CF - input|"]
+    cols += ["|GT - input|"] if gt is not None else []
+    fig, axes = plt.subplots(n, len(cols), figsize=(1.35 * len(cols) + 0.8, 1.4 * n + 0.6), squeeze=False)
+    d_cf = abs_diff(cf, inputs)
+    d_gt = abs_diff(gt, inputs) if gt is not None else None
+    im = None
+    for r in range(n):
+        tname = class_names[int(target[r])]
+        _show(axes[r, 0], inputs[r])
+        axes[r, 0].set_xlabel(f"p({tname}) = {p_before[r]:.2f}", fontsize=6, labelpad=1)
+        if ids is not None:
+            axes[r, 0].set_ylabel(f"id {ids[r]}", fontsize=6)
+        _show(axes[r, 1], cf[r])
+        _mark(axes[r, 1], bool(flipped[r]))
+        axes[r, 1].set_xlabel(f"p({tname}) = {p_after[r]:.2f}", fontsize=6, labelpad=1)
+        c = 2
+        if gt is not None:
+            _show(axes[r, c], gt[r])
+            c += 1
+        im = axes[r, c].imshow(d_cf[r], cmap=DIFF_CMAP, vmin=0, vmax=vmax)
+        axes[r, c].set_xlabel(f"mean {d_cf[r].mean():.3f}", fontsize=6, labelpad=1)
+        if gt is not None:
+            axes[r, c + 1].imshow(d_gt[r], cmap=DIFF_CMAP, vmin=0, vmax=vmax)
+            axes[r, c + 1].set_xlabel(f"mean {d_gt[r].mean():.3f}", fontsize=6, labelpad=1)
+    for ax in axes.ravel():
+        _blank(ax)
+    for j, name in enumerate(cols):
+        axes[0, j].set_title(name, fontsize=7)
+    fig.suptitle(f"{method_label(method)}: p(target) before -> after; \u2713 flipped \u2717 not flipped",
+                 fontsize=8)
+    fig.tight_layout(pad=0.3, rect=(0, 0, 1 - 0.7 / fig.get_figwidth(), 1 - 0.3 / fig.get_figheight()))
+    cax = fig.add_axes((1 - 0.6 / fig.get_figwidth(), 0.1, 0.12 / fig.get_figwidth(), 0.78))
+    cb = fig.colorbar(im, cax=cax)
+    cb.set_label("|diff| ([0, 1]; same scale for every method)", fontsize=6)
+    cb.ax.tick_params(labelsize=6)
+    _save(fig, path)

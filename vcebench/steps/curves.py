@@ -1,0 +1,230 @@
+"""Training curves of the generative roles: one long run with EMA snapshots, every snapshot scored alike.
+
+A budget is chosen from measured quality, not from the default run's time: ``vcebench models curve``
+trains the dataset's ``ddpm`` or ``pmf`` recipe for ``steps`` optimiser steps (resumable, as every
+training), writes the EMA weights after each step count in ``at`` (``training.train_generative``
+``snapshots=``), and scores each snapshot on the same validation images and the same noise:
+
+- ``ddpm``: Tweedie FID at flow times ``t`` (the noise levels FiRe and the DDPM rows start from) and
+  ``n_samples`` ancestral samples (``sample_steps`` respaced steps): FID and KID against the validation
+  images, on the dataset's ``fid_features`` network;
+- ``pmf``: the one-step prediction ``G(z_t, t)``'s FID at ``t``, the one-step samples ``G(eps, 1)``'s FID
+  and KID, and its quality gate against the dataset's trained DDPM (when there is one).
+
+KID is the sample-quality number to read: unbiased at any n, where FID on a few dozen samples is not
+(64 samples rank colour noise above faces). The snapshots of one run share its cosine learning-rate
+schedule, so an early snapshot saw a higher rate than a run of that budget would have ended with; the
+plateau rule (:func:`plateau`) reads the curve as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..core.errors import ConfigError
+from ..core.io import write_json
+from ..models.checkpoints import fingerprint
+from ..models.generative_eval import batched, generative_quality
+from ..models.training import snapshot_path, to_float_images
+
+PRIMARY = {"ddpm": "tweedie_t0.4_fid", "pmf": "predict_clean_t0.4_fid"}
+PLATEAU_GAIN = 0.10  # a doubling of the budget that improves the primary number by less than this: plateau
+
+
+def plateau(rows: Sequence[dict], key: str, gain: float = PLATEAU_GAIN) -> dict[str, Any]:
+    """The smallest budget past which every doubling improves ``key`` (lower is better) by less than ``gain``.
+
+    ``rows``: one per snapshot with ``step`` and ``key``. A doubling ``b -> 2 b`` is measured where both
+    snapshots exist: ``(m(b) - m(2 b)) / m(b)``. The budget is the smallest ``b`` whose doubling and every
+    later one gain less than ``gain`` (an early flat stretch followed by a drop is no plateau). Returns
+    ``{"budget", "key", "gain", "pairs"}``; ``budget`` None when the last doubling still gains (train longer)."""
+    by_step = {int(r["step"]): float(r[key]) for r in rows if r.get(key) is not None}
+    pairs = []
+    for b in sorted(by_step):
+        if 2 * b in by_step:
+            rel = (by_step[b] - by_step[2 * b]) / max(abs(by_step[b]), 1e-12)
+            pairs.append({"from": b, "to": 2 * b, "relative_gain": rel})
+    chosen = None
+    for p in reversed(pairs):
+        if p["relative_gain"] >= gain:
+            break
+        chosen = p["from"]
+    return {"budget": chosen, "key": key, "gain": gain, "pairs": pairs}
+
+
+def _features(feature_fn: Callable[[Tensor], Tensor], x: Tensor) -> np.ndarray:
+    with torch.no_grad():
+        return batched(feature_fn, x).double().numpy()
+
+
+def sample_scores(samples: Tensor, val_features: np.ndarray, feature_fn: Callable[[Tensor], Tensor],
+                  seed: int) -> dict[str, float]:
+    """FID and KID (mean and std over subsets) of ``samples`` against validation features."""
+    from metrics.kid import kid
+
+    from ..core.frechet import feature_frechet_distance
+
+    f = _features(feature_fn, samples)
+    k, k_std = kid(f, val_features, subsets=50, subset_size=min(len(f), len(val_features), 1000), seed=seed)
+    return {"fid": feature_frechet_distance(f, val_features), "kid": k, "kid_std": k_std, "n": int(len(f))}
+
+
+def score_ddpm(ddpm, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: int, sample_steps: int,
+               seed: int) -> dict[str, Any]:
+    """One DDPM snapshot: Tweedie FID / MSE at each flow time, sample FID / KID."""
+    from ..models.ddpm import sample_ddpm, tweedie_at
+
+    ddpm.eval()
+    g = torch.Generator().manual_seed(seed)
+    row: dict[str, Any] = {}
+    for t in t_flow:
+        x0, _ = tweedie_at(ddpm, val, t, g)
+        q = generative_quality(x0.clamp(-1, 1), val, feature_fn)
+        row[f"tweedie_t{t:g}_fid"], row[f"tweedie_t{t:g}_mse"] = q["fid"], float(((x0 - val) ** 2).mean())
+    samples = sample_ddpm(ddpm, n_samples, tuple(val.shape[1:]), sample_steps, g)
+    s = sample_scores(samples, _features(feature_fn, val), feature_fn, seed)
+    row.update({f"sample_{k}": v for k, v in s.items()})
+    return row
+
+
+def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: int, seed: int,
+              reference_ddpm=None, classifiers=None) -> dict[str, Any]:
+    """One PMF snapshot: one-step prediction FID at each flow time (with the gate against ``reference_ddpm``),
+    one-step sample FID / KID."""
+    from ..models.generative_eval import gate
+    from ..models.pmf import evaluate_pmf
+
+    pmf.eval()
+    ev, _ = evaluate_pmf(pmf, val, seed, n_samples=2, feature_fn=feature_fn, ddpm=reference_ddpm,
+                         t_flow=tuple(t_flow), classifiers=classifiers)
+    row: dict[str, Any] = {}
+    for t in t_flow:
+        e = ev["predict_clean"][f"t{t:g}"]
+        row[f"predict_clean_t{t:g}_fid"], row[f"predict_clean_t{t:g}_mse"] = e.get("fid"), e["mse"]
+        if "ddpm_tweedie" in e:
+            row[f"ddpm_tweedie_t{t:g}_fid"] = e["ddpm_tweedie"].get("fid")
+        if "label_kept" in e:
+            row[f"label_kept_t{t:g}"] = e["label_kept"]
+    if reference_ddpm is not None:
+        row["gate_passed"] = bool(gate(ev).get("passed"))
+    g = torch.Generator().manual_seed(seed)
+    eps = torch.randn((n_samples, *val.shape[1:]), generator=g)
+    with torch.no_grad():
+        samples = batched(lambda z: pmf.predict_clean(z, 1.0), eps).clamp(-1, 1)
+    s = sample_scores(samples, _features(feature_fn, val), feature_fn, seed)
+    row.update({f"sample_{k}": v for k, v in s.items()})
+    return row
+
+
+def load_snapshot(role: str, spec: dict, image_shape: Sequence[int], path: Path):
+    """The network of ``role`` built from recipe ``spec`` with the snapshot's weights."""
+    from safetensors.torch import load_file
+
+    channels, res = int(image_shape[0]), int(image_shape[-1])
+    weights = load_file(str(path))
+    if role == "ddpm":
+        from ..models.ddpm import build_ddpm
+
+        net = build_ddpm(spec, channels, res)
+        net.unet.load_state_dict(weights)
+        net.unet.eval()
+        return net
+    from ..models.pmf import build_pmf
+
+    net = build_pmf(spec, channels, res)
+    net.load_state_dict(weights)
+    return net.eval()
+
+
+def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], out_dir: str | Path,
+                   data_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
+                   n_val: int = 1000, n_samples: int = 1000, sample_steps: int = 50,
+                   t_flow: Sequence[float] = (0.2, 0.4), seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Train ``role`` of ``task``'s dataset for ``steps`` steps with snapshots ``at`` into ``out_dir/train``
+    (resumes), score every snapshot (cached in ``out_dir/curve.json`` under a fingerprint of the recipe and
+    the scoring settings: a rerun scores only new snapshots) and return the curve with its plateau."""
+    from ..data import load_split
+    from ..models.ddpm import train_ddpm
+    from ..models.pmf import train_pmf
+    from ..models.zoo import role_spec
+    from .train import generative_references
+
+    if role not in PRIMARY:
+        raise ConfigError(f"training curves are for the generative roles {', '.join(PRIMARY)}; got {role!r}")
+    at = sorted({int(a) for a in at if 0 < int(a) <= steps} | {int(steps)})
+    ds = task.dataset
+    spec = {**role_spec(cfg, ds, role), "steps": int(steps)}
+    out_dir = Path(out_dir)
+    refs = generative_references(cfg, task, role, Path(model_dir))
+    if "feature_fn" not in refs:
+        raise ConfigError(f"training curve of {ds}/{role}: the dataset's fid_features network is not in "
+                          f"{model_dir}/{ds}/fid_features (train it first: vcebench train fid_features "
+                          f"--task {task.name})")
+    train = load_split(cfg, ds, "train", data_dir)
+    val_u8 = load_split(cfg, ds, "val", data_dir).images[:n_val]
+    trained = out_dir / "train" / "metrics.json"
+    if not trained.exists() or not all(snapshot_path(out_dir / "train", a).exists() for a in at):
+        fn = train_ddpm if role == "ddpm" else train_pmf
+        kw = {k: v for k, v in refs.items() if role == "pmf" or k in ("feature_fn", "feature_name")}
+        fn(spec, train.images, out_dir / "train", int(spec.get("seed", cfg.get("seed", 0))),
+           val_images_uint8=val_u8, progress=progress, snapshots=tuple(at), **kw)
+    val = to_float_images(val_u8, f"training curve {ds}/{role}: validation images")
+    scoring = {"n_val": int(val.shape[0]), "n_samples": n_samples, "sample_steps": sample_steps,
+               "t_flow": list(t_flow), "seed": seed, "feature": refs.get("feature_name")}
+    key = fingerprint({"role": role, "recipe": spec, "scoring": scoring})
+    cache_path = out_dir / "curve.json"
+    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    rows = {int(r["step"]): r for r in cache.get("rows", [])} if cache.get("fingerprint") == key else {}
+    for a in at:
+        if a in rows:
+            continue
+        t0 = time.perf_counter()
+        net = load_snapshot(role, spec, val.shape[1:], snapshot_path(out_dir / "train", a))
+        if role == "ddpm":
+            row = score_ddpm(net, val, refs["feature_fn"], t_flow, n_samples, sample_steps, seed)
+        else:
+            row = score_pmf(net, val, refs["feature_fn"], t_flow, n_samples, seed,
+                            refs.get("reference_ddpm"), refs.get("classifiers"))
+        rows[a] = {"step": a, "images_seen": a * int(spec["batch_size"]), **row,
+                   "score_seconds": round(time.perf_counter() - t0, 1)}
+        if progress:
+            print(f"[curve {ds}/{role}] step {a}: " + ", ".join(
+                f"{k} {v:.4g}" for k, v in rows[a].items() if isinstance(v, float)), flush=True)
+        write_json(cache_path, {"fingerprint": key, "rows": [rows[s] for s in sorted(rows)]})
+    ordered = [rows[s] for s in sorted(rows)]
+    result = {"dataset": ds, "role": role, "recipe": spec, "scoring": scoring, "fingerprint": key,
+              "rows": ordered, "plateau": plateau(ordered, PRIMARY[role]),
+              "plateau_samples_kid": plateau(ordered, "sample_kid")}
+    write_json(cache_path, result)
+    return result
+
+
+def to_markdown(curve: dict[str, Any]) -> str:
+    """The curve as a table, the plateau under it."""
+    rows = curve["rows"]
+    cols = [c for c in rows[0] if c not in ("step", "score_seconds", "sample_n")] if rows else []
+    head = "| step | " + " | ".join(cols) + " |\n|---:|" + "---:|" * len(cols) + "\n"
+
+    def fmt(v):
+        return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    body = "".join(f"| {r['step']} | " + " | ".join(fmt(r.get(c)) for c in cols) + " |\n" for r in rows)
+    lines = [f"Training curve of {curve['dataset']} {curve['role']} (recipe steps {curve['recipe']['steps']}, "
+             f"batch {curve['recipe']['batch_size']}; scored on {curve['scoring']['n_val']} validation images, "
+             f"{curve['scoring']['n_samples']} samples)", "", head + body]
+    for name in ("plateau", "plateau_samples_kid"):
+        p = curve[name]
+        pairs = ", ".join(f"{q['from']}->{q['to']}: {100 * q['relative_gain']:.1f} %" for q in p["pairs"])
+        verdict = (f"plateau at {p['budget']} steps" if p["budget"] is not None
+                   else "no plateau in the curve (train longer)")
+        lines.append(f"- {p['key']}: {verdict} (a doubling that improves it by < {100 * p['gain']:.0f} %; "
+                     f"doublings: {pairs or 'none measured'})")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,247 @@
+"""`vcebench evaluate` as a library (its arguments and printing: :mod:`vcebench.cli.evaluate`):
+the task's metrics for one method, or the FID reference statistics.
+
+Which metrics, on which subsets, with which networks: ``metrics/__init__.py``. Without
+``--fid-ref`` the originals' features are computed on the fly (same numbers, slower).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..protocol.run_settings import EvalSettings
+
+
+
+def _image_batches(split, rows: np.ndarray, batch_size: int, device) -> Iterator[torch.Tensor]:
+    for s in range(0, len(rows), batch_size):
+        yield split.float_images(rows[s:s + batch_size]).to(device)
+
+
+
+def write_reference(settings: EvalSettings, out: str, device, progress: bool = True) -> None:
+    """FID features of every original of ``settings.split`` -> ``out`` (metrics.fid.FIDReference). The
+    loaders read whole sections of the configuration: they get ``settings.config``."""
+    from metrics.fid import compute_reference
+
+    from ..data import load_split
+    from ..models import load_task_models
+
+    task, cfg = settings.task, settings.config
+    split = load_split(cfg, task.dataset, settings.split, settings.data_dir)
+    models = load_task_models(cfg, task, roles=("fid_features",), device=device, model_dir=settings.model_dir)
+    bs = int(settings.metrics.get("batch_size", 100))
+    batches = _image_batches(split, np.arange(len(split)), bs, device)
+    if progress:
+        from tqdm import tqdm
+
+        batches = tqdm(batches, total=-(-len(split) // bs), desc="fid reference", unit="batch")
+    ref = compute_reference(batches, split.sample_ids, models.fid_features,
+                            models.names.get("fid_features", "fid_features"))
+    ref.save(out)
+    print(f"{task.name}: FID reference of {len(split)} originals ({ref.extractor}, "
+          f"{ref.features.shape[1]}-d) -> {out}")
+
+
+
+def _build_metrics(settings: EvalSettings, names: list[str], models, ids: np.ndarray, fid_ref: str | None) -> list:
+    """The metrics ``names`` of ``settings.task``, with the FID reference (checked to cover ``ids``) and the
+    training labels where they need them. The metrics and the split loader read whole sections of the
+    configuration: they get ``settings.config``."""
+    from metrics import build_metrics
+    from metrics.fid import FIDReference
+
+    from ..data import load_split
+
+    task, cfg = settings.task, settings.config
+    train = None
+    if "CD" in names:
+        train = load_split(cfg, task.dataset, "train", settings.data_dir)
+    reference = FIDReference.load(fid_ref) if fid_ref and ({"FID", "sFID"} & set(names)) else None
+    if reference is not None:
+        reference.check_covers(ids)
+    return build_metrics(task, models, cfg, fid_reference=reference,
+                         train_labels=None if train is None else train.labels.numpy(),
+                         train_attribute_names=None if train is None else train.attribute_names, only=names)
+
+
+
+def _gt_counterfactuals(config: Mapping[str, Any], task, ids: np.ndarray):
+    """Rows -> the ground-truth counterfactuals of those rows' samples, quantised like x and cf (``config``: the
+    whole configuration, whose ``datasets`` section configures the renderer)."""
+    import torch
+
+    from ..core.io import from_uint8, to_uint8
+    from ..data import get_synthetic
+
+    ds = get_synthetic(config, task.dataset)
+
+    def gt_of(r: np.ndarray) -> torch.Tensor:
+        return from_uint8(to_uint8(ds.gt_counterfactuals(torch.from_numpy(ids[r]), task.attribute)))
+
+    return gt_of
+
+
+
+def _input_reader(cfs_path: str, z, ids: np.ndarray, split, rows: np.ndarray):
+    """File rows -> their input images from the split, each checked against the file's ``input_hash`` (when it
+    has one; a warning when not)."""
+    from metrics.evaluation import check_inputs
+
+    if "input_hash" not in z:
+        print(f"vcebench evaluate: warning: {cfs_path} has no `input_hash` (written by an older vcebench "
+              f"explain): the rows cannot be checked against the dataset's images", file=sys.stderr)
+
+    def x_of(r: np.ndarray) -> torch.Tensor:
+        x = split.float_images(rows[r])
+        if "input_hash" in z:
+            check_inputs(cfs_path, z["input_hash"], r, x, z["cf"], ids)
+        return x
+
+    return x_of
+
+
+
+def _checked(batches, z, checks: dict[str, int]):
+    """The batches (file order), counting where they disagree with the file's ``pred`` / ``flipped`` and where
+    a target is not 1 - prediction into ``checks``."""
+    pos = 0
+    for b in batches:
+        r = np.arange(pos, pos + len(b.sample_id))
+        pos += len(r)
+        if "pred" in z:
+            checks["pred_disagreements"] += int((b.pred.cpu().numpy() != z["pred"][r]).sum())
+        if "flipped" in z:
+            checks["flipped_disagreements"] += int((b.flipped.cpu().numpy() != z["flipped"][r]).sum())
+        checks["target_not_1_minus_pred"] += int((b.target != 1 - b.pred).sum())
+        yield b
+
+
+
+def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None = None, device="cpu",
+                  only: list[str] | None = None, progress: bool = False, strict: bool = False,
+                  models=None) -> dict:
+    """Everything `vcebench evaluate` writes to metrics.json for the counterfactuals ``cfs_path`` of
+    ``settings.method``, whose inputs come from ``settings.split`` (``models``: preloaded TaskModels, tests)."""
+    import torch
+
+    from metrics import metric_names, required_roles
+    from metrics.evaluation import load_counterfactuals, make_batches, run_metrics
+
+    from ..data import load_split
+
+    t0 = time.perf_counter()
+    task = settings.task
+    names = list(only) if only else metric_names(task)
+    z = load_counterfactuals(cfs_path)
+    ids = z["sample_id"].astype(np.int64)
+    split = load_split(settings.config, task.dataset, settings.split, settings.data_dir)
+    rows = split.index_of(torch.from_numpy(ids)).numpy()  # DatasetError names ids not in the split
+    coverage = check_coverage(cfs_path, ids, split, settings.n_eval, strict)
+    x_of = _input_reader(cfs_path, z, ids, split, rows)
+    label = split.attribute(task.attribute)[rows].long().numpy()
+    if models is None:
+        from ..models import load_task_models
+
+        roles = tuple(r for r in required_roles(task) if r == "classifier" or
+                      any(r in _roles_of(n) for n in names))
+        models = load_task_models(settings.config, task, roles=roles, device=device, model_dir=settings.model_dir)
+    metrics = _build_metrics(settings, names, models, ids, fid_ref)
+    gt_of = _gt_counterfactuals(settings.config, task, ids) if "GT" in names else None
+    bs = int(settings.metrics.get("batch_size", 100))
+    checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
+    batches = make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of, device=device)
+    core = run_metrics(metrics, _checked(batches, z, checks), progress=progress, strict=strict,
+                       bootstrap=settings.metrics.get("bootstrap"))
+    used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
+    inputs = {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": settings.split,
+              "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage}
+    return _metrics_json(settings, names, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, t0)
+
+
+
+def _metrics_json(settings: EvalSettings, names: list[str], z, core: dict, checks: dict, inputs: dict,
+                  models: dict, t0: float) -> dict:
+    """metrics.json from the metrics' results ``core``, in its key order."""
+    from metrics.base import SUBSETS
+
+    from ..config.kernels import record as kernel_record
+
+    m = settings.metrics
+    return {
+        "task": settings.task.name, "method": settings.method, "n_inputs": inputs["n_counterfactuals"],
+        "metrics": core["metrics"], "higher_is_better": core["higher_is_better"], "n": core["n"],
+        "models": models,
+        "intervals": core.get("intervals", {}), "bootstrap": core.get("bootstrap"),
+        "subsets": core["subsets"], "subset_definitions": SUBSETS,
+        "seeds": list(m.get("sfid_seeds", [])), "seed": settings.seed,
+        "frechet_method": m.get("frechet_method", "sqrtm"),
+        "skipped": core["skipped"], "checks": checks,
+        "inputs": inputs,
+        "gt_change_threshold": m.get("gt_change_threshold", 0.05) if "GT" in names else None,
+        "kid": ({"kernel": "(a.b / D + 1)^3", **{k: v for k, v in (m.get("kid") or {}).items()}}
+                if "KID" in names else None),
+        "guidance": guidance_summary(z),
+        "protocol": None if settings.protocol is None else dict(settings.protocol),
+        "kernels": kernel_record(),
+        "seconds": core["seconds"], "seconds_total": time.perf_counter() - t0,
+    }
+
+
+
+def check_coverage(cfs_path, ids: np.ndarray, split, n_eval: int, strict: bool) -> dict:
+    """The counterfactuals should cover the first ``n_eval`` evaluation sample ids (what ``vcebench explain``
+    makes): missing or extra ids are an error under ``strict``, a warning otherwise. Returns the counts
+    recorded in metrics.json."""
+    from metrics import MetricError
+
+    from .explain import shard_ids
+
+    expected = shard_ids(split.sample_ids, n_eval, 0, 1).numpy()
+    missing, extra = np.setdiff1d(expected, ids), np.setdiff1d(ids, expected)
+    if len(missing) or len(extra):
+        msg = (f"{cfs_path} holds {len(ids)} counterfactual(s) for n_eval = {n_eval} ({len(expected)} evaluation "
+               f"sample ids): {len(missing)} missing (first: {[int(i) for i in missing[:5]]}), {len(extra)} "
+               f"beyond them (first: {[int(i) for i in extra[:5]]})")
+        if strict:
+            raise MetricError(msg + "; re-run `vcebench explain` (or drop --strict)")
+        print(f"vcebench evaluate: warning: {msg}", file=sys.stderr)
+    return {"n_eval": int(n_eval), "n_expected": int(len(expected)), "n_missing": int(len(missing)),
+            "n_extra": int(len(extra))}
+
+
+
+def guidance_summary(z: dict) -> dict | None:
+    """Which guidance scale produced each sample's CF (DDPM family: ``info_scale``, the last scale tried, and
+    ``info_attempts``): counts per scale and per number of attempts, and whether every sample flipped at its
+    first scale (the retry schedule then never ran). ``None`` for methods without a scale schedule."""
+    if "info_scale" not in z or "info_attempts" not in z:
+        return None
+    scale, attempts = np.asarray(z["info_scale"], np.float64), np.asarray(z["info_attempts"], np.int64)
+    flipped = np.asarray(z.get("flipped", np.zeros(len(scale), bool)), bool)
+    first = float(scale[attempts == 1].min()) if (attempts == 1).any() else None
+    return {"samples_per_scale": {f"{s:g}": int((scale == s).sum()) for s in np.unique(scale)},
+            "samples_per_attempts": {int(a): int((attempts == a).sum()) for a in np.unique(attempts)},
+            "first_scale": first, "all_flipped_at_first_scale": bool(len(scale) and (attempts == 1).all()
+                                                                       and flipped.all())}
+
+
+
+def _roles_of(name: str) -> tuple[str, ...]:
+    from metrics import MetricError
+
+    from ..registry import metrics
+
+    known = metrics()
+    if name not in known:
+        raise MetricError(f"unknown metric {name!r} (--only); known: {', '.join(known)}")
+    return known[name].roles
+

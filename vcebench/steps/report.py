@@ -1,0 +1,135 @@
+"""`vcebench report` as a library (its arguments and printing: :mod:`vcebench.cli.report`):
+task tables and figures, the paper's tables, and the CI metric regression.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..config.load import read_yaml
+
+
+def task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir, n_qual: int) -> None:
+    from .. import report
+    from ..config.tasks import get_task, is_truth
+    from ..report import figures
+
+    task = get_task(cfg, task_name)
+    df, higher = report.load_task_table(results, task_name, methods, task.kind, task.synthetic)
+    footer = report.task_footer(df, report.load_metrics_json(results, task_name, methods), _tuned_file(cfg, task_name),
+                                _feature_dim(results / task_name / "fid_ref.npz"))
+    checks = report.check_columns(df, higher)  # each metric column against the truth row (none without one)
+    footer += report.validity_lines(checks, task_name, task.attribute)
+    report.write_task_tables(df, higher, out_dir, task_name, footer=footer, marked=report.marked_columns(checks))
+    report.write_validity(out_dir / f"{task_name}_validity.json", df, checks, task_name)
+    costs = df[~df["method"].map(is_truth).astype(bool)]  # the truth row has no cost
+    figures.efficiency_figure(out_dir / f"{task_name}_efficiency.png", costs, title=task_name)
+    _qualitative(cfg, task, methods, results, out_dir / f"{task_name}_qualitative.png", data_dir, n_qual)
+    print((out_dir / f"{task_name}.md").read_text())
+
+
+
+def _tuned_file(cfg, task_name: str) -> dict | None:
+    """The tuned file of ``task_name`` (rule, validation split) when the run read one."""
+    info = (cfg.get("tuned") or {}).get(task_name)
+    if not info:
+        return None
+    path = Path(__file__).resolve().parents[2] / info["file"]  # tuned_dir is relative to the repository
+    return read_yaml(path) if path.exists() else None
+
+
+
+def _feature_dim(path: Path) -> int | None:
+    """The FID features' dimension from ``fid_ref.npz`` (None without one)."""
+    if not path.exists():
+        return None
+    with np.load(path, allow_pickle=False) as z:
+        return int(z["features"].shape[1]) if "features" in z.files else None
+
+
+
+def spread(ids: list[int], n: int) -> list[int]:
+    """``n`` ids evenly spaced over the sorted ``ids`` (first and last included): consecutive ids of the
+    synthetic faces share an identity, so the first ``n`` would often show one face ``n`` times."""
+    if n >= len(ids):
+        return list(ids)
+    if n <= 1:
+        return list(ids[:n])
+    return [ids[round(i * (len(ids) - 1) / (n - 1))] for i in range(n)]
+
+
+
+def _samples(cfg, task, methods, results: Path, data_dir, n: int) -> dict:
+    """``n`` evaluation samples explained by every method (spread over the ids): uint8 inputs, ground
+    truth (synthetic tasks), and per method the CFs, targets and `flipped` flags of those samples."""
+    from ..core.io import load_npz, to_uint8
+    from ..data import eval_split_name, get_synthetic, load_split
+
+    cfs = {m: load_npz(results / task.name / m / "counterfactuals.npz") for m in methods}
+    common = set.intersection(*(set(c["sample_id"].tolist()) for c in cfs.values()))
+    ids = spread(sorted(common), n)
+    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
+    import torch
+
+    idx = split.index_of(torch.tensor(ids))
+    out = {"ids": ids, "inputs": to_uint8(split.float_images(idx)), "gt": None, "cf": {}, "target": {},
+           "flipped": {}}
+    if task.synthetic:
+        out["gt"] = to_uint8(get_synthetic(cfg, task.dataset).gt_counterfactuals(ids, task.attribute))
+    for m, c in cfs.items():
+        pos = {int(s): i for i, s in enumerate(c["sample_id"])}
+        rows = [pos[s] for s in ids]
+        out["cf"][m], out["target"][m] = c["cf"][rows], c["target"][rows]
+        out["flipped"][m] = c["flipped"][rows] if "flipped" in c else None
+    return out
+
+
+
+def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int) -> None:
+    from ..config.tasks import is_truth
+    from ..report import figures
+
+    s = _samples(cfg, task, methods, results, data_dir, n)
+    flipped = {m: f for m, f in s["flipped"].items() if f is not None}
+    # a truth row takes the ground-truth column's place (first after the input), so the truth is drawn once
+    truth = [m for m in s["cf"] if is_truth(m)]
+    cfs = {m: s["cf"][m] for m in truth + [m for m in s["cf"] if m not in truth]}
+    figures.qualitative_figure(path, s["inputs"], cfs, gt=None if truth else s["gt"], ids=s["ids"], flipped=flipped)
+
+
+
+def galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int, model_dir: str) -> None:
+    """``<out_dir>/<task>/<method>/gallery.png`` for every method, one |diff| scale for all of them; the
+    task's classifier gives p(target) before / after and the flipped marks."""
+    import torch
+
+    from ..core.io import from_uint8
+    from ..core.runtime import setup_torch
+    from ..data import attribute_names
+    from ..models import load_task_models
+    from ..report import figures
+
+    device = setup_torch(cfg.get("threads"), cfg.get("device", "cpu"), cfg.get("cuda"))
+    s = _samples(cfg, task, methods, results, data_dir, n)
+    clf = load_task_models(cfg, task, roles=("classifier",), device=str(device), model_dir=model_dir).classifier
+
+    def p_of(u8: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return torch.softmax(clf(from_uint8(u8).to(device)).float(), 1).cpu().numpy()
+
+    p_x = p_of(s["inputs"])
+    gt_diff = figures.abs_diff(s["gt"], s["inputs"]) if s["gt"] is not None else None
+    vmax = figures.diff_scale(gt_diff, *(figures.abs_diff(c, s["inputs"]) for c in s["cf"].values()))
+    names = ("not " + task.attribute, task.attribute) if task.attribute in attribute_names(task.dataset) else \
+        ("0", "1")
+    for m in methods:
+        tgt = s["target"][m].astype(np.int64)
+        rows = np.arange(len(tgt))
+        p_cf = p_of(s["cf"][m])
+        flipped = p_cf.argmax(1) == tgt
+        figures.gallery_figure(out_dir / task.name / m / "gallery.png", m, s["inputs"], s["cf"][m],
+                               p_x[rows, tgt], p_cf[rows, tgt], tgt, flipped, vmax, gt=s["gt"], ids=s["ids"],
+                               class_names=names)
+

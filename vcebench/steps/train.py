@@ -1,0 +1,112 @@
+"""Train one network role of a dataset (``vcebench train``): ``train_role`` writes it into
+``resources/models/<dataset>/<role>/``.
+
+Models are per dataset (one multi-attribute classifier serves every task of the dataset); the task only
+picks the dataset. The small roles use their recipe (:data:`vcebench.models.recipes.TRAINERS`); ``ddpm``
+and ``pmf`` dispatch to :mod:`vcebench.models.ddpm` and :mod:`vcebench.models.pmf`, with the dataset's
+trained networks their quality numbers compare against (``generative_references``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config.load import ConfigError, settings_errors
+from ..config.tasks import Task, get_task
+from ..models.distributed import Shard
+from ..models.recipes import TRAINABLE, TRAINERS
+from ..models.zoo import check_settings, role_spec
+from ..protocol.noise import resolve_method
+from ..registry.roles import GATE_ROLES, GENERATIVE
+
+
+def task_attributes(cfg: dict, dataset: str) -> list[str]:
+    """Query attributes of every configured task on ``dataset`` (what the classifier must predict)."""
+    out: list[str] = []
+    for t in cfg.get("tasks", {}).values():
+        if t["dataset"] == dataset and t["attribute"] not in out:
+            out.append(t["attribute"])
+    return out
+
+
+def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> dict[str, Any]:
+    """Trained networks the ddpm / pmf quality numbers use, when they exist in ``model_dir``
+    (``registry.roles.GATE_ROLES``, which the workflow trains first): ``feature_fn`` (the dataset's
+    fid_features: FID of samples and one-step predictions), ``reference_ddpm`` (the pmf's Tweedie
+    comparison) and ``classifiers`` (labels kept by G(z_t, t), one per task of the dataset; for the
+    pmf also ``fire_t``, each task's FiRe noise level)."""
+    from ..models.zoo import load_role
+
+    refs: dict[str, Any] = {}
+    for r in GATE_ROLES.get(role, ()):
+        if not (model_dir / task.dataset / r / "metrics.json").exists() or "weights" in role_spec(cfg, task.dataset, r):
+            continue
+        if r == "fid_features":
+            fn, name = load_role(cfg, task, r, model_dir)
+            refs.update(feature_fn=fn.eval(), feature_name=name)
+        elif r == "ddpm":
+            refs["reference_ddpm"] = load_role(cfg, task, r, model_dir)[0]
+        elif r == "classifier":
+            tasks = [get_task(cfg, n) for n, t in cfg.get("tasks", {}).items() if t["dataset"] == task.dataset]
+            refs["classifiers"] = {t.attribute: load_role(cfg, t, r, model_dir)[0].eval() for t in tasks}
+            if role == "pmf":  # each task's FiRe noise level: the label check is also reported there
+                refs["fire_t"] = {t.attribute: float(resolve_method(cfg, t, "fire")[0]["t"]) for t in tasks}
+    return refs
+
+
+def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | None = None,
+               out_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
+               progress: bool = True, shard: Shard | None = None) -> dict[str, Any]:
+    """Train ``role`` on ``task``'s dataset; writes weights, config.json and metrics.json; returns the metrics.
+
+    ``shard`` (``vcebench.models.distributed.start_processes``): the device and the process of a
+    ``ddpm`` / ``pmf`` run (one GPU, or one rank of a torchrun launch). The other roles are small
+    networks trained by one CPU process (a note says so on a GPU); they refuse several processes."""
+    from ..data import load_split
+
+    task = get_task(cfg, task) if isinstance(task, str) else task
+    ds = task.dataset
+    if role not in TRAINABLE:
+        raise ConfigError(f"cannot train role {role!r}; trainable roles: {', '.join(TRAINABLE)}")
+    if role == "identity" and task.kind != "faces":
+        raise ConfigError(f"role 'identity' is for face datasets; {ds!r} is an x-ray dataset (use 'simsiam')")
+    spec = role_spec(cfg, ds, role)
+    if "weights" in spec:
+        raise ConfigError(f"config key `models.{ds}.{role}` names canonical weights ({spec.get('weights')!r}); "
+                          f"there is nothing to train. Remove `weights` to train this role instead.")
+    out = Path(out_dir) if out_dir else Path(model_dir) / ds / role
+    from ..core.io import check_writable
+
+    check_writable(out, f"the trained {role}")  # before training, not after it
+    t0 = time.perf_counter()
+    if shard is not None and shard.world > 1 and role not in GENERATIVE:
+        raise ConfigError(f"role {role!r} trains in one process; several processes (torchrun, config key "
+                          f"`gpus_per_train`) are for {' and '.join(GENERATIVE)} only")
+    if role in GENERATIVE:
+        if role == "ddpm":
+            from ..models.ddpm import train_ddpm as fn
+        else:
+            from ..models.pmf import train_pmf as fn
+        train = load_split(cfg, ds, "train", data_dir)
+        val = load_split(cfg, ds, "val", data_dir)
+        refs = generative_references(cfg, task, role, Path(model_dir))
+        with settings_errors(f"config key `models.{ds}.{role}`"):
+            return fn(spec, train.images, out, int(spec.get("seed", cfg.get("seed", 0))),
+                      val_images_uint8=val.images, progress=progress, **refs, **({"shard": shard} if shard else {}))
+    if shard is not None and shard.device.type != "cpu" and progress:
+        print(f"[train {role}] the small networks train on the CPU; device {shard.device} is used by "
+              f"{' and '.join(GENERATIVE)}", file=sys.stderr)
+    defaults, fn = TRAINERS[role]
+    settings = check_settings(role, ds, spec, defaults)
+    splits = {s: load_split(cfg, ds, s, data_dir) for s in ("train", "val", "test")}
+    with settings_errors(f"config key `models.{ds}.{role}`"):
+        metrics = fn(settings, splits, out, dataset=ds, task_attributes=task_attributes(cfg, ds),
+                     classifier_dir=out.parent / "classifier", progress=progress)
+    metrics["wall_seconds_total"] = round(time.perf_counter() - t0, 2)
+    from ..core.io import write_json
+
+    write_json(out / "metrics.json", metrics)
+    return metrics
