@@ -4,11 +4,13 @@ input kept outside ACE's mask, the attack's budget, batch-size independence, NFE
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import methods
 from tests.test_methods import TOY_PARAMS
+from tests.test_methods_explain import fake_world  # noqa: F401  (a fixture)
 from tests.toy import toy_images, toy_models, toy_target
 from vcebench.config.load import ConfigError, load_config
 from vcebench.core.rng import SampleGenerators
@@ -138,3 +140,36 @@ def test_ace_bad_values(params, msg):
 def test_pixel_bad_values():
     with pytest.raises(ConfigError, match="pixel_attack.norm"):
         methods.get_method("pixel_attack", {"norm": "l1"})
+
+
+@pytest.mark.parametrize("name", ["ace_l1", "pixel_attack"])
+def test_explain_files_do_not_depend_on_the_batch_size(fake_world, tmp_path, monkeypatch, name):
+    """Through `vcebench explain` (config settings, the noise rule, uint8 files): batch 1 and batch 7 write the
+    same file; ACE's saved counterfactual is the input's uint8 outside its mask."""
+    import vcebench.protocol.noise
+    from vcebench.core.io import load_npz
+    from vcebench.protocol.run_settings import RunSettings
+    from vcebench.steps.explain import explain_shard
+
+    # the toy DDPM has its own 100-step schedule, not the synthfaces DDPM's the start step was derived from
+    monkeypatch.setattr(vcebench.protocol.noise, "check_ddpm_schedule", lambda *a: None)
+    cfg, split = fake_world
+    toy = {"ace_l1": {"attack_step": 4.0, "attack_steps": 20, "dist_weight": 0.01, "dilation": 1},
+           "pixel_attack": TOY_PARAMS["pixel_attack"]}[name]
+    task = {**cfg["tasks"]["synthfaces_smile"]}
+    task["params"] = {**task["params"], name: toy}
+    cfg = {**cfg, "tasks": {**cfg["tasks"], "synthfaces_smile": task}}
+    files = []
+    for bs in (1, 7):
+        out = tmp_path / f"b{bs}/shard-0-of-1.npz"
+        explain_shard(RunSettings.resolve({**cfg, "batch_size": bs}, "synthfaces_smile", name), 0, 1, out)
+        files.append(load_npz(out))
+    a, b = files
+    for k in a:
+        if not k.startswith("info_nfe") and k not in ("seconds",):
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    assert a["flipped"].mean() >= 0.7
+    if name == "ace_l1":
+        outside = ~np.broadcast_to(a["info_mask"], a["cf"].shape)
+        assert outside.any()
+        np.testing.assert_array_equal(a["cf"][outside], split.images[:7].numpy()[outside])
