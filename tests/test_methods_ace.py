@@ -143,7 +143,7 @@ def test_pixel_bad_values():
 
 
 @pytest.mark.parametrize("name", ["ace_l1", "pixel_attack"])
-def test_explain_files_do_not_depend_on_the_batch_size(fake_world, tmp_path, monkeypatch, name):
+def test_explain_files_do_not_depend_on_the_batch_size(fake_world, tmp_path, monkeypatch, name):  # noqa: F811
     """Through `vcebench explain` (config settings, the noise rule, uint8 files): batch 1 and batch 7 write the
     same file; ACE's saved counterfactual is the input's uint8 outside its mask."""
     import vcebench.protocol.noise
