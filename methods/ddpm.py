@@ -100,6 +100,10 @@ class Schedule:
     @torch.no_grad()
     def p_mean_variance(self, ddpm, z: Tensor, i: int) -> tuple[Tensor, Tensor, Tensor]:
         """One UNet call: (posterior mean, variance, clipped Tweedie estimate x0hat) at step ``i``."""
+        return self.p_mean_variance_grad(ddpm, z, i)
+
+    def p_mean_variance_grad(self, ddpm, z: Tensor, i: int) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`p_mean_variance` that autograd can run through (ACE's attack through the DDPM)."""
         t = torch.full((len(z),), self.train_steps[i], dtype=torch.long, device=z.device)
         eps, v = ddpm.eps_var(z, t) if getattr(ddpm, "learned_variance", False) else (ddpm.eps(z, t), None)
         x0 = ((z - self._s("sqrt_1m_abar", i, z) * eps) / self._s("sqrt_abar", i, z)).clamp(-1, 1)

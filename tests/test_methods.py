@@ -20,6 +20,12 @@ TOY_PARAMS = {
     "fastdime2": {**DDPM_TOY, "warmup_steps": 4, "mask_dilation": 3},
     "fastdime2plus": {**DDPM_TOY, "warmup_steps": 4, "mask_dilation": 3},
     "maskdime": {**DDPM_TOY, "k": 0.1, "dilation": 3},
+    # the toy classifier needs large edits: ACE's step (in 1/255) and the attack's budget are toy-sized
+    "ace": {"respacing": 20, "start_step": 3, "dilation": 3, "attack_step": 4.0, "attack_steps": 20,
+            "dist_weight": 0.01},
+    "ace_l2": {"respacing": 20, "start_step": 3, "dilation": 3, "attack_step": 4.0, "attack_steps": 20,
+               "dist_weight": 0.01, "distance": "l2"},
+    "pixel_attack": {"eps": 0.4, "step_size": 0.04},
 }
 
 
@@ -91,7 +97,7 @@ class NaNOnMarker(torch.nn.Module):
         return self._mark(z, self.inner.predict_clean(z, t))
 
 
-@pytest.mark.parametrize("name", ["fire", "dime", "maskdime"])
+@pytest.mark.parametrize("name", ["fire", "dime", "maskdime", "ace"])
 def test_midrun_nan_fails_that_sample_only(world, name):
     x, target, models = world
     xb = x.clone()

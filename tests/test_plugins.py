@@ -79,7 +79,7 @@ def test_builtins_pass_the_plugin_checks_and_roles_are_the_models():
     for s in registry.BUILTIN_METRICS:
         specs.check_metric(s)
     assert registry.builtin_method_names() == ("fire", "dime", "fastdime", "fastdime2", "fastdime2plus",
-                                                "maskdime", "input", "truth")
+                                                "maskdime", "ace", "pixel", "input", "truth")
     assert registry.baseline_methods() == ("input", "truth") and registry.truth_methods() == ("truth",)
     with pytest.raises(specs.RegistryError, match="a truth row is a reference row"):
         specs.method_spec("mytruth", roles=("classifier",), params="m:P", factory="m:F", truth=True)

@@ -22,6 +22,10 @@ BUILTIN_METHODS: tuple[MethodSpec, ...] = (
                "methods.fastdime:FastDiME", {"passes": 2, "first_pass_mask": True}, noise="ddpm"),
     MethodSpec("maskdime", "MaskDiME", _DDPM_ROLES, "methods.maskdime:MaskDimeParams", "methods.maskdime:MaskDiME",
                noise="ddpm"),
+    # ACE (methods/ace.py): a PGD pre-explanation through the DDPM filter, then inpainting; `ace_l1` / `ace_l2`
+    MethodSpec("ace", "ACE", ("classifier", "ddpm"), "methods.ace:AceParams", "methods.ace:ACE", noise="ddpm"),
+    # PGD on the pixels, no generator (methods/pixel.py): a ranked method that is no counterfactual; `pixel_attack`
+    MethodSpec("pixel", "Pixel PGD", ("classifier",), "methods.pixel:PixelParams", "methods.pixel:PixelAttack"),
     # the do-nothing row: the input as its own "counterfactual" (methods/identity.py)
     MethodSpec("input", "Input (no edit)", ("classifier",), "methods.identity:IdentityParams",
                "methods.identity:Identity", baseline=True),
