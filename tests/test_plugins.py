@@ -1,4 +1,4 @@
-"""The registry (vcebench/registry.py) and plug-ins: a method and a metric of another installed package
+"""The registry (vcebench/registry/) and plug-ins: a method and a metric of another installed package
 (tests/plugins/vcebench_perturb, "installed" by putting its folder, which holds the package and its
 ``.dist-info`` with ``entry_points.txt``, on the path) are found through their entry points, validated
 like the built-ins, run through the DAG and reach every table with their label and arrow."""
