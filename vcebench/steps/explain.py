@@ -1,13 +1,6 @@
-"""`vcebench explain` as a library (its arguments and printing: :mod:`vcebench.cli.explain`):
-counterfactuals for one shard of a task's evaluation set, or merge the shards.
-
-Shard ``i`` of ``n`` takes ``sorted_ids[i::n]`` of the first ``n_eval`` sample ids of the
-evaluation split; every sample draws its noise from its own stream (``vcebench.core.rng``), so the
-result does not depend on the sharding or on ``batch_size``. The shard file holds the fields of
-docs/internals.md "Counterfactual files"; ``timing-<i>-of-<n>.json`` beside it holds the shard's costs:
-the seconds spent in generation only (no data loading or I/O), the peak memory during generation and
-the FLOPs of one call of each network the method called. ``--merge ... --profile-out`` writes them,
-merged over the shards, as the method's ``profile.json`` (``vcebench.costs.columns.explain_profile``).
+"""`vcebench explain` as a library: counterfactuals for one shard of a task's evaluation set, or the shards
+merged. How shards take their ids, what the shard and timing files hold: :mod:`vcebench.cli.explain` (the
+verb's `--help`).
 """
 
 from __future__ import annotations

@@ -1,29 +1,6 @@
-"""`vcebench import` as a library (its arguments and printing: :mod:`vcebench.cli.import_cf`):
-counterfactual images written by another code base -> the ``counterfactuals.npz``
-that `vcebench evaluate` scores (docs/internals.md, "Counterfactual files").
-
-Layouts:
-
-``dime``   the folders DiME's and ACE's ``main.py`` write (their ``ImageSaver``): ``--path`` is the
-           experiment folder ``<output_path>/Results/<exp_name>`` (ACE: ``.../<exp_name>/explanation``)
-           holding ``{CC,IC}/{CCF,ICF}/CF/<id>.{png,jpg}`` and ``{CC,IC}/{CCF,ICF}/Info/<id>.txt``
-           (``label``, ``pred``, ``target``, ``cf pred``). ``<id>`` is the zero-padded index of the image
-           in *their* data loader; ``--mapping`` translates it to the dataset's sample ids.
-``generic`` ``<image_id>.png`` (or ``.jpg``, or ``.npy``: uint8, or float in [-1, 1]; C x H x W or
-           H x W x C) directly under ``--path``.
-
-``--mapping`` is a CSV with columns ``file`` (a file name, with or without extension) and
-``sample_id``, and optionally ``target`` (the class the counterfactual aims at). Without it, a file's
-name (zero padding allowed) is its sample id.
-
-The folder must hold exactly the task's evaluation ids (the first ``n_eval`` sorted ids of the
-evaluation split, what `vcebench explain` explains), at the split's image size, 8-bit grey for x-ray
-and 8-bit RGB for faces. Every problem (missing or unknown ids, duplicates, wrong size or mode,
-unreadable files) is reported in one error naming the files. The target is the Info file's (dime),
-the mapping's ``target`` column, or else ``1 - f(x)`` with the task's classifier (as `vcebench explain`);
-``pred`` and ``flipped`` are recomputed with the task's classifier, and the other code base's own
-predictions are kept as ``info_external_*`` (``-1`` where unknown). JPEG files are lossy copies: the
-scores are those of what the folder holds.
+"""`vcebench import` as a library: counterfactual images written by another code base -> the
+``counterfactuals.npz`` that `vcebench evaluate` scores. The layouts, the mapping file and every check are
+described once, in :mod:`vcebench.cli.import_cf` (the verb's `--help`).
 """
 
 from __future__ import annotations
