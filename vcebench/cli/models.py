@@ -12,6 +12,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from ..cli import add_config_arg, add_subverb, add_subverbs
@@ -43,6 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--samples", type=int, default=1000, help="samples per snapshot (default 1000)")
     s.add_argument("--sample-steps", type=int, default=50, help="DDPM ancestral steps per sample (default 50)")
     s.add_argument("--out", required=True, help="folder: train/ (the run, its snapshots), curve.json, curve.md")
+    s.add_argument("--train-only", action="store_true", help="train (on the config's device) and write the "
+                   "snapshots, score nothing: the same command without it scores them later, e.g. on a CPU")
     add_config_arg(s)
 
 
@@ -55,12 +58,21 @@ def run_curve(args: argparse.Namespace) -> int:
     from ..config.load import load_config
     from ..config.tasks import get_task
     from ..core.runtime import setup_torch
+    from ..models.distributed import training_processes
     from ..steps.curves import to_markdown, training_curve
+    from ..workflow import train_threads
 
     cfg = load_config(args.config)
-    setup_torch(int(cfg.get("train_threads", cfg["threads"])), "cpu")
+    device = setup_torch(train_threads(cfg), cfg["device"] if args.train_only else "cpu", cfg.get("cuda"))
+    kw = dict(n_val=args.n_val, n_samples=args.samples, sample_steps=args.sample_steps)
+    if args.train_only:
+        with training_processes(device) as shard:
+            done = training_curve(cfg, get_task(cfg, args.task), args.role, args.steps, args.at, args.out,
+                                  args.data, args.models, score=False, shard=shard, **kw)
+        print(json.dumps(done, indent=1, default=str))
+        return 0
     curve = training_curve(cfg, get_task(cfg, args.task), args.role, args.steps, args.at, args.out, args.data,
-                           args.models, n_val=args.n_val, n_samples=args.samples, sample_steps=args.sample_steps)
+                           args.models, **kw)
     md = to_markdown(curve)
     Path(args.out, "curve.md").write_text(md)
     print(md)

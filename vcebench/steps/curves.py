@@ -147,10 +147,14 @@ def load_snapshot(role: str, spec: dict, image_shape: Sequence[int], path: Path)
 def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], out_dir: str | Path,
                    data_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
                    n_val: int = 1000, n_samples: int = 1000, sample_steps: int = 50,
-                   t_flow: Sequence[float] = (0.2, 0.4), seed: int = 0, progress: bool = True) -> dict[str, Any]:
+                   t_flow: Sequence[float] = (0.2, 0.4), seed: int = 0, progress: bool = True,
+                   score: bool = True, shard=None) -> dict[str, Any]:
     """Train ``role`` of ``task``'s dataset for ``steps`` steps with snapshots ``at`` into ``out_dir/train``
     (resumes), score every snapshot (cached in ``out_dir/curve.json`` under a fingerprint of the recipe and
-    the scoring settings: a rerun scores only new snapshots) and return the curve with its plateau."""
+    the scoring settings: a rerun scores only new snapshots) and return the curve with its plateau.
+
+    ``score=False`` only trains (on ``shard``'s device, e.g. a GPU machine without the judges): the same
+    call with ``score=True`` later finds the run and its snapshots and scores them on the CPU."""
     from ..data import load_split
     from ..models.ddpm import train_ddpm
     from ..models.pmf import train_pmf
@@ -163,8 +167,8 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
     ds = task.dataset
     spec = {**role_spec(cfg, ds, role), "steps": int(steps)}
     out_dir = Path(out_dir)
-    refs = generative_references(cfg, task, role, Path(model_dir))
-    if "feature_fn" not in refs:
+    refs = generative_references(cfg, task, role, Path(model_dir)) if score else {}
+    if score and "feature_fn" not in refs:
         raise ConfigError(f"training curve of {ds}/{role}: the dataset's fid_features network is not in "
                           f"{model_dir}/{ds}/fid_features (train it first: vcebench train fid_features "
                           f"--task {task.name})")
@@ -175,7 +179,10 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
         fn = train_ddpm if role == "ddpm" else train_pmf
         kw = {k: v for k, v in refs.items() if role == "pmf" or k in ("feature_fn", "feature_name")}
         fn(spec, train.images, out_dir / "train", int(spec.get("seed", cfg.get("seed", 0))),
-           val_images_uint8=val_u8, progress=progress, snapshots=tuple(at), **kw)
+           val_images_uint8=val_u8, progress=progress, snapshots=tuple(at), **kw,
+           **({"shard": shard} if shard is not None else {}))
+    if not score:
+        return {"dataset": ds, "role": role, "recipe": spec, "trained": str(trained), "snapshots": at}
     val = to_float_images(val_u8, f"training curve {ds}/{role}: validation images")
     scoring = {"n_val": int(val.shape[0]), "n_samples": n_samples, "sample_steps": sample_steps,
                "t_flow": list(t_flow), "seed": seed, "feature": refs.get("feature_name")}
