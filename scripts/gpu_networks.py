@@ -171,7 +171,7 @@ def main() -> int:
             n = steps[(ds, role)]
             at = [n >> j for j in range(5, -1, -1)]
             procs[f"{s}/{ds}/{role}"] = launch(args, work, f"{s}/{ds}/{role}", ds, task, role, seed + off, n, at)
-    rcs = wait_all(procs, t1 + args.budget * 1.2 + 60)
+    rcs = wait_all(procs, t1 + args.budget * 1.1 + 30)
     summary["train_rc"] = rcs
     summary["train_wall_s"] = round(time.time() - t1, 1)
     for name, (_, d, _) in procs.items():

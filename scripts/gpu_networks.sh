@@ -12,5 +12,5 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi -L; nproc
 python3 -c "import torch, diffusers, numpy, scipy; print('torch', torch.__version__, 'diffusers', diffusers.__version__, 'numpy', numpy.__version__, 'scipy', scipy.__version__, torch.cuda.get_device_name())"
-python3 scripts/gpu_networks.py --budget "${1:-300}" --out "$OUT" 2>&1 | grep -v "it/s" | tee "$OUT/driver.log"
+python3 scripts/gpu_networks.py --budget "${1:-300}" --out "$OUT" "${@:2}" 2>&1 | grep -v "it/s" | tee "$OUT/driver.log"
 exit "${PIPESTATUS[0]}"
