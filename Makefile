@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install benchmark quick test regression reference paper speed clean
+.PHONY: install benchmark quick test regression reference paper speed networks clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -41,6 +41,11 @@ speed: install  ## after `make benchmark`: FiRe vs MaskDiME / FastDiME at the pa
 	$(BIN)/vcebench profile compaction --task synthfaces_age --method fire --n 32 --flop-n 4 \
 		--data resources/data/synthfaces --out results/speed/synthfaces_age_compaction.json 2>/dev/null \
 		| tee results/speed/synthfaces_age_compaction.txt
+
+networks: install  ## retrain every network from scratch (runs/networks; hours on 2 cores, `device: cuda` for a GPU) and ship it as networks/local
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake networks --cores $(CORES) --config networks=null workdir=runs/networks
+	$(BIN)/vcebench models ship --models runs/networks/resources/models --set local --out networks/local \
+		--where "$$(hostname), $$(date -u +%F), make networks"
 
 paper: install
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) paper

@@ -112,6 +112,21 @@ def train_gpus(cfg: dict, role: str) -> int:
     return train_processes(cfg, role) if role in GENERATIVE else 0
 
 
+def networks_dir(cfg: dict, basedir: str | Path = ".") -> str:
+    """``vcebench train --networks``: the config's shipped-networks folder (absolute; relative paths are the
+    repository's), or ``none`` (config ``networks: null``: every network is trained)."""
+    value = cfg.get("networks")
+    return str((Path(basedir) / value).resolve()) if value else "none"
+
+
+def shipped_card(cfg: dict, basedir: str | Path, dataset: str, role: str) -> list[str]:
+    """The card of the shipped ``dataset``/``role`` when there is one (an input of its training job: a new
+    shipped network reruns it), else []."""
+    folder = networks_dir(cfg, basedir)
+    card = Path(folder) / dataset / role / "card.json"
+    return [str(card)] if folder != "none" and card.is_file() else []
+
+
 def train_launcher(cfg: dict, role: str) -> str:
     """The command that starts ``vcebench`` for a training job: ``vcebench`` itself, or
     ``torchrun --standalone --nproc_per_node N --no-python vcebench`` for N > 1 processes (shell-quoted)."""
@@ -157,6 +172,21 @@ def gate_roles(cfg: dict, dataset: str, role: str) -> list[str]:
     """Trained roles of ``dataset`` that ``role``'s quality gate measures against (trained first)."""
     spec = (cfg.get("models") or {}).get(dataset) or {}
     return [r for r in GATE_ROLES.get(role, ()) if r in spec and "weights" not in (spec[r] or {})]
+
+
+def trained_networks(cfg: dict) -> list[str]:
+    """The ``metrics.json`` of every trained (not user-supplied) network of the run's synthetic datasets:
+    the ``networks`` target (``make networks``)."""
+    from .config.tasks import SYNTHETIC_DATASETS
+    from .registry.specs import MODEL_ROLES  # every role is trainable on a synthetic dataset
+
+    run = {cfg["tasks"][t]["dataset"] for t in cfg.get("run_tasks", []) if t in cfg.get("tasks", {})}
+    out = []
+    for ds in [d for d in SYNTHETIC_DATASETS if d in run]:
+        for role, spec in ((cfg.get("models") or {}).get(ds) or {}).items():
+            if role in MODEL_ROLES and "weights" not in (spec or {}):
+                out.append(f"resources/models/{ds}/{role}/metrics.json")
+    return out
 
 
 def eval_roles(cfg: dict, task_name: str) -> tuple[str, ...]:
@@ -237,7 +267,8 @@ def settings_key(cfg: dict, kind: str, *names: str) -> str:
         ds, role = names
         obj = {"spec": ((cfg.get("models") or {}).get(ds) or {}).get(role),
                "dataset": (cfg.get("datasets") or {}).get(ds), "seed": cfg.get("seed"),
-               "threads": train_threads(cfg)}  # on the CPU the trained weights depend on the thread count
+               "threads": train_threads(cfg),  # on the CPU the trained weights depend on the thread count
+               "networks": cfg.get("networks")}
     elif kind == "data":
         obj = {"dataset": (cfg.get("datasets") or {}).get(names[0])}
     else:

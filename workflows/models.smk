@@ -9,6 +9,10 @@ rule train_model:
             f"resources/models/{wc.dataset}/{r}/metrics.json"
             for r in wf.gate_roles(config, wc.dataset, wc.role)
         ],
+        # the shipped network (config key `networks`), installed instead of trained when its recipe is the config's
+        shipped=lambda wc: wf.shipped_card(
+            config, workflow.basedir, wc.dataset, wc.role
+        ),
     output:
         "resources/models/{dataset}/{role}/metrics.json",
     log:
@@ -30,6 +34,14 @@ rule train_model:
         settings=lambda wc: wf.settings_key(config, "model", wc.dataset, wc.role),
         task=lambda wc: wf.task_for_dataset(config, wc.dataset),
         data=lambda wc: data_arg(wc.dataset),
+        networks=wf.networks_dir(config, workflow.basedir),
     shell:
         "{params.launcher} train {wildcards.role} --task {params.task:q} {params.data} "
-        "--out resources/models/{wildcards.dataset}/{wildcards.role} {params.cfg} > {log:q} 2>&1"
+        "--out resources/models/{wildcards.dataset}/{wildcards.role} --networks {params.networks:q} "
+        "{params.cfg} > {log:q} 2>&1"
+
+
+rule networks:
+    """Every network of the run's synthetic datasets (`make networks` trains them from scratch and ships them)."""
+    input:
+        wf.trained_networks(config),

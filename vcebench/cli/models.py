@@ -47,6 +47,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--train-only", action="store_true", help="train (on the config's device) and write the "
                    "snapshots, score nothing: the same command without it scores them later, e.g. on a CPU")
     add_config_arg(s)
+    s = add_subverb(subs, "ship", run_ship, "copy a trained network set into networks/<set>/ with a card per "
+                    "network (recipe, sha256, training, quality, curve)")
+    s.add_argument("--models", required=True, help="trained networks: <models>/<dataset>/<role>/")
+    s.add_argument("--set", required=True, dest="set_name", help="the set's name, e.g. ref1")
+    s.add_argument("--out", required=True, help="destination, e.g. networks/ref1")
+    s.add_argument("--where", required=True, help="where it was trained, for the cards (machine, date)")
+    s.add_argument("--curves", default=None, help="training curves: <curves>/<dataset>/<role>/curve.json")
+    s.add_argument("--roles", nargs="+", default=None, help="only these roles")
+    add_config_arg(s)
+
+
+
+def run_ship(args: argparse.Namespace) -> int:
+    """Copy every trained role folder of --models into --out/<dataset>/<role>/ (weights, config.json,
+    metrics.json) and write its card.json / card.md: the config's recipe (refused if the folder was
+    trained with another), the sha256 of each file, where and how it trained, its quality numbers."""
+    from ..config.load import load_config
+    from ..steps.networks import ship
+
+    cfg = load_config(args.config)
+    cards = ship(cfg, args.models, args.out, args.set_name, args.where, args.curves, args.roles)
+    for c in cards:
+        print(f"{args.out}/{c['dataset']}/{c['role']}: {len(c['files'])} files, {c['size_bytes'] / 1e6:.2f} MB")
+    print(f"{len(cards)} networks, {sum(c['size_bytes'] for c in cards) / 1e6:.1f} MB")
+    return 0
 
 
 

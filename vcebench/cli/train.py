@@ -33,9 +33,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output folder (default: <model-dir>/<dataset>/<role>)")
     p.add_argument("--model-dir", default="resources/models", metavar="DIR")
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar")
+    p.add_argument("--networks", default=None, metavar="DIR",
+                   help="shipped networks (default: config key `networks`, relative to the current folder); "
+                        "'none' trains even where a shipped network has the config's recipe")
     add_config_arg(p)
     p.set_defaults(func=run)
 
+
+
+def networks_arg(value: str | None, cfg: dict) -> str | None:
+    """``--networks``: a folder, 'none' (train), or the config's ``networks`` when not given."""
+    if value is None:
+        value = cfg.get("networks")
+    return None if value in (None, "", "none") else value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     device = setup_torch(train_threads(cfg), cfg["device"], cfg.get("cuda"))  # cuda without a GPU: ConfigError
     with training_processes(device) as shard:
         metrics = train_role(cfg, args.role, args.task, data_dir=args.data, out_dir=args.out,
-                             model_dir=args.model_dir, progress=not args.no_progress, shard=shard)
+                             model_dir=args.model_dir, progress=not args.no_progress, shard=shard,
+                             networks=networks_arg(args.networks, cfg))
     if not shard.writer:
         return 0
     summary = {k: v for k, v in metrics.items() if k in ("name", "gates", "train_seconds", "test_accuracy",

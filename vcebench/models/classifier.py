@@ -21,6 +21,7 @@ from .augment import augment
 from .checkpoints import save_trained
 from .nets import SyntheticNet
 from .training import count_params, identity_halves, loss_summary, train_loop
+from .truth_checks import Counterfactuals, truth_agreement
 
 CLASSIFIER_DEFAULTS: dict[str, Any] = {
     "arch": "vgg", "width": 16, "blocks": 1, "pool": "avgmax", "attributes": None, "data_half": "A", "steps": 1500,
@@ -135,7 +136,8 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
 
 
 def train_classifier(settings: dict, splits: dict, out_dir: str | Path, *, dataset: str,
-                     task_attributes: list[str], progress: bool = True, **_: Any) -> dict[str, Any]:
+                     task_attributes: list[str], progress: bool = True,
+                     counterfactuals: Counterfactuals | None = None, **_: Any) -> dict[str, Any]:
     """Train, gate (test accuracy >= 97% on every task attribute) and save the explained classifier."""
     net, config, metrics = fit_attributes(settings, splits, out_dir, role="classifier", dataset=dataset,
                                           task_attributes=task_attributes, progress=progress,
@@ -143,6 +145,9 @@ def train_classifier(settings: dict, splits: dict, out_dir: str | Path, *, datas
     config["name"] = f"{dataset}-classifier-{settings['arch']}{settings['width']}-v1"
     gated = {a: metrics["test_accuracy"][a] for a in task_attributes if a in metrics["test_accuracy"]}
     metrics["gates"] = {f"test_accuracy[{a}] >= {GATE_ACCURACY}": acc >= GATE_ACCURACY for a, acc in gated.items()}
+    truth = truth_agreement(net, config["attribute_names"], splits["test"], task_attributes, counterfactuals)
+    if truth is not None:  # informative: how often the classifier itself flips on the true edit (the truth's FR)
+        metrics["truth"] = truth
     metrics["name"] = config["name"]
     save_trained(out_dir, net, config, metrics)
     return metrics

@@ -19,13 +19,15 @@ from .augment import augment
 from .checkpoints import save_trained
 from .nets import SyntheticNet
 from .training import count_params, loss_summary, train_loop
+from .truth_checks import Counterfactuals, flipped_views, mix_views, truth_similarity
 
 IDENTITY_DEFAULTS: dict[str, Any] = {
     "arch": "vgg", "width": 16, "blocks": 1, "pool": "avg", "embed_dim": 64, "steps": 900, "batch": 64, "lr": 3e-3,
     "weight_decay": 5e-4, "seed": 31, "margin": 0.25, "scale": 16.0, "noise": 0.1, "blur": 0.5, "shift": 1,
-    "flip": True,
+    "flip": True, "cf_views": 0.0,
 }
 GATE_VERIFICATION = 0.95
+GATE_TRUTH_FVA = 0.95  # the true counterfactual of a query attribute is the same face (FVA threshold 0.5)
 
 
 class CosFaceTrainer(nn.Module):
@@ -90,7 +92,11 @@ def verification_accuracy(net: SyntheticNet, val: Any, test: Any, n_pairs: int =
 
 
 def train_identity(settings: dict, splits: dict, out_dir: str | Path, *, dataset: str, progress: bool = True,
+                   task_attributes: list[str] = (), counterfactuals: Counterfactuals | None = None,
                    **_: Any) -> dict[str, Any]:
+    """CosFace over the training identities. ``cf_views`` > 0: that share of each batch is replaced by the
+    same faces with a query attribute flipped (rendered by ``counterfactuals``), same identity label: a face
+    recogniser is the same across smiles and ages, so the true counterfactual must keep FVA."""
     train = splits["train"]
     ids, y_all = torch.unique(train.identity, return_inverse=True)
     images, c = train.images, train.images.shape[1]
@@ -99,10 +105,13 @@ def train_identity(settings: dict, splits: dict, out_dir: str | Path, *, dataset
                        pool=settings["pool"]).to(memory_format=torch.channels_last)
     model = CosFaceTrainer(net, len(ids))
     opt = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"])
+    share = float(settings["cf_views"])
+    views = flipped_views(counterfactuals, train, task_attributes) if share > 0 else None
 
     def step(_: int) -> Tensor:
         idx = torch.randint(0, images.shape[0], (settings["batch"],))
-        x = augment(from_uint8(images[idx]), settings["noise"], settings["blur"], settings["shift"], settings["flip"])
+        x = augment(from_uint8(mix_views(images, idx, views, share)), settings["noise"], settings["blur"],
+                    settings["shift"], settings["flip"])
         return model.loss(x.contiguous(memory_format=torch.channels_last), y_all[idx], settings["scale"],
                           settings["margin"])
 
@@ -110,6 +119,7 @@ def train_identity(settings: dict, splits: dict, out_dir: str | Path, *, dataset
                       desc=f"{dataset}/identity", lr=settings["lr"], progress=progress)
     val = splits.get("val", splits["test"])
     ver = verification_accuracy(net, val, splits["test"])
+    truth = truth_similarity(lambda u8: embed(net, u8), splits["test"], task_attributes, counterfactuals, threshold=0.5)
     name = f"{dataset}-identity-{settings['arch']}{settings['width']}-cosface-v1"
     config = {"role": "identity", "dataset": dataset, "name": name,
               "net": {"kind": "SyntheticNet", "arch": settings["arch"], "in_channels": c, "width": settings["width"],
@@ -124,5 +134,9 @@ def train_identity(settings: dict, splits: dict, out_dir: str | Path, *, dataset
                **loss_summary(hist["losses"]),
                "gates": {f"verification.test_accuracy >= {GATE_VERIFICATION}":
                          ver["test_accuracy"] >= GATE_VERIFICATION}}
+    if truth is not None:
+        metrics["truth"] = truth
+        for a, r in truth.items():
+            metrics["gates"][f"truth_fva[{a}] >= {GATE_TRUTH_FVA}"] = r["share_cos_truth_gt_0.5"] >= GATE_TRUTH_FVA
     save_trained(out_dir, net, config, metrics)
     return metrics

@@ -22,6 +22,7 @@ from ..core.io import from_uint8
 from .augment import pgd
 from .checkpoints import save_trained
 from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
+from .truth_checks import Counterfactuals, truth_agreement
 
 ORACLE_DEFAULTS: dict[str, Any] = {
     **CLASSIFIER_DEFAULTS, "arch": "resnet", "width": 12, "attributes": "all", "data_half": "B", "seed": 23,
@@ -31,6 +32,7 @@ ORACLE_DEFAULTS: dict[str, Any] = {
 }
 GATE_MEAN_ACCURACY = 0.95
 GATE_FOOLED = 0.20
+GATE_TRUTH = 0.95  # the oracle reads the true counterfactual as the other class on >= 95 % of test inputs
 
 
 class StepCounter(nn.Module):
@@ -133,7 +135,8 @@ def fooling_rate(classifier: nn.Module, clf_names: list[str], oracle: nn.Module,
 
 
 def train_oracle(settings: dict, splits: dict, out_dir: str | Path, *, dataset: str, task_attributes: list[str],
-                 classifier_dir: str | Path | None = None, progress: bool = True, **_: Any) -> dict[str, Any]:
+                 classifier_dir: str | Path | None = None, progress: bool = True,
+                 counterfactuals: Counterfactuals | None = None, **_: Any) -> dict[str, Any]:
     """Train and save the oracle; measure the transfer gate against ``classifier_dir`` if it exists."""
     net, config, metrics = fit_attributes(
         settings, splits, out_dir, role="oracle", dataset=dataset, task_attributes=task_attributes,
@@ -163,6 +166,11 @@ def train_oracle(settings: dict, splits: dict, out_dir: str | Path, *, dataset: 
         metrics["fooling"] = None
         metrics["fooling_note"] = (f"no trained classifier at {clf_path}: train it first "
                                    f"(`vcebench train classifier`) to measure the transfer gate")
+    truth = truth_agreement(net, config["attribute_names"], splits["test"], task_attributes, counterfactuals)
+    if truth is not None:
+        metrics["truth"] = truth
+        for a, r in truth.items():
+            gates[f"truth_agreement[{a}] >= {GATE_TRUTH}"] = r["truth_agreement"] >= GATE_TRUTH
     metrics["gates"] = gates
     save_trained(out_dir, net, config, metrics)
     return metrics

@@ -20,10 +20,12 @@ from .augment import augment
 from .checkpoints import save_trained
 from .nets import SimSiamNet
 from .training import count_params, loss_summary, train_loop
+from .truth_checks import Counterfactuals, flipped_views, mix_views, truth_similarity
 
 SIMSIAM_DEFAULTS: dict[str, Any] = {
     "arch": "vgg", "width": 16, "blocks": 1, "dim": 128, "pred_dim": 32, "steps": 500, "batch": 64,
     "lr": 0.05, "weight_decay": 1e-4, "seed": 62, "min_scale": 0.5, "noise": 0.1, "blur": 1.0, "jitter": 0.3,
+    "cf_views": 0.0,
 }
 
 
@@ -89,7 +91,11 @@ def invariance_check(net: SimSiamNet, images_uint8: Tensor, clean_e: Tensor, st:
 
 
 def train_simsiam(settings: dict, splits: dict, out_dir: str | Path, *, dataset: str, progress: bool = True,
+                  task_attributes: list[str] = (), counterfactuals: Counterfactuals | None = None,
                   **_: Any) -> dict[str, Any]:
+    """SimSiam on two augmented views. ``cf_views`` > 0: that share of the second views starts from the same
+    patient with a query attribute flipped (rendered by ``counterfactuals``): the same patient with or
+    without the device is one instance, so S^3 scores the true counterfactual as close."""
     train = splits["train"]
     images, c = train.images, train.images.shape[1]
     torch.manual_seed(settings["seed"])
@@ -97,10 +103,14 @@ def train_simsiam(settings: dict, splits: dict, out_dir: str | Path, *, dataset:
                      settings["pred_dim"]).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=settings["lr"], momentum=0.9, weight_decay=settings["weight_decay"])
 
+    share = float(settings["cf_views"])
+    views = flipped_views(counterfactuals, train, task_attributes) if share > 0 else None
+
     def step(_: int) -> Tensor:
         idx = torch.randint(0, images.shape[0], (settings["batch"],))
         x = from_uint8(images[idx])
-        z1, z2 = net(view(x, settings)), net(view(x, settings))
+        x2 = from_uint8(mix_views(images, idx, views, share)) if views is not None else x
+        z1, z2 = net(view(x, settings)), net(view(x2, settings))
         p1, p2 = net.predictor(z1), net.predictor(z2)
         return -0.5 * (F.cosine_similarity(p1, z2.detach()).mean() + F.cosine_similarity(p2, z1.detach()).mean())
 
@@ -120,6 +130,9 @@ def train_simsiam(settings: dict, splits: dict, out_dir: str | Path, *, dataset:
         "images_per_second": hist["images_per_second"], "threads": torch.get_num_threads(),
         **loss_summary(hist["losses"]),
     }
+    truth = truth_similarity(lambda u8: embed(net, u8), test, task_attributes, counterfactuals)
+    if truth is not None:
+        metrics["truth"] = truth
     name = f"{dataset}-simsiam-{settings['arch']}{settings['width']}-v1"
     metrics["name"] = name
     config = {"role": "simsiam", "dataset": dataset, "name": name,

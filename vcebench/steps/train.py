@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ..config.load import ConfigError, settings_errors
 from ..config.tasks import Task, get_task
 from ..models.distributed import Shard
@@ -30,6 +32,24 @@ def task_attributes(cfg: dict, dataset: str) -> list[str]:
         if t["dataset"] == dataset and t["attribute"] not in out:
             out.append(t["attribute"])
     return out
+
+
+def counterfactual_renderer(cfg: dict, dataset: str):
+    """``(split, attribute) -> uint8 images``: the split rendered with only that attribute flipped, for the
+    judges' truth checks and ``cf_views`` (``vcebench.models.truth_checks``); None for a real dataset."""
+    from ..core.io import quantize
+    from ..data.registry import SYNTHETIC_DATASETS, get_synthetic
+
+    if dataset not in SYNTHETIC_DATASETS:
+        return None
+    synth = get_synthetic(cfg, dataset)
+
+    def render(split, attribute: str):
+        ids = split.sample_ids
+        return torch.cat([quantize(synth.gt_counterfactuals(ids[i:i + 2048], attribute))
+                          for i in range(0, len(ids), 2048)])
+
+    return render
 
 
 def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> dict[str, Any]:
@@ -57,10 +77,38 @@ def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> 
     return refs
 
 
+def install_shipped(cfg: dict, ds: str, role: str, networks: str | Path | None, out: Path, progress: bool,
+                    shard: Shard | None) -> dict[str, Any] | None:
+    """The shipped network of ``ds``/``role`` installed into ``out`` when its card's recipe is the config's
+    (its metrics), else None (a note says why it trains)."""
+    from ..models.shipped import install, read_card, recipe_differences
+
+    card = read_card(networks, ds, role)
+    if card is None:
+        return None
+    diff = recipe_differences(card, cfg, ds, role)
+    if diff:
+        if progress:
+            print(f"[train {role}] the config's recipe is not the shipped {networks}/{ds}/{role}'s "
+                  f"({'; '.join(diff[:3])}{' ...' if len(diff) > 3 else ''}): training it", file=sys.stderr)
+        return None
+    if shard is not None and not shard.writer:
+        return {}
+    metrics = install(networks, ds, role, card, out)
+    if progress:
+        print(f"[train {role}] installed the shipped network {networks}/{ds}/{role} (recipe and sha256 checked; "
+              f"trained {card['trained'].get('where', '?')}): nothing trained", file=sys.stderr)
+    return metrics
+
+
 def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | None = None,
                out_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
-               progress: bool = True, shard: Shard | None = None) -> dict[str, Any]:
+               progress: bool = True, shard: Shard | None = None,
+               networks: str | Path | None = None) -> dict[str, Any]:
     """Train ``role`` on ``task``'s dataset; writes weights, config.json and metrics.json; returns the metrics.
+
+    ``networks`` (config key ``networks``): a folder of shipped networks (``vcebench.models.shipped``); when
+    it holds this role with the config's recipe, that network is checked and installed instead.
 
     ``shard`` (``vcebench.models.distributed.start_processes``): the device and the process of a
     ``ddpm`` / ``pmf`` run (one GPU, or one rank of a torchrun launch). The other roles are small
@@ -81,6 +129,9 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
     from ..core.io import check_writable
 
     check_writable(out, f"the trained {role}")  # before training, not after it
+    shipped = install_shipped(cfg, ds, role, networks, out, progress, shard)
+    if shipped is not None:
+        return shipped
     t0 = time.perf_counter()
     if shard is not None and shard.world > 1 and role not in GENERATIVE:
         raise ConfigError(f"role {role!r} trains in one process; several processes (torchrun, config key "
@@ -104,7 +155,8 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
     splits = {s: load_split(cfg, ds, s, data_dir) for s in ("train", "val", "test")}
     with settings_errors(f"config key `models.{ds}.{role}`"):
         metrics = fn(settings, splits, out, dataset=ds, task_attributes=task_attributes(cfg, ds),
-                     classifier_dir=out.parent / "classifier", progress=progress)
+                     classifier_dir=out.parent / "classifier", progress=progress,
+                     counterfactuals=counterfactual_renderer(cfg, ds))
     metrics["wall_seconds_total"] = round(time.perf_counter() - t0, 2)
     from ..core.io import write_json
 

@@ -1,0 +1,97 @@
+"""Shipped reference networks (vcebench/models/shipped.py, steps/networks.py): a card per network, installed
+instead of trained when the config's recipe is the card's, checked against its sha256."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vcebench.config.load import ConfigError
+from vcebench.core.merge import deep_merge
+from vcebench.models.shipped import ShippedNetworkError, read_card
+from vcebench.steps.networks import ship
+from vcebench.steps.train import train_role
+
+TINY = {"datasets": {"synthxray": {"n_patients": 240}},
+        "models": {"synthxray": {"perceptual": {"steps": 3, "width": 4, "batch": 8}}}}
+
+
+@pytest.fixture(scope="module")
+def shipped(cfg, tmp_path_factory):
+    """A tiny perceptual network trained, then shipped as set `t`."""
+    c = deep_merge(cfg, TINY)
+    root = tmp_path_factory.mktemp("ship")
+    train_role(c, "perceptual", "synthxray_pacemaker", model_dir=root / "models", progress=False)
+    cards = ship(c, root / "models", root / "networks", "t", "a test machine")
+    return c, root, cards
+
+
+def test_ship_writes_a_card_with_the_recipe_and_every_file_hashed(shipped):
+    c, root, cards = shipped
+    assert [(k["dataset"], k["role"]) for k in cards] == [("synthxray", "perceptual")]
+    card = read_card(root / "networks", "synthxray", "perceptual")
+    assert card["recipe"]["settings"] == json.loads(json.dumps(c["models"]["synthxray"]["perceptual"]))
+    assert card["recipe"]["data"]["n_patients"] == 240
+    assert {"model.safetensors", "config.json", "metrics.json"} <= set(card["files"])
+    assert all(len(h) == 64 for h in card["files"].values())
+    assert card["trained"]["where"] == "a test machine"
+    assert "sha256" in (root / "networks/synthxray/perceptual/card.md").read_text()
+
+
+def test_a_matching_recipe_installs_the_shipped_network_and_trains_nothing(shipped, tmp_path):
+    c, root, _ = shipped
+    m = train_role(c, "perceptual", "synthxray_pacemaker", out_dir=tmp_path / "p", progress=False,
+                   networks=root / "networks")
+    assert m["shipped"]["set"] == "t"
+    src = root / "networks/synthxray/perceptual/model.safetensors"
+    assert (tmp_path / "p/model.safetensors").read_bytes() == src.read_bytes()
+    assert not (tmp_path / "p/card.json").exists()
+
+
+def test_a_changed_recipe_trains_as_before(shipped, tmp_path, capsys):
+    c, root, _ = shipped
+    c2 = deep_merge(c, {"models": {"synthxray": {"perceptual": {"steps": 2}}}})
+    m = train_role(c2, "perceptual", "synthxray_pacemaker", out_dir=tmp_path / "p", networks=root / "networks")
+    assert "shipped" not in m and m["steps"] == 2
+    assert "settings.steps: config 2, shipped 3" in capsys.readouterr().err
+
+
+def test_a_corrupted_file_is_a_one_line_error_naming_it_and_the_restore_command(shipped, tmp_path):
+    c, root, _ = shipped
+    bad = root / "bad"
+    import shutil
+
+    shutil.copytree(root / "networks", bad)
+    w = bad / "synthxray/perceptual/model.safetensors"
+    data = bytearray(w.read_bytes())
+    data[-1] ^= 1
+    w.write_bytes(bytes(data))
+    with pytest.raises(ShippedNetworkError) as e:
+        train_role(c, "perceptual", "synthxray_pacemaker", out_dir=tmp_path / "p", progress=False, networks=bad)
+    msg = str(e.value)
+    assert "\n" not in msg and str(w) in msg and "does not match its sha256" in msg and "git checkout" in msg
+    assert not (tmp_path / "p/metrics.json").exists()
+
+
+def test_ship_refuses_a_folder_trained_with_another_recipe(shipped, tmp_path):
+    c, root, _ = shipped
+    c2 = deep_merge(c, {"models": {"synthxray": {"perceptual": {"width": 6}}}})
+    with pytest.raises(ConfigError, match=r"not trained with the config's recipe.*width: config 6, trained 4"):
+        ship(c2, root / "models", tmp_path / "n", "t", "x")
+
+
+def test_the_workflow_passes_the_shipped_folder_and_lists_every_network(cfg, tmp_path):
+    from vcebench import workflow as wf
+
+    assert wf.networks_dir(deep_merge(cfg, {"networks": None})) == "none"
+    assert wf.networks_dir(cfg, tmp_path) == str((tmp_path / cfg["networks"]).resolve())
+    nets = wf.trained_networks(cfg)
+    assert "resources/models/synthfaces/ddpm/metrics.json" in nets
+    assert "resources/models/synthxray/simsiam/metrics.json" in nets
+    assert not any("celeba" in n for n in nets)
+    (tmp_path / "n/synthxray/ddpm").mkdir(parents=True)
+    (tmp_path / "n/synthxray/ddpm/card.json").write_text("{}")
+    c = deep_merge(cfg, {"networks": "n"})
+    assert wf.shipped_card(c, tmp_path, "synthxray", "ddpm") == [str(tmp_path / "n/synthxray/ddpm/card.json")]
+    assert wf.shipped_card(c, tmp_path, "synthxray", "pmf") == []

@@ -1,0 +1,133 @@
+"""The reference networks shipped in the repository (``networks/<set>/<dataset>/<role>/``).
+
+A shipped network is the folder its trainer writes (weights, ``config.json``, ``metrics.json``) plus a card:
+``card.json`` (the recipe it was trained with, the sha256 of every file, where and how long it trained, its
+quality numbers and training curve) and ``card.md`` (the same for a reader). ``vcebench train`` installs it
+instead of training when the config's recipe for that role (the role's settings and the dataset's) equals
+the card's, after checking every file against its hash; a changed recipe trains as before. A file that does
+not match its hash is a one-line error naming it and the command that restores it.
+
+The recipe compared is what decides the weights: the role's settings and the dataset's settings. The device
+and thread count are not in it: a shipped network is the same file on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError
+
+CARD = "card.json"
+NOT_COPIED = ("card.json", "card.md")
+
+
+class ShippedNetworkError(ConfigError):
+    """A shipped network's file is missing or does not match its card's hash."""
+
+
+def recipe(cfg: dict, dataset: str, role: str) -> dict[str, Any]:
+    """What a network's weights depend on: the role's settings and the dataset's (JSON-normalised)."""
+    obj = {"role": role, "dataset": dataset,
+           "settings": ((cfg.get("models") or {}).get(dataset) or {}).get(role),
+           "data": (cfg.get("datasets") or {}).get(dataset)}
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def card_path(networks: str | Path, dataset: str, role: str) -> Path:
+    return Path(networks) / dataset / role / CARD
+
+
+def read_card(networks: str | Path | None, dataset: str, role: str) -> dict[str, Any] | None:
+    """The card of ``networks/<dataset>/<role>`` (None: no networks folder configured, or none shipped)."""
+    if not networks:
+        return None
+    p = card_path(networks, dataset, role)
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def recipe_differences(card: dict[str, Any], cfg: dict, dataset: str, role: str) -> list[str]:
+    """The recipe keys in which the config differs from the card (empty: the shipped network is this recipe)."""
+    want, have = recipe(cfg, dataset, role), card.get("recipe", {})
+    out = []
+    for part in ("settings", "data"):
+        a, b = want.get(part) or {}, have.get(part) or {}
+        out += [f"{part}.{k}: config {a.get(k)!r}, shipped {b.get(k)!r}" for k in sorted(set(a) | set(b))
+                if a.get(k) != b.get(k)]
+    return out
+
+
+def verify(folder: str | Path, card: dict[str, Any]) -> None:
+    """Every file of the card exists with its sha256; else ``ShippedNetworkError`` (one line)."""
+    folder = Path(folder)
+    for rel, digest in sorted(card["files"].items()):
+        p = folder / rel
+        if not p.is_file() or sha256(p) != digest:
+            what = "is missing" if not p.is_file() else "does not match its sha256 in card.json"
+            raise ShippedNetworkError(f"shipped network file {p} {what}; restore it with `git checkout -- {folder}` "
+                                      f"(or retrain the set: `make networks`)")
+
+
+def install(networks: str | Path, dataset: str, role: str, card: dict[str, Any], out_dir: str | Path) -> dict:
+    """Check and copy the shipped ``<dataset>/<role>`` into ``out_dir`` (``metrics.json`` last: the workflow's
+    sentinel); returns its metrics with ``shipped`` (set, card, sha256 of the weights)."""
+    src, out = Path(networks) / dataset / role, Path(out_dir)
+    verify(src, card)
+    files = sorted(card["files"])
+    for rel in [f for f in files if f != "metrics.json"] + ["metrics.json"]:
+        dst = out / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, dst)
+    metrics = json.loads((out / "metrics.json").read_text())
+    metrics["shipped"] = {"set": card.get("set"), "card": str(src / CARD), "files": card["files"]}
+    from ..core.io import write_json
+
+    write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+def write_card(folder: str | Path, cfg: dict, dataset: str, role: str, set_name: str,
+               trained: dict[str, Any], quality: dict[str, Any] | None = None,
+               curve: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``card.json`` and ``card.md`` for the trained network in ``folder`` (every file but the cards
+    hashed), with the config's recipe (which must be the one it was trained with: ``config.json``)."""
+    folder = Path(folder)
+    files = {str(p.relative_to(folder)): sha256(p) for p in sorted(folder.rglob("*"))
+             if p.is_file() and p.name not in NOT_COPIED}
+    card = {"set": set_name, "dataset": dataset, "role": role, "recipe": recipe(cfg, dataset, role),
+            "trained": trained, "quality": quality or {}, "curve": curve, "files": files,
+            "size_bytes": sum((folder / f).stat().st_size for f in files)}
+    from ..core.io import write_json
+
+    write_json(folder / CARD, card)
+    (folder / "card.md").write_text(card_markdown(card))
+    return card
+
+
+def card_markdown(card: dict[str, Any]) -> str:
+    """The card for a reader: what the network is, how it was trained, how good it is, its files."""
+    s = card["recipe"]["settings"] or {}
+    lines = [f"# {card['dataset']} / {card['role']} (network set `{card['set']}`)", "",
+             "## Recipe (the config keys `models." + card["dataset"] + "." + card["role"] + "`)", "",
+             "```json", json.dumps(s, indent=1, sort_keys=True), "```", "",
+             "Dataset settings: `" + json.dumps(card["recipe"]["data"], sort_keys=True) + "`", "",
+             "## Training", ""]
+    lines += [f"- {k}: {v}" for k, v in card["trained"].items()]
+    if card.get("quality"):
+        lines += ["", "## Quality (measured on the files below)", ""]
+        lines += [f"- {k}: {json.dumps(v) if isinstance(v, dict | list) else v}" for k, v in card["quality"].items()]
+    if card.get("curve"):
+        lines += ["", "## Training curve", "", card["curve"].get("markdown", "")]
+    lines += ["", "## Files (sha256)", ""] + [f"- `{f}` `{h}`" for f, h in card["files"].items()]
+    return "\n".join(lines) + "\n"
