@@ -47,6 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--train-only", action="store_true", help="train (on the config's device) and write the "
                    "snapshots, score nothing: the same command without it scores them later, e.g. on a CPU")
     add_config_arg(s)
+    s = add_subverb(subs, "check", run_check, "re-measure a trained network set with all of it present: the "
+                    "generators' FID and the pmf gate, the embedding judge's truth vs regenerate levels")
+    s.add_argument("--models", required=True, help="trained networks: <models>/<dataset>/<role>/")
+    s.add_argument("--data-root", default="resources/data", help="rendered data: <data-root>/<dataset>/")
+    s.add_argument("--n", type=int, default=100, help="test inputs per task for the truth levels (default 100)")
+    add_config_arg(s)
     s = add_subverb(subs, "ship", run_ship, "copy a trained network set into networks/<set>/ with a card per "
                     "network (recipe, sha256, training, quality, curve)")
     s.add_argument("--models", required=True, help="trained networks: <models>/<dataset>/<role>/")
@@ -57,6 +63,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--roles", nargs="+", default=None, help="only these roles")
     add_config_arg(s)
 
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Re-measure a trained set with all its networks present (generators' FID and the pmf gate; the
+    embedding judge's truth vs regenerate levels), written into each network's metrics.json."""
+    from ..config.load import load_config
+    from ..core.runtime import setup_torch
+    from ..steps.networks import check_networks
+
+    cfg = load_config(args.config)
+    setup_torch(cfg["threads"], "cpu")
+    print(json.dumps(check_networks(cfg, args.models, args.data_root, args.n), indent=1, default=str))
+    return 0
 
 
 def run_ship(args: argparse.Namespace) -> int:
