@@ -72,6 +72,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     _task_arg(pa)
     _results_args(pa)
 
+    ns = add_subverb(subs, "sets", run_sets, "the same task table from two network sets: each cell inside the "
+                     "first set's interval or not, each metric's method order (how much the verdict is the networks')")
+    ns.add_argument("--task", required=True)
+    ns.add_argument("--a", required=True, metavar="DIR", help="results folder of the first set (<a>/<task>.csv)")
+    ns.add_argument("--b", required=True, metavar="DIR", help="results folder of the second set")
+    ns.add_argument("--names", nargs=2, default=["ref1", "ref2"], help="the two sets' names")
+    ns.add_argument("--rank-exclude", nargs="*", default=["input", "truth"],
+                    help="rows left out of the method order (reference rows; default: input truth)")
+    ns.add_argument("--out", required=True, help="markdown file (a .json beside it holds every cell)")
     to = add_subverb(subs, "tolerances", run_tolerances, "derive <reference>/tolerances.yaml from the seed spread")
     _reference_args(to)
     _out_dir_arg(to, "folder holding <task>_seeds.{csv,md}")
@@ -262,6 +271,26 @@ def run_seeds(args: argparse.Namespace) -> int:
     print((out / f"{args.task}_seeds.md").read_text())
     return 0
 
+
+
+def run_sets(args: argparse.Namespace) -> int:
+    """Writes --out (markdown) and its .json: the task's table of set --b against set --a."""
+    import pandas as pd
+
+    from ..core.io import write_json
+    from ..registry import column_directions
+    from ..report import network_sets
+
+    a = pd.read_csv(Path(args.a) / f"{args.task}.csv")
+    b = pd.read_csv(Path(args.b) / f"{args.task}.csv")
+    ranked = [m for m in a["method"] if m not in args.rank_exclude]
+    res = network_sets.compare(a, b, column_directions(), ranked)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(network_sets.to_markdown(args.task, res, *args.names))
+    write_json(out.with_suffix(".json"), res)
+    print(out.read_text())
+    return 0
 
 
 def run_pareto(args: argparse.Namespace) -> int:
