@@ -72,12 +72,14 @@ def truth_similarity(embed: Callable[[Tensor], Tensor], test: Any, attributes: S
                      counterfactuals: Counterfactuals | None, threshold: float | None = None) -> dict[str, Any] | None:
     """Per query attribute: cosine between the embeddings of each of the first ``N_CHECK`` test inputs and its
     true counterfactual (mean, and the share above ``threshold``: the truth's FVA for an identity net), beside
-    the mean cosine of an input with another test input (the level of "a different image")."""
+    the mean cosine of an input with the test input half the split away (another identity: the level of "a
+    different face / patient")."""
     if counterfactuals is None:
         return None
     sub = _first(test, N_CHECK)
     e = F.normalize(embed(sub.images), dim=1)
-    other = float((e * torch.roll(e, 1, 0)).sum(1).mean())
+    # half the split apart: another face / patient (a split lists an identity's images together)
+    other = float((e * torch.roll(e, len(e) // 2, 0)).sum(1).mean())
     out: dict[str, Any] = {}
     for a in attributes:
         cos = (e * F.normalize(embed(counterfactuals(sub, a)), dim=1)).sum(1)

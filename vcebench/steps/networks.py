@@ -125,6 +125,16 @@ def truth_vs_regenerate(cfg: dict, task, model_dir: str | Path, data_dir: str | 
             "truth_at_least_as_close": bool(cos_t.mean() >= cos_r.mean())}
 
 
+def batched_embed(judge, images_uint8, batch: int = 256):
+    """A judge's embeddings of uint8 images, in batches, without gradients."""
+    import torch
+
+    from ..core.io import from_uint8
+
+    with torch.no_grad():
+        return torch.cat([judge(from_uint8(images_uint8[i:i + batch])) for i in range(0, len(images_uint8), batch)])
+
+
 def check_networks(cfg: dict, model_dir: str | Path, data_root: str | Path, n: int = 100) -> dict[str, Any]:
     """Re-measure a trained set's quality with the whole set present, into each network's ``metrics.json``:
     the generators' FID (``fid_features``) and the pmf's quality gate against the set's ddpm
@@ -134,7 +144,9 @@ def check_networks(cfg: dict, model_dir: str | Path, data_root: str | Path, n: i
     from ..core.io import write_json
     from ..data import load_split
     from ..models.recipes import evaluate_generative
+    from ..models.truth_checks import truth_similarity
     from ..models.zoo import load_role
+    from .train import counterfactual_renderer
 
     out: dict[str, Any] = {}
     for ds in SYNTHETIC_DATASETS:
@@ -148,7 +160,11 @@ def check_networks(cfg: dict, model_dir: str | Path, data_root: str | Path, n: i
                                                reference_ddpm_dir=Path(model_dir, ds, "ddpm"))
         role = "identity" if tasks[0].kind == "faces" else "simsiam"
         levels = {t.name: truth_vs_regenerate(cfg, t, model_dir, Path(data_root) / ds, n) for t in tasks}
+        judge = load_role(cfg, tasks[0], role, model_dir)[0].eval()
+        truth = truth_similarity(lambda u8, j=judge: batched_embed(j, u8),
+                                 load_split(cfg, ds, "test", Path(data_root) / ds), [t.attribute for t in tasks],
+                                 counterfactual_renderer(cfg, ds), threshold=0.5)
         path = Path(model_dir, ds, role, "metrics.json")
-        write_json(path, {**json.loads(path.read_text()), "truth_vs_regenerate": levels})
-        out[f"{ds}/{role}"] = levels
+        write_json(path, {**json.loads(path.read_text()), "truth": truth, "truth_vs_regenerate": levels})
+        out[f"{ds}/{role}"] = {"truth": truth, "truth_vs_regenerate": levels}
     return out
