@@ -56,6 +56,16 @@ def degradation_loss(max_blur: float, max_noise: float):
     return loss
 
 
+def shuffle_patches(x: Tensor, p: int, g: torch.Generator) -> Tensor:
+    """Each image's ``p`` x ``p`` patches in a random order (colours and local texture kept, layout lost)."""
+    n, c, h, w = x.shape
+    tiles = x.unfold(2, p, p).unfold(3, p, p).reshape(n, c, (h // p) * (w // p), p, p)
+    perm = torch.stack([torch.randperm(tiles.shape[2], generator=g) for _ in range(n)])
+    tiles = tiles[torch.arange(n)[:, None], :, perm].permute(0, 2, 1, 3, 4)
+    k = h // p
+    return tiles.reshape(n, c, k, k, p, p).permute(0, 1, 2, 4, 3, 5).reshape(n, c, h, w)
+
+
 @torch.no_grad()
 def extract(net: nn.Module, x: Tensor, batch: int = 256) -> Tensor:
     net.eval()
@@ -78,12 +88,14 @@ def train_fid_features(settings: dict, splits: dict, out_dir: str | Path, *, dat
     fr = extract(net, xr)
     checks = {
         "clean": frechet_distance(fr, extract(net, xt)),
+        # structure destroyed, colours kept (what an undertrained generator draws): must be far from real
+        "patches_shuffled_8px": frechet_distance(fr, extract(net, shuffle_patches(xt, 8, g))),
         "blur_sigma_1.0": frechet_distance(fr, extract(net, gaussian_blur(xt, torch.full((n,), 1.0)))),
         "noise_std_0.1": frechet_distance(
             fr, extract(net, (xt + 0.1 * torch.randn(xt.shape, generator=g)).clamp(-1, 1))),
     }
     metrics.update({"name": name, "feature_dim": settings["embed_dim"], "fid_train_vs_test": checks,
-                    "n_fid": n, "sensitive_to_degradation": checks["clean"] < min(checks["blur_sigma_1.0"],
-                                                                                   checks["noise_std_0.1"])})
+                    "n_fid": n, "sensitive_to_degradation": checks["clean"] < min(
+                        checks["blur_sigma_1.0"], checks["noise_std_0.1"], checks["patches_shuffled_8px"])})
     save_trained(out_dir, net, config, metrics)
     return metrics

@@ -73,13 +73,17 @@ def sample_scores(samples: Tensor, val_features: np.ndarray, feature_fn: Callabl
     from ..core.frechet import feature_frechet_distance
 
     f = _features(feature_fn, samples)
-    k, k_std = kid(f, val_features, subsets=50, subset_size=min(len(f), len(val_features), 1000), seed=seed)
+    # subsets of half the smaller set (at most 1000): the spread over subsets is an estimate, not 0
+    size = min(1000, min(len(f), len(val_features)) // 2)
+    k, k_std = kid(f, val_features, subsets=50, subset_size=size, seed=seed)
     return {"fid": feature_frechet_distance(f, val_features), "kid": k, "kid_std": k_std, "n": int(len(f))}
 
 
 def score_ddpm(ddpm, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: int, sample_steps: int,
-               seed: int) -> dict[str, Any]:
-    """One DDPM snapshot: Tweedie FID / MSE at each flow time, sample FID / KID."""
+               seed: int, cache: Path | None = None) -> dict[str, Any]:
+    """One DDPM snapshot: Tweedie FID / MSE at each flow time, sample FID / KID. The samples are scored as
+    uint8 images (as every image vcebench scores) and kept in ``cache`` (.npz): a rescoring with another
+    feature network draws none again."""
     from ..models.ddpm import sample_ddpm, tweedie_at
 
     ddpm.eval()
@@ -89,10 +93,26 @@ def score_ddpm(ddpm, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples
         x0, _ = tweedie_at(ddpm, val, t, g)
         q = generative_quality(x0.clamp(-1, 1), val, feature_fn)
         row[f"tweedie_t{t:g}_fid"], row[f"tweedie_t{t:g}_mse"] = q["fid"], float(((x0 - val) ** 2).mean())
-    samples = sample_ddpm(ddpm, n_samples, tuple(val.shape[1:]), sample_steps, g)
+    samples = _cached_samples(cache, n_samples, lambda: sample_ddpm(ddpm, n_samples, tuple(val.shape[1:]),
+                                                                     sample_steps, g))
     s = sample_scores(samples, _features(feature_fn, val), feature_fn, seed)
     row.update({f"sample_{k}": v for k, v in s.items()})
     return row
+
+
+def _cached_samples(cache: Path | None, n: int, draw: Callable[[], Tensor]) -> Tensor:
+    """``draw()``'s samples as uint8 images read back to [-1, 1], from ``cache`` when it holds ``n``."""
+    from ..core.io import from_uint8, quantize
+
+    if cache is not None and cache.is_file():
+        u8 = torch.from_numpy(np.load(cache)["samples"])
+        if len(u8) == n:
+            return from_uint8(u8)
+    u8 = quantize(draw())
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(cache, samples=u8.numpy())
+    return from_uint8(u8)
 
 
 def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: int, seed: int,
@@ -184,8 +204,11 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
     if not score:
         return {"dataset": ds, "role": role, "recipe": spec, "trained": str(trained), "snapshots": at}
     val = to_float_images(val_u8, f"training curve {ds}/{role}: validation images")
+    from ..models.checkpoints import weights_fingerprint
+
     scoring = {"n_val": int(val.shape[0]), "n_samples": n_samples, "sample_steps": sample_steps,
-               "t_flow": list(t_flow), "seed": seed, "feature": refs.get("feature_name")}
+               "t_flow": list(t_flow), "seed": seed, "feature": refs.get("feature_name"),
+               "feature_weights": weights_fingerprint(refs["feature_fn"])}
     key = fingerprint({"role": role, "recipe": spec, "scoring": scoring})
     cache_path = out_dir / "curve.json"
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
@@ -196,7 +219,8 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
         t0 = time.perf_counter()
         net = load_snapshot(role, spec, val.shape[1:], snapshot_path(out_dir / "train", a))
         if role == "ddpm":
-            row = score_ddpm(net, val, refs["feature_fn"], t_flow, n_samples, sample_steps, seed)
+            row = score_ddpm(net, val, refs["feature_fn"], t_flow, n_samples, sample_steps, seed,
+                             out_dir / "samples" / f"step-{a:06d}.npz")
         else:
             row = score_pmf(net, val, refs["feature_fn"], t_flow, n_samples, seed,
                             refs.get("reference_ddpm"), refs.get("classifiers"))
