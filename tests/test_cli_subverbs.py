@@ -7,8 +7,8 @@ from vcebench import cli
 
 SUBVERBS = {
     "profile": ("task", "compaction", "paper-scale", "gpu"),
-    "report": ("task", "gallery", "paper", "regression", "accept", "seeds", "pareto", "tolerances"),
-    "models": ("parity",),
+    "report": ("task", "gallery", "paper", "regression", "accept", "seeds", "pareto", "sets", "tolerances"),
+    "models": ("parity", "curve", "check", "ship"),
 }
 
 # one command line per subverb, with an argument only that subverb takes; `func` is the function it runs
@@ -35,6 +35,13 @@ PARSES = [
     (["report", "tolerances", "--reference", "r", "--tasks", "a"], "run_tolerances", {"tasks": ["a"]}),
     (["models", "parity", "--dataset", "synthfaces", "--out", "p.json", "--n", "8"], "run_parity",
      {"dataset": "synthfaces", "n": 8}),
+    (["report", "sets", "--task", "t", "--a", "x", "--b", "y", "--out", "s.md"], "run_sets",
+     {"a": "x", "b": "y", "names": ["ref1", "ref2"]}),
+    (["models", "curve", "--task", "t", "--role", "pmf", "--steps", "8", "--out", "o", "--train-only"], "run_curve",
+     {"train_only": True, "steps": 8}),
+    (["models", "check", "--models", "m", "--n", "5"], "run_check", {"models": "m", "n": 5}),
+    (["models", "ship", "--models", "m", "--set", "s", "--out", "o", "--where", "w"], "run_ship",
+     {"set_name": "s", "where": "w", "curves": None}),
 ]
 
 
@@ -61,6 +68,8 @@ FOREIGN = [
     (["report", "pareto", "--task", "t"], ["--methods", "fire"]),
     (["report", "tolerances"], ["--results", "results"]),
     (["models", "parity", "--dataset", "d", "--out", "o"], ["--task", "t"]),
+    (["models", "ship", "--models", "m", "--set", "s", "--out", "o", "--where", "w"], ["--steps", "3"]),
+    (["report", "sets", "--task", "t", "--a", "x", "--b", "y", "--out", "s.md"], ["--reference", "r"]),
 ]
 
 

@@ -7,6 +7,9 @@ Examples::
     vcebench data check celeba --root /data/celeba
     vcebench train classifier --task synthfaces_smile
     vcebench models parity --dataset synthfaces --data resources/data/synthfaces --out parity.json
+    vcebench models curve --task synthfaces_smile --role ddpm --steps 6400 --at 200 400 800 1600 3200 --out c/
+    vcebench models check --models resources/models
+    vcebench models ship --models resources/models --set local --out networks/local --where "my laptop"
     vcebench explain --task synthfaces_smile --method fire --shard 0 --n-shards 2
     vcebench evaluate --task synthfaces_smile --method fire
     vcebench profile task --task synthfaces_smile --method fire
@@ -20,6 +23,7 @@ Examples::
     vcebench report accept --reference results/reference/quick
     vcebench report seeds --task synthfaces_smile
     vcebench report pareto --task synthfaces_smile
+    vcebench report sets --task synthfaces_smile --a results --b runs/ref2/results --out sets.md
     vcebench report tolerances --reference results/reference/quick
     vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
     vcebench tune --task synthfaces_smile --data resources/data/synthfaces
