@@ -111,7 +111,8 @@ def test_bad_settings_are_named_when_the_config_is_loaded(override, key):
     ({"method_defaults": {"fire": {"rhoo": 0.1}}}, "method_defaults.fire.rhoo"),
     ({"tasks": {"synthfaces_smile": {"params": {"fire": {"rhoo": 0.1}}}}}, "tasks.synthfaces_smile.params.fire.rhoo"),
     ({"variants": {"fire": {"K5": {"KK": 5}}}}, "variants.fire.K5.KK"),
-    ({"tasks": {"synthfaces_smile": {"params": {"fire_K5": {"K": "many"}}}}}, "tasks.synthfaces_smile.params.fire_K5.K"),
+    ({"tasks": {"synthfaces_smile": {"params": {"fire_K5": {"K": "many"}}}}},
+     "tasks.synthfaces_smile.params.fire_K5.K"),
     ({"variants": {"fire": {"K5": {"K": 0}}}}, "variants.fire.K5.K"),
     ({"models": {"synthfaces": {"classifier": {"stepz": 10}}}}, "models.synthfaces.classifier.stepz"),
 ])
@@ -124,8 +125,10 @@ def test_a_job_checks_the_settings_it_runs(override, key):
     with pytest.raises(ConfigError) as e:
         load_settings(overrides=override, only=("synthfaces_smile", "fire_K5"))
     assert f"`{key}`" in str(e.value) and "\n" not in str(e.value)
-    other = {"method_defaults": {"dime": {"scalez": [8]}}, "tasks": {"synthfaces_age": {"params": {"fire": {"rhoo": 1}}}}}
-    cfg = load_settings(overrides={**other, "variants": {"fire": {"K5": {"K": "7"}}}}, only=("synthfaces_smile", "fire_K5"))
+    other = {"method_defaults": {"dime": {"scalez": [8]}},
+             "tasks": {"synthfaces_age": {"params": {"fire": {"rhoo": 1}}}}}
+    cfg = load_settings(overrides={**other, "variants": {"fire": {"K5": {"K": "7"}}}},
+                        only=("synthfaces_smile", "fire_K5"))
     assert cfg["variants"]["fire"]["K5"]["K"] == 7
     with pytest.raises(ConfigError, match="method_defaults.dime.scalez"):
         load_settings(overrides=other)
