@@ -144,8 +144,8 @@ def check_networks(cfg: dict, model_dir: str | Path, data_root: str | Path, n: i
     from ..core.io import write_json
     from ..data import load_split
     from ..models.recipes import evaluate_generative
-    from ..models.truth_checks import truth_similarity
-    from ..models.zoo import load_role
+    from ..models.truth_checks import truth_agreement, truth_similarity
+    from ..models.zoo import load_role, load_trained_net
     from .train import counterfactual_renderer
 
     out: dict[str, Any] = {}
@@ -167,4 +167,12 @@ def check_networks(cfg: dict, model_dir: str | Path, data_root: str | Path, n: i
         path = Path(model_dir, ds, role, "metrics.json")
         write_json(path, {**json.loads(path.read_text()), "truth": truth, "truth_vs_regenerate": levels})
         out[f"{ds}/{role}"] = {"truth": truth, "truth_vs_regenerate": levels}
+        for r in ("classifier", "oracle"):  # agreement with the true counterfactuals, with the current checks
+            net, net_cfg = load_trained_net(r, Path(model_dir, ds, r))  # logits per attribute
+            agree = truth_agreement(net.eval(), net_cfg["attribute_names"],
+                                    load_split(cfg, ds, "test", Path(data_root) / ds),
+                                    [t.attribute for t in tasks], counterfactual_renderer(cfg, ds))
+            path = Path(model_dir, ds, r, "metrics.json")
+            write_json(path, {**json.loads(path.read_text()), "truth": agree})
+            out[f"{ds}/{r}"] = agree
     return out
