@@ -80,14 +80,12 @@ def wait_all(procs: dict, deadline: float) -> dict[str, int]:
 
 
 def to_fp16(path: Path) -> None:
-    import torch
     from safetensors.torch import load_file, safe_open, save_file
 
     with safe_open(str(path), "pt") as f:
         meta = dict(f.metadata() or {})
     w = {k: (v.half() if v.is_floating_point() else v) for k, v in load_file(str(path)).items()}
     save_file(w, str(path), metadata={**meta, "dtype": "float16 (transfer copy of a float32 snapshot)"})
-    del torch
 
 
 def pack(work: Path, out: Path, set_name: str, keep_snapshots: bool, part_mib: int = 15) -> list[str]:

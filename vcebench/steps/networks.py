@@ -161,17 +161,15 @@ def check_networks(cfg: dict, model_dir: str | Path, data_root: str | Path, n: i
         role = "identity" if tasks[0].kind == "faces" else "simsiam"
         levels = {t.name: truth_vs_regenerate(cfg, t, model_dir, Path(data_root) / ds, n) for t in tasks}
         judge = load_role(cfg, tasks[0], role, model_dir)[0].eval()
-        truth = truth_similarity(lambda u8, j=judge: batched_embed(j, u8),
-                                 load_split(cfg, ds, "test", Path(data_root) / ds), [t.attribute for t in tasks],
-                                 counterfactual_renderer(cfg, ds), threshold=0.5)
+        test, render = load_split(cfg, ds, "test", Path(data_root) / ds), counterfactual_renderer(cfg, ds)
+        attributes = [t.attribute for t in tasks]
+        truth = truth_similarity(lambda u8, j=judge: batched_embed(j, u8), test, attributes, render, threshold=0.5)
         path = Path(model_dir, ds, role, "metrics.json")
         write_json(path, {**json.loads(path.read_text()), "truth": truth, "truth_vs_regenerate": levels})
         out[f"{ds}/{role}"] = {"truth": truth, "truth_vs_regenerate": levels}
         for r in ("classifier", "oracle"):  # agreement with the true counterfactuals, with the current checks
             net, net_cfg = load_trained_net(r, Path(model_dir, ds, r))  # logits per attribute
-            agree = truth_agreement(net.eval(), net_cfg["attribute_names"],
-                                    load_split(cfg, ds, "test", Path(data_root) / ds),
-                                    [t.attribute for t in tasks], counterfactual_renderer(cfg, ds))
+            agree = truth_agreement(net.eval(), net_cfg["attribute_names"], test, attributes, render)
             path = Path(model_dir, ds, r, "metrics.json")
             write_json(path, {**json.loads(path.read_text()), "truth": agree})
             out[f"{ds}/{r}"] = agree
