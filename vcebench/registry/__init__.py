@@ -49,8 +49,8 @@ from .specs import (
 # vcebench.registry.specs and vcebench.registry.builtin_specs).
 __all__ = ["BUILTIN_METHODS", "BUILTIN_METRICS", "COST_COLUMNS", "DATASETS", "EXTERNAL_PREFIX", "MODEL_ROLES",
            "NOISE_KINDS", "PROTOCOL_COLUMNS", "TASK_KINDS", "MethodSpec", "MetricSpec", "RegistryError",
-           "baseline_methods", "builtin_method_names", "column_directions", "column_labels", "eval_roles",
-           "fill_schema", "get_method_spec", "get_metric_spec", "load_plugins", "method", "method_names",
+           "attack_methods", "baseline_methods", "builtin_method_names", "column_directions", "column_labels",
+           "eval_roles", "fill_schema", "get_method_spec", "get_metric_spec", "load_plugins", "method", "method_names",
            "method_noise", "method_spec", "methods", "metric", "metric_names", "metric_roles", "metric_spec",
            "metrics", "register_method", "register_metric", "table_columns", "truth_methods", "unranked_columns"]
 
@@ -98,7 +98,8 @@ def register_metric(spec: MetricSpec) -> MetricSpec:
 
 
 def method(name: str, label: str | None = None, *, roles: Iterable[str], params: Any, baseline: bool = False,
-           noise: str | None = None, truth: bool = False, **factory_kwargs: Any) -> Callable[[Any], Any]:
+           noise: str | None = None, truth: bool = False, attack: bool = False,
+           **factory_kwargs: Any) -> Callable[[Any], Any]:
     """Decorator registering a method factory (a class or function ``(name, params) -> Method``)::
 
         @registry.method("mine", "Mine", roles=("classifier",), params=MineParams)
@@ -106,7 +107,8 @@ def method(name: str, label: str | None = None, *, roles: Iterable[str], params:
     """
     def deco(factory: Any) -> Any:
         spec = register_method(method_spec(name, label, roles=roles, params=params, factory=factory,
-                                           baseline=baseline, noise=noise, truth=truth, **factory_kwargs))
+                                           baseline=baseline, noise=noise, truth=truth, attack=attack,
+                                           **factory_kwargs))
         _DECORATED.setdefault(spec.source, []).append(spec)
         return factory
     return deco
@@ -195,6 +197,11 @@ def baseline_methods() -> tuple[str, ...]:
 def truth_methods() -> tuple[str, ...]:
     """The reference rows that return the synthetic renderer's true counterfactual (``MethodSpec.truth``)."""
     return tuple(n for n, s in methods().items() if s.truth)
+
+
+def attack_methods() -> tuple[str, ...]:
+    """The ranked methods that are no counterfactual (``MethodSpec.attack``), e.g. ``pixel``."""
+    return tuple(n for n, s in methods().items() if s.attack)
 
 
 def method_noise(base: str) -> str | None:

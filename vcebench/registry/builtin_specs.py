@@ -25,7 +25,8 @@ BUILTIN_METHODS: tuple[MethodSpec, ...] = (
     # ACE (methods/ace.py): a PGD pre-explanation through the DDPM filter, then inpainting; `ace_l1` / `ace_l2`
     MethodSpec("ace", "ACE", ("classifier", "ddpm"), "methods.ace:AceParams", "methods.ace:ACE", noise="ddpm"),
     # PGD on the pixels, no generator (methods/pixel.py): a ranked method that is no counterfactual; `pixel_attack`
-    MethodSpec("pixel", "Pixel PGD", ("classifier",), "methods.pixel:PixelParams", "methods.pixel:PixelAttack"),
+    MethodSpec("pixel", "Pixel PGD", ("classifier",), "methods.pixel:PixelParams", "methods.pixel:PixelAttack",
+               attack=True),
     # the do-nothing row: the input as its own "counterfactual" (methods/identity.py)
     MethodSpec("input", "Input (no edit)", ("classifier",), "methods.identity:IdentityParams",
                "methods.identity:Identity", baseline=True),

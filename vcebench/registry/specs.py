@@ -58,8 +58,10 @@ class MethodSpec:
     evaluated like every method but never tuned, ranked or put on a Pareto front; ``truth``: a baseline that
     returns the synthetic renderer's true counterfactual (built with it, :func:`methods.get_method`): it exists
     on synthetic tasks only, and the tables check each metric column against it
-    (:mod:`vcebench.report.validity`); ``noise``: how the protocol sets its starting noise
-    (:data:`NOISE_KINDS`); ``source``: who registered it.
+    (:mod:`vcebench.report.validity`); ``attack``: a ranked method that is known to be no counterfactual (the
+    pixel-space attack): the table's footer says which metric columns tell it from the truth and which rank it
+    first; ``noise``: how the protocol sets its starting noise (:data:`NOISE_KINDS`); ``source``: who
+    registered it.
     """
 
     name: str
@@ -72,6 +74,7 @@ class MethodSpec:
     noise: str | None = None
     source: str = "vcebench"
     truth: bool = False
+    attack: bool = False
 
     def params_class(self) -> type:
         cls = _resolve(self.params, f"method {self.name!r} ({self.source}): hyperparameter dataclass")
@@ -119,11 +122,11 @@ class MetricSpec:
 
 def method_spec(name: str, label: str | None = None, *, roles: Iterable[str], params: Any, factory: Any,
                 baseline: bool = False, noise: str | None = None, source: str | None = None, truth: bool = False,
-                **factory_kwargs: Any) -> MethodSpec:
+                attack: bool = False, **factory_kwargs: Any) -> MethodSpec:
     """A checked :class:`MethodSpec` (the form a plug-in's entry point can point at)."""
     spec = MethodSpec(name=name, label=label or name, roles=tuple(roles), params=params, factory=factory,
                       factory_kwargs=dict(factory_kwargs), baseline=bool(baseline), noise=noise,
-                      source=source or _module_of(factory), truth=bool(truth))
+                      source=source or _module_of(factory), truth=bool(truth), attack=bool(attack))
     check_method(spec)
     return spec
 
@@ -159,6 +162,9 @@ def check_method(s: MethodSpec) -> None:
         raise RegistryError(f"{where}: noise must be one of {list(NOISE_KINDS)}, got {s.noise!r}")
     if s.truth and not s.baseline:
         raise RegistryError(f"{where}: a truth row is a reference row: register it with baseline=True")
+    if s.attack and s.baseline:
+        raise RegistryError(f"{where}: an attack is a ranked method, not a reference row: register it without "
+                            f"baseline=True")
 
 
 def check_metric(s: MetricSpec) -> None:
