@@ -243,7 +243,7 @@ def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
             raise ConfigError(
                 f"task {task_name!r} needs canonical weights for role {role!r}: set config key "
                 f"`models.{task.dataset}.{role}.weights` (now {w!r}) to an existing file or folder "
-                f"(see README, 'Real datasets and canonical weights').")
+                f"(see docs/real-data.md).")
 
 
 def train_threads(cfg: dict) -> int:
@@ -289,7 +289,7 @@ def external_spec(cfg: dict, task: str, method: str) -> dict:
     specs = cfg.get("external") or {}
     if name not in specs:
         raise ConfigError(f"method {method!r} imports results from config key `external.{name}`, which is not set "
-                          f"(set: {sorted(specs) or 'none'}); see README, 'Importing results from other code bases'")
+                          f"(set: {sorted(specs) or 'none'}); see docs/import.md")
     spec = dict(specs[name])
     for key in ("path", "mapping"):
         if spec.get(key):
