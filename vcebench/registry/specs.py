@@ -1,5 +1,6 @@
-"""What a method or a metric is (:class:`MethodSpec`, :class:`MetricSpec`), the checks every one passes,
-and the names they may use (network roles, noise kinds, task kinds, reserved table columns).
+"""What a method, a metric or a dataset is (:class:`MethodSpec`, :class:`MetricSpec`, :class:`DatasetSpec`), the
+checks every one passes, and the names they may use (network roles, noise kinds, task kinds, reserved table
+columns).
 
 Torch-free, like :mod:`vcebench.registry`, which holds the registered specs.
 """
@@ -118,6 +119,51 @@ class MetricSpec:
 
     def shown_on(self, kind: str, synthetic: bool) -> bool:
         return self.evaluated_on(kind, synthetic) and kind in (self.table_kinds or self.kinds)
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset, declared once: everything else (the data registry, the config schema's ``datasets.<name>``
+    section and task ``dataset`` names, the workflow's data inputs, the error messages) reads it.
+
+    ``kind``: the metric protocol of its tasks (:data:`TASK_KINDS`); ``synthetic``: rendered with ground truth
+    (``loader`` then builds the renderer from the config section, else it reads split ``split`` of the
+    user's folders: ``loader(section, split, seed) -> Split``, a ``"module:function"``); ``attributes``: its
+    label columns (a task's ``attribute`` is one of them); ``eval_split`` / ``tune_split``: where
+    counterfactuals are evaluated and settings tuned (never the same); ``config``: the JSON schema of its
+    config section's keys; ``source`` / ``layout``: where to get a real dataset and what its folder holds
+    (named in every error about it); ``root_key``: the config key of that folder.
+    """
+
+    name: str
+    kind: str
+    synthetic: bool
+    attributes: tuple[str, ...]
+    loader: str
+    config: dict[str, Any]
+    eval_split: str = "test"
+    tune_split: str = "val"
+    source: str | None = None
+    layout: str | None = None
+    root_key: str = "root"
+
+    def load(self) -> Any:
+        return _resolve(self.loader, f"dataset {self.name!r}: loader")
+
+
+def check_dataset(s: DatasetSpec) -> None:
+    where = f"dataset {s.name!r}"
+    if not isinstance(s.name, str) or not re.match(r"^[a-z][a-z0-9]*$", s.name):
+        raise RegistryError(f"{where}: a dataset name is lowercase letters and digits, starting with a letter")
+    if s.kind not in TASK_KINDS:
+        raise RegistryError(f"{where}: kind must be one of {list(TASK_KINDS)}, got {s.kind!r}")
+    if not s.attributes or len(set(s.attributes)) != len(s.attributes):
+        raise RegistryError(f"{where}: attributes must be distinct label names, got {list(s.attributes)}")
+    if s.eval_split == s.tune_split:
+        raise RegistryError(f"{where}: settings are tuned on another split than the evaluated one "
+                            f"({s.eval_split!r} twice)")
+    if not s.synthetic and not s.source:
+        raise RegistryError(f"{where}: a real dataset names where to get it (source)")
 
 
 def method_spec(name: str, label: str | None = None, *, roles: Iterable[str], params: Any, factory: Any,
