@@ -61,6 +61,9 @@ def test_every_method_gets_the_same_number_of_settings(cfg):
     for m in tune_methods(cfg):
         untuned = method_params(cfg, task, m, candidate={})
         cands = candidate_settings(cfg["tune"]["space"][m], untuned, n, cfg["tune"]["seed"], m)
+        if not cfg["tune"]["space"][m]:  # nothing to tune (the pixel attack: its budget defines the row)
+            assert cands == [{}]
+            continue
         assert len(cands) == n and cands[0] == {}
         assert cands == candidate_settings(cfg["tune"]["space"][m], untuned, n, cfg["tune"]["seed"], m)  # seeded
         for name, spec in cfg["tune"]["space"][m].items():
@@ -82,7 +85,7 @@ def test_relative_knob_needs_the_parameter():
 
 
 def test_tune_methods_are_the_base_methods(cfg):
-    assert tune_methods(cfg) == ["fire", "dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime"]
+    assert tune_methods(cfg) == ["fire", "dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime", "ace", "pixel"]
 
 
 def test_merge_keeps_the_other_methods_and_refuses_a_different_rule():
@@ -144,3 +147,5 @@ def test_a_finished_setting_is_reused_only_with_the_same_network_weights(tmp_pat
     assert after != before
     _sweep_row(sweep(after), "fire", 0, {})
     assert len(runs) == 2  # the same name, other weights: run again
+    pixel = _sweep_row(sweep(after), "pixel", 0, {})  # no noise level: no log-SNR, and the row is written
+    assert pixel["log_snr"] is None and pixel["metrics"]["FR"] == 100.0

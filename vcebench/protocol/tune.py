@@ -29,9 +29,10 @@ from ..config.tasks import split_method
 FALLBACK = "no setting meets every bound: smallest total shortfall below the bounds, then lowest {minimize}"
 
 
-def round_value(v: float) -> float:
-    """``v`` to 4 significant digits (how the tuned file and the sweep table store numbers)."""
-    return float(f"{v:.4g}")
+def round_value(v: float | None) -> float | None:
+    """``v`` to 4 significant digits (how the tuned file and the sweep table store numbers); None stays None (a
+    row without a noise level, e.g. the pixel attack, has no log-SNR)."""
+    return None if v is None else float(f"{v:.4g}")
 
 
 def _scaled(u: float, lo: float, hi: float, scale: str) -> float:
