@@ -34,6 +34,7 @@ from .builtin_specs import BUILTIN_DATASETS, BUILTIN_METHODS, BUILTIN_METRICS
 from .specs import (
     COST_COLUMNS,
     EXTERNAL_PREFIX,
+    METRIC_INPUTS,
     MODEL_ROLES,
     NOISE_KINDS,
     PROTOCOL_COLUMNS,
@@ -52,12 +53,12 @@ from .specs import (
 # What the rest of the code and the plug-ins read from here (the specs and the built-ins are declared in
 # vcebench.registry.specs and vcebench.registry.builtin_specs).
 __all__ = ["BUILTIN_DATASETS", "BUILTIN_METHODS", "BUILTIN_METRICS", "COST_COLUMNS", "DATASETS", "DATASET_SPECS",
-           "EXTERNAL_PREFIX", "MODEL_ROLES", "NOISE_KINDS", "PROTOCOL_COLUMNS", "TASK_KINDS", "DatasetSpec",
-           "MethodSpec", "MetricSpec", "RegistryError", "attack_methods", "baseline_methods", "builtin_method_names",
-           "column_directions", "column_labels", "eval_roles", "fill_schema", "get_dataset_spec", "get_method_spec",
-           "get_metric_spec", "load_plugins", "method", "method_names", "method_noise", "method_spec", "methods",
-           "metric", "metric_names", "metric_roles", "metric_spec", "metrics", "register_method", "register_metric",
-           "table_columns", "truth_methods", "unranked_columns"]
+           "EXTERNAL_PREFIX", "METRIC_INPUTS", "MODEL_ROLES", "NOISE_KINDS", "PROTOCOL_COLUMNS", "TASK_KINDS",
+           "DatasetSpec", "MethodSpec", "MetricSpec", "RegistryError", "attack_methods", "baseline_methods",
+           "builtin_method_names", "column_directions", "column_labels", "eval_roles", "fill_schema",
+           "get_dataset_spec", "get_method_spec", "get_metric_spec", "load_plugins", "method", "method_names",
+           "method_noise", "method_spec", "methods", "metric", "metric_names", "metric_roles", "metric_spec",
+           "metrics", "register_method", "register_metric", "table_columns", "truth_methods", "unranked_columns"]
 
 METHOD_GROUP = "vcebench.methods"
 METRIC_GROUP = "vcebench.metrics"
@@ -126,11 +127,12 @@ def method(name: str, label: str | None = None, *, roles: Iterable[str], params:
 
 def metric(name: str, *, columns: dict[str, bool | None], roles: Iterable[str] = (),
            kinds: Iterable[str] = TASK_KINDS, synthetic_only: bool = False, labels: dict[str, str] | None = None,
-           ) -> Callable[[Any], Any]:
-    """Decorator registering a metric factory ``(ctx: metrics.builders.MetricContext) -> Metric``."""
+           inputs: Iterable[str] = ()) -> Callable[[Any], Any]:
+    """Decorator registering a metric factory ``(ctx: metrics.builders.MetricContext) -> Metric``; ``inputs``:
+    what else it needs (``METRIC_INPUTS``: the FID reference, the training labels, the true counterfactuals)."""
     def deco(factory: Any) -> Any:
         spec = register_metric(metric_spec(name, columns=columns, factory=factory, roles=roles, kinds=kinds,
-                                           synthetic_only=synthetic_only, labels=labels))
+                                           synthetic_only=synthetic_only, labels=labels, inputs=inputs))
         _DECORATED.setdefault(spec.source, []).append(spec)
         return factory
     return deco

@@ -87,12 +87,13 @@ BUILTIN_METHODS: tuple[MethodSpec, ...] = (
 # unranked ones (the ground-truth floors). Protocol and subsets: metrics/__init__.py, docs/protocol.md.
 _B = "metrics.builders:"
 BUILTIN_METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("FID", (("FID", False),), _B + "fid", ("fid_features",)),
-    MetricSpec("sFID", (("sFID", False),), _B + "sfid", ("fid_features",), kinds=("faces",)),
-    MetricSpec("KID", (("KID", False),), _B + "kid", ("fid_features",)),
+    MetricSpec("FID", (("FID", False),), _B + "fid", ("fid_features",), inputs=("fid_reference",)),
+    MetricSpec("sFID", (("sFID", False),), _B + "sfid", ("fid_features",), kinds=("faces",),
+               inputs=("fid_reference",)),
+    MetricSpec("KID", (("KID", False),), _B + "kid", ("fid_features",), inputs=("fid_reference",)),
     MetricSpec("FVA", (("FVA", True), ("FS", True)), _B + "fva", ("identity",), kinds=("faces",)),
     MetricSpec("MNAC", (("MNAC", False),), _B + "mnac", ("oracle",), kinds=("faces",)),
-    MetricSpec("CD", (("CD", False),), _B + "cd", ("oracle",), kinds=("faces",)),
+    MetricSpec("CD", (("CD", False),), _B + "cd", ("oracle",), kinds=("faces",), inputs=("train_labels",)),
     MetricSpec("COUT", (("COUT", True),), _B + "cout", ("classifier",), kinds=("faces",)),
     MetricSpec("L1", (("L1", False),), _B + "l1", (), table_kinds=("xray",)),
     MetricSpec("MAD", (("MAD", True),), _B + "mad", ("classifier",), kinds=("xray",)),
@@ -101,6 +102,7 @@ BUILTIN_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("GT", (("GT_L1", False), ("GT_L1_region", False), ("GT_precision", True), ("GT_recall", True),
                       ("GT_L1_input", None), ("GT_L1_region_input", None)), _B + "ground_truth", (),
                synthetic_only=True, labels=(("GT_L1_input", "GT_L1 (input)"),
-                                            ("GT_L1_region_input", "GT_L1_region (input)"))),
+                                            ("GT_L1_region_input", "GT_L1_region (input)")),
+               inputs=("ground_truth",)),
     MetricSpec("FR_oracle", (("FR_oracle", True),), _B + "fr_oracle", ("oracle",), synthetic_only=True),
 )

@@ -23,6 +23,9 @@ NOISE_KINDS = ("flow", "ddpm", None)
 TASK_KINDS = ("faces", "xray")
 # table columns that are no metric's (vcebench.report, vcebench.costs.columns): costs of all n CFs, and how each
 # row's settings were made (metrics.json `protocol`: starting log-SNR, tuned file used or not)
+# what a metric may need beside the networks and the batches (vcebench.steps.evaluate provides each): the FID
+# reference features of the originals, the training split's labels (CD), the renderer's true counterfactuals (GT)
+METRIC_INPUTS = ("fid_reference", "train_labels", "ground_truth")
 COST_COLUMNS = ("sec_per_cf", "tflops_per_cf", "nfe_per_cf", "peak_mem_mb", "mean_steps")
 PROTOCOL_COLUMNS = ("log_snr", "tuned")
 RESERVED_COLUMNS = ("method", "n", *COST_COLUMNS, *PROTOCOL_COLUMNS)
@@ -97,8 +100,10 @@ class MetricSpec:
 
     ``columns``: its table columns in order, each with its direction (True: higher is better, False:
     lower, None: shown but never ranked, e.g. the unedited input's floor); ``roles``: the networks it
-    needs; ``kinds``: the task kinds it is evaluated on (``synthetic_only``: only on synthetic tasks);
-    ``table_kinds``: where its columns are shown (default ``kinds``); ``labels``: column -> header.
+    needs; ``inputs``: what else it needs (:data:`METRIC_INPUTS`); ``kinds``: the task kinds it is evaluated
+    on (``synthetic_only``: only on synthetic tasks); ``table_kinds``: where its columns are shown (default
+    ``kinds``); ``labels``: column -> header. A metric object may carry ``record`` (a dict), its settings
+    written into metrics.json as they are (e.g. KID's kernel).
     """
 
     name: str
@@ -110,6 +115,7 @@ class MetricSpec:
     table_kinds: tuple[str, ...] | None = None
     labels: tuple[tuple[str, str], ...] = ()
     source: str = "vcebench"
+    inputs: tuple[str, ...] = ()
 
     def build(self, ctx: Any) -> Any:
         return _resolve(self.factory, f"metric {self.name!r} ({self.source}): factory")(ctx)
@@ -180,13 +186,14 @@ def method_spec(name: str, label: str | None = None, *, roles: Iterable[str], pa
 def metric_spec(name: str, *, columns: dict[str, bool | None] | Iterable[tuple[str, bool | None]], factory: Any,
                 roles: Iterable[str] = (), kinds: Iterable[str] = TASK_KINDS, synthetic_only: bool = False,
                 table_kinds: Iterable[str] | None = None, labels: dict[str, str] | None = None,
-                source: str | None = None) -> MetricSpec:
+                source: str | None = None, inputs: Iterable[str] = ()) -> MetricSpec:
     """A checked :class:`MetricSpec` (``columns``: ``{column: higher_is_better}``, in table order)."""
     cols = tuple(columns.items()) if isinstance(columns, dict) else tuple(tuple(c) for c in columns)
     spec = MetricSpec(name=name, columns=cols, factory=factory, roles=tuple(roles), kinds=tuple(kinds),
                       synthetic_only=bool(synthetic_only),
                       table_kinds=None if table_kinds is None else tuple(table_kinds),
-                      labels=tuple((labels or {}).items()), source=source or _module_of(factory))
+                      labels=tuple((labels or {}).items()), source=source or _module_of(factory),
+                      inputs=tuple(inputs))
     check_metric(spec)
     return spec
 
@@ -219,6 +226,9 @@ def check_metric(s: MetricSpec) -> None:
         raise RegistryError(f"{where}: a metric name is letters, digits and `_`, starting with a letter")
     if not s.columns:
         raise RegistryError(f"{where}: declares no table column")
+    bad = [i for i in s.inputs if i not in METRIC_INPUTS]
+    if bad:
+        raise RegistryError(f"{where}: inputs must be among {', '.join(METRIC_INPUTS)}; got {bad}")
     for col, higher in s.columns:
         if not isinstance(col, str) or not METRIC_NAME.match(col) or col in RESERVED_COLUMNS \
                 or col.endswith(("_lo", "_hi")):
