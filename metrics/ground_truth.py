@@ -46,6 +46,7 @@ class GroundTruth:
             raise MetricError(f"GT change threshold must be in [0, 1) (config key `metrics.gt_change_threshold`),"
                               f" got {threshold}")
         self.threshold, self.subset = threshold, subset
+        self.record = {"gt_change_threshold": threshold}  # into metrics.json
         self.sums = {k: 0.0 for k in self.higher_is_better}
         self.counts = {k: 0 for k in self.higher_is_better}
         self.samples = {k: Samples() for k in self.higher_is_better}

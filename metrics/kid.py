@@ -89,6 +89,8 @@ class KID:
                  extractor: str = "", subsets: int = 100, subset_size: int = 1000, seed: int = 0):
         self.net, self.subset = fid_features, subset
         self.subsets, self.subset_size, self.seed = int(subsets), int(subset_size), int(seed)
+        self.record = {"kid": {"kernel": "(a.b / D + 1)^3", "subsets": self.subsets,
+                               "subset_size": self.subset_size, "seed": self.seed}}  # into metrics.json
         self.originals_of = _OriginalFeatures(fid_features, reference, extractor)
         self.rows = FeatureRows()
         self.n: dict[str, int] = {}

@@ -143,3 +143,31 @@ def test_more_shards_than_inputs_is_a_warning_at_the_dry_run(tmp_path):
             "input (empty jobs); set n_shards to at most 100") in out
     r = _dry_run(tmp_path, "n_shards: 100\nrun_tasks: [synthfaces_smile]\nmethods: [fire]\n")
     assert r.returncode == 0 and "vcebench config warning" not in r.stdout + r.stderr
+
+
+def test_a_task_is_any_identifier_and_runs_in_the_dag(tmp_path):
+    """`synthfaces_big_smile` (two underscores) is a task like any other: the schema and the workflow's wildcard
+    take the configured names, not a `<dataset>_<attribute>` pattern."""
+    r = _dry_run(tmp_path, "tasks:\n  synthfaces_big_smile: {dataset: synthfaces, attribute: Smiling}\n"
+                           "run_tasks: [synthfaces_big_smile]\nmethods: [fire, input]\n")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    r = subprocess.run([SNAKEMAKE, "-n", "results/synthfaces_big_smile.csv", "--quiet", "rules", "--configfile",
+                        str(tmp_path / "mine.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}"))
+    assert r.returncode == 0 and "report_task" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def test_the_schema_takes_datasets_and_their_keys_from_their_declarations():
+    from vcebench import registry
+    from vcebench.config.load import schema_path, validate
+
+    schema = registry.fill_schema(read_yaml(schema_path()))
+    sections = schema["properties"]["datasets"]["properties"]
+    assert set(sections) == set(registry.DATASET_SPECS) == set(schema["definitions"]["dataset_name"]["enum"])
+    assert sections["synthxray"]["properties"]["n_patients"]["minimum"] == 20
+    cfg = load_settings()
+    with pytest.raises(ConfigError, match="datasets.synthxray"):
+        validate({**cfg, "datasets": {**cfg["datasets"], "synthxray": {"n_patient": 10}}})
+    with pytest.raises(ConfigError, match="tasks.x.dataset"):
+        validate({**cfg, "tasks": {**cfg["tasks"], "x": {"dataset": "mnist", "attribute": "a"}}})

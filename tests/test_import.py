@@ -267,16 +267,16 @@ def test_dime_unmapped_file(setup, tmp_path):
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def readme_commands(first: str) -> list[list[str]]:
-    """The commands of the README's ``bash`` block that holds ``first``, split like a shell would (continuation
-    lines joined, comments dropped)."""
-    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+def readme_commands(first: str, page: str = "docs/import.md") -> list[list[str]]:
+    """The commands of the ``bash`` block of ``page`` (linked from the README) that holds ``first``, split like a
+    shell would (continuation lines joined, comments dropped)."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / page).read_text(), re.S)
     block = next(b for b in blocks if first in b)
     return [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
 
 def test_readme_import_then_evaluate(tmp_path, monkeypatch, capsys):
-    """README, "Importing results from other code bases": its commands, as printed, in a checkout whose
+    """docs/import.md (linked from the README): its commands, as printed, in a checkout whose
     config points at a fake CelebA; the DiME folder they name is written where they look (the only change:
     their `/runs/...` placeholder lies under tmp_path). The imported method is scored and tabled."""
     from tests.fakes import make_celeba

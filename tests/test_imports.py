@@ -182,6 +182,10 @@ def _bound_names(path: Path) -> set[str]:
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if any(isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in targets) and isinstance(node.value,
+                                                                                                 ast.Dict):
+                # names a PEP 562 ``__getattr__`` imports on first use (vcebench/models/__init__.py)
+                names |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
     return names
 
 

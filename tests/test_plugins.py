@@ -83,6 +83,22 @@ def test_builtins_pass_the_plugin_checks_and_roles_are_the_models():
     assert registry.baseline_methods() == ("input", "truth") and registry.truth_methods() == ("truth",)
     with pytest.raises(specs.RegistryError, match="a truth row is a reference row"):
         specs.method_spec("mytruth", roles=("classifier",), params="m:P", factory="m:F", truth=True)
+    with pytest.raises(specs.RegistryError, match="an attack is a ranked method"):
+        specs.method_spec("myattack", roles=("classifier",), params="m:P", factory="m:F", baseline=True, attack=True)
+    assert registry.attack_methods() == ("pixel",)
+
+
+def test_a_metric_declares_what_it_needs_and_evaluate_provides_it():
+    """Evaluate names no metric: the FID reference, the training labels and the true counterfactuals are
+    loaded because a metric declares them (MetricSpec.inputs)."""
+    from vcebench.steps.evaluate import _inputs_of
+
+    assert _inputs_of(["FID", "KID"]) == {"fid_reference"} and _inputs_of(["CD"]) == {"train_labels"}
+    assert _inputs_of(["GT", "FR"]) == {"ground_truth"} and _inputs_of(["FR", "MNAC", "S3"]) == set()
+    with pytest.raises(specs.RegistryError, match="inputs must be among fid_reference, train_labels"):
+        specs.metric_spec("Mine", columns={"Mine": True}, factory="m:f", inputs=("test_labels",))
+    assert specs.metric_spec("Mine", columns={"Mine": True}, factory="m:f", inputs=("fid_reference",)).inputs == (
+        "fid_reference",)
 
 
 def test_table_columns_and_eval_roles_of_each_task_kind():

@@ -281,3 +281,49 @@ def test_regression_accepts_a_row_the_reference_does_not_have(table):
     ref = df[df["method"] != "maskdime"]
     rows, failures = report.regression_check(df, ref, {"FID": 0.1, "FR": 1.0}, higher, "synthxray_pacemaker")
     assert not failures and {r["method"] for r in rows} == {"fire", "dime"}  # the new row is not compared
+
+
+def test_footer_says_which_columns_catch_the_pixel_attack_and_which_rank_it_first(tmp_path):
+    """The pixel attack flips the classifier with an invisible edit: FR and the do-little S3 rank it first,
+    FR_oracle (the oracle keeps the query attribute) tells it from the truth."""
+    task, higher = "synthxray_pacemaker", {"S3": True, "FR": True, "FR_oracle": True}
+    rows = {"fire": (0.7, 95.0, 90.0), "pixel_attack": (0.99, 100.0, 4.0), "input": (1.0, 0.0, 0.0),
+            "truth": (0.8, 100.0, 99.0)}
+    for m, (s3, fr, oracle) in rows.items():
+        d = tmp_path / task / m
+        d.mkdir(parents=True)
+        iv = {"S3": [s3 - 0.02, s3 + 0.01], "FR_oracle": [oracle - 3, oracle + 3]}
+        (d / "metrics.json").write_text(json.dumps({"metrics": {"S3": s3, "FR": fr, "FR_oracle": oracle},
+                                                    "intervals": iv, "higher_is_better": higher}))
+        _npz(d / "counterfactuals.npz", 4, [1] * 4, [1] * 4, [1] * 4, [0] * 4)
+        (d / "profile.json").write_text(json.dumps({"sec_per_cf": 0.5, "tflops_per_cf": 1.0}))
+    df, higher = report.load_task_table(tmp_path, task, list(rows), "xray", synthetic=True)
+    checks = report.check_columns(df, higher)
+    attacks = report.check_attacks(df, checks)
+    found = {a.column: a for a in attacks["pixel_attack"]}
+    assert list(attacks) == ["pixel_attack"]  # FiRe is no attack; the reference rows are not ranked
+    assert found["FR_oracle"].caught and not found["FR_oracle"].first  # 4 vs the truth's 99, intervals apart
+    assert found["FR"].first and not found["FR"].caught  # 100 = the truth's: ranked first (tie with nobody)
+    assert found["S3"].first and not found["S3"].caught  # above the truth: S3 rewards doing little
+    line = report.attack_lines(attacks, checks)[0]
+    assert line.startswith("Pixel PGD (attack) is no counterfactual: told from the true counterfactual by FR_oracle "
+                           "(4.00 vs 99.00)")
+    assert "ranked first by S3, FR: these columns cannot tell an attack from a counterfactual" in line
+    record = report.validity.validity_record(checks, task, "truth", attacks)
+    assert record["attacks"]["pixel_attack"]["FR_oracle"] == {"value": 4.0, "caught": True, "ranked_first": False}
+    assert report.check_attacks(df[df["method"] != "pixel_attack"], checks) == {}  # no attack row, no sentence
+
+
+def test_the_paper_tables_put_ace_l1_and_l2_beside_their_reported_rows():
+    from vcebench.cli.report import PAPER_TABLE_ROWS
+    from vcebench.config.load import load_config
+    from vcebench.paper import numbers
+
+    for task in ("celeba_smile", "celeba_age", "celebahq_smile", "celebahq_age"):
+        rep = numbers.reported(task)
+        assert {"ace", "ace_l2"} <= set(rep) and set(rep["ace_l2"]) == set(numbers.FACE_COLS)
+    assert numbers.reported("celeba_smile")["ace"]["FR"] == 97.6
+    assert numbers.reported("celeba_age")["ace_l2"]["FR"] == 77.5
+    cfg = load_config()
+    assert set(PAPER_TABLE_ROWS) <= set(cfg["paper_methods"])  # `snakemake paper` runs what the tables show
+    assert "ace" in cfg["methods"] and "pixel_attack" in cfg["methods"]

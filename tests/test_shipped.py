@@ -95,3 +95,25 @@ def test_the_workflow_passes_the_shipped_folder_and_lists_every_network(cfg, tmp
     c = deep_merge(cfg, {"networks": "n"})
     assert wf.shipped_card(c, tmp_path, "synthxray", "ddpm") == [str(tmp_path / "n/synthxray/ddpm/card.json")]
     assert wf.shipped_card(c, tmp_path, "synthxray", "pmf") == []
+
+
+def test_vcebench_train_installs_a_shipped_network_without_starting_torch(shipped, tmp_path):
+    """The default run installs 14 networks: each `vcebench train` is a checked file copy, not a 3-s torch start."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    c, root, _ = shipped
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(TINY))
+    code = ("import sys; from vcebench.cli import main; rc = main(sys.argv[1:]); "
+            "print('torch started' if 'torch' in sys.modules else 'no torch'); sys.exit(rc)")
+    from vcebench.config.load import DEFAULT_CONFIG
+
+    out = subprocess.run([sys.executable, "-c", code, "train", "perceptual", "--task", "synthxray_pacemaker",
+                          "--out", str(tmp_path / "p"), "--networks", str(root / "networks"), "--no-progress",
+                          "--config", str(DEFAULT_CONFIG), "--config", str(tmp_path / "c.yaml")],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("no torch"), out.stdout + out.stderr
+    src = root / "networks/synthxray/perceptual/model.safetensors"
+    assert (tmp_path / "p/model.safetensors").read_bytes() == src.read_bytes()

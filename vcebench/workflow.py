@@ -24,17 +24,6 @@ from .config.tasks import (  # noqa: F401 (Snakefile)
 )
 from .registry.roles import GATE_ROLES, GENERATIVE
 
-DATASET_HELP = {
-    "celeba": ("datasets.celeba.root", "img_align_celeba/*.jpg, list_attr_celeba.txt|csv, list_eval_partition.txt|csv",
-               "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html"),
-    "celebahq": ("datasets.celebahq.root", "CelebA-HQ-img/*.jpg, CelebAMask-HQ-attribute-anno.txt, "
-                 "CelebA-HQ-to-CelebA-mapping.txt (+ datasets.celebahq.celeba_root for list_eval_partition)",
-                 "https://github.com/switchablenorms/CelebAMask-HQ"),
-    "chexpert": ("datasets.chexpert.root", "CheXpert-v1.0(-small)/train.csv, valid.csv with a Path column "
-                 "(+ datasets.chexpert.pacemaker_csv with columns Path,Pacemaker)",
-                 "https://stanfordmlgroup.github.io/competitions/chexpert/"),
-}
-
 
 def config_args(configfiles: list, basedir: str | Path = ".") -> str:
     """``--config`` flags for the CLI: config/config.yaml first, then presets in the order given.
@@ -199,6 +188,19 @@ def dataset_of(cfg: dict, task_name: str) -> str:
     return get_task(cfg, task_name).dataset
 
 
+def data_dir(dataset: str) -> str:
+    """The rendered split cache of a synthetic dataset (``resources/data/<dataset>``); '' for a real one."""
+    return f"resources/data/{dataset}" if dataset in SYNTHETIC_DATASETS else ""
+
+
+def task_pattern(cfg: dict) -> str:
+    """The Snakemake wildcard constraint of ``{task}``: the configured task names (any identifiers)."""
+    import re
+
+    names = sorted(cfg.get("tasks") or {}, key=len, reverse=True)
+    return "|".join(re.escape(n) for n in names) or "[A-Za-z][A-Za-z0-9_]*"
+
+
 def task_for_dataset(cfg: dict, dataset: str) -> str:
     """A task on ``dataset`` (models are per dataset; `vcebench train` takes a task)."""
     for name, t in cfg["tasks"].items():
@@ -226,12 +228,13 @@ def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
     task = get_task(cfg, task_name)
     if task.dataset in SYNTHETIC_DATASETS:
         return
-    key, layout, url = DATASET_HELP[task.dataset]
-    root = cfg["datasets"].get(task.dataset, {}).get("root")
+    spec = registry.get_dataset_spec(task.dataset)
+    key = f"datasets.{task.dataset}.{spec.root_key}"
+    root = cfg["datasets"].get(task.dataset, {}).get(spec.root_key)
     if not root or not Path(root).exists():
         raise ConfigError(
             f"task {task_name!r} needs the {task.dataset} dataset: set config key `{key}` "
-            f"(now {root!r}) to a folder holding {layout}. Download from {url}. "
+            f"(now {root!r}) to a folder holding {spec.layout}. Download from {spec.source}. "
             f"Validate it with `vcebench data check {task.dataset} --root PATH`.")
     models = (cfg.get("models") or {}).get(task.dataset, {})
     for role in roles:
@@ -243,7 +246,7 @@ def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
             raise ConfigError(
                 f"task {task_name!r} needs canonical weights for role {role!r}: set config key "
                 f"`models.{task.dataset}.{role}.weights` (now {w!r}) to an existing file or folder "
-                f"(see README, 'Real datasets and canonical weights').")
+                f"(see docs/real-data.md).")
 
 
 def train_threads(cfg: dict) -> int:
@@ -289,7 +292,7 @@ def external_spec(cfg: dict, task: str, method: str) -> dict:
     specs = cfg.get("external") or {}
     if name not in specs:
         raise ConfigError(f"method {method!r} imports results from config key `external.{name}`, which is not set "
-                          f"(set: {sorted(specs) or 'none'}); see README, 'Importing results from other code bases'")
+                          f"(set: {sorted(specs) or 'none'}); see docs/import.md")
     spec = dict(specs[name])
     for key in ("path", "mapping"):
         if spec.get(key):

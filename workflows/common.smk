@@ -2,7 +2,7 @@
 
 
 wildcard_constraints:
-    task="[a-z]+_[a-z]+",
+    task=wf.task_pattern(config),
     method="[A-Za-z0-9_]+",
     dataset="[a-z]+",
     role="[a-z_]+",
@@ -11,7 +11,7 @@ wildcard_constraints:
 
 
 def data_dir(dataset):
-    return f"resources/data/{dataset}" if dataset.startswith("synth") else ""
+    return wf.data_dir(dataset)
 
 
 def data_inputs(dataset):

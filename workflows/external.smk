@@ -1,5 +1,5 @@
 # Counterfactuals of other code bases (config key `external`), scored as method `external_<name>`:
-# their explain step is `vcebench import` (README, "Importing results from other code bases").
+# their explain step is `vcebench import` (docs/import.md).
 
 
 ruleorder: import_external > merge_counterfactuals

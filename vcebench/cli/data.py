@@ -113,7 +113,7 @@ def _check(args: argparse.Namespace) -> int:
     for key, val in (("root", args.root), ("celeba_root", args.celeba_root), ("pacemaker_csv", args.pacemaker_csv)):
         if val is not None:
             dc[key] = val
-    splits = ["train", "val", "test"] + (["minival"] if args.dataset == "celeba" else [])
+    splits = ["train", "val", "test"] + [s for s in (eval_split_name(args.dataset),) if s not in ("val", "test")]
     try:
         for name in splits:
             s = load_split(cfg, args.dataset, name)

@@ -49,6 +49,10 @@ def networks_arg(value: str | None, cfg: dict) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..config.load import load_config
+
+    if _install(args, load_config(args.config)):
+        return 0
     from ..core.runtime import setup_torch
     from ..models.distributed import training_processes
     from ..protocol.settings import load_settings
@@ -71,3 +75,30 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=1, default=str))
     return 0
 
+
+def _install(args: argparse.Namespace, cfg: dict) -> bool:
+    """The shipped network installed without starting torch (a file copy; ``train_role`` does the same when
+    called as a library) when its card has the config's recipe (``cfg``: validated against the schema; the
+    role's settings are the card's, checked when it was trained). Not under torchrun: there every process
+    takes the training path, and only its writer copies."""
+    import os
+    from pathlib import Path
+
+    from ..config.tasks import get_task
+    from ..core.io import check_writable
+    from ..models.shipped import install_shipped, read_card, recipe_differences
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return False
+    ds = get_task(cfg, args.task).dataset
+    out = Path(args.out) if args.out else Path(args.model_dir) / ds / args.role
+    networks = networks_arg(args.networks, cfg)
+    card = read_card(networks, ds, args.role)
+    if card is None or recipe_differences(card, cfg, ds, args.role):
+        return False  # the training path checks the settings first, then says why it trains
+    check_writable(out, f"the trained {args.role}")
+    metrics = install_shipped(cfg, ds, args.role, networks, out, progress=not args.no_progress)
+    if metrics is None:
+        return False
+    print(json.dumps({k: metrics[k] for k in ("name", "gates") if k in metrics}, indent=1, default=str))
+    return True

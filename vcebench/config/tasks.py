@@ -79,6 +79,16 @@ def is_baseline(name: str) -> bool:
     return base in registry.baseline_methods()
 
 
+def is_attack(name: str) -> bool:
+    """A ranked method that is known to be no counterfactual (``registry.MethodSpec.attack``, e.g.
+    ``pixel_attack``): the table's footer says how each metric column treats it."""
+    try:
+        base = split_method(name)[0]
+    except ConfigError:
+        return False
+    return base in registry.attack_methods()
+
+
 def is_truth(name: str) -> bool:
     """A row that returns the synthetic renderer's true counterfactual (``registry.MethodSpec.truth``, e.g.
     ``truth``): a reference row that exists on synthetic tasks only."""

@@ -29,17 +29,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import registry
 from ..core.rng import sample_seed
 from .base import DatasetError, Split
 from .real import file_number, find_file, make_reader, read_lines, read_pm1_table, require_root
 
-CELEBA_ATTRIBUTES = (
-    "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips", "Big_Nose",
-    "Black_Hair", "Blond_Hair", "Blurry", "Brown_Hair", "Bushy_Eyebrows", "Chubby", "Double_Chin", "Eyeglasses",
-    "Goatee", "Gray_Hair", "Heavy_Makeup", "High_Cheekbones", "Male", "Mouth_Slightly_Open", "Mustache",
-    "Narrow_Eyes", "No_Beard", "Oval_Face", "Pale_Skin", "Pointy_Nose", "Receding_Hairline", "Rosy_Cheeks",
-    "Sideburns", "Smiling", "Straight_Hair", "Wavy_Hair", "Wearing_Earrings", "Wearing_Hat", "Wearing_Lipstick",
-    "Wearing_Necklace", "Wearing_Necktie", "Young")
+CELEBA_ATTRIBUTES = registry.get_dataset_spec("celeba").attributes  # vcebench/registry/builtin_specs.py
 PARTITIONS = {"train": 0, "val": 1, "test": 2}
 
 
@@ -148,7 +143,7 @@ def read_hq_mapping(root: Path) -> dict[int, str]:
     return out
 
 
-def load_celebahq(dc: dict, split: str) -> Split:
+def load_celebahq(dc: dict, split: str, seed: int = 0) -> Split:
     """CelebA-HQ split ``train``, ``val`` or ``test`` (CelebA's partition of each image's original)."""
     if split not in PARTITIONS:
         raise DatasetError(f"unknown CelebA-HQ split {split!r}; known: {', '.join(PARTITIONS)}")

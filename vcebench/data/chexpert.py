@@ -19,11 +19,12 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .. import registry
 from ..core.rng import sample_seed
 from .base import DatasetError, Split
-from .real import SOURCES, make_reader, require_root
+from .real import make_reader, require_root, source
 
-CHEXPERT_ATTRIBUTES = ("Cardiomegaly", "Effusion", "Male", "Pacemaker")
+CHEXPERT_ATTRIBUTES = registry.get_dataset_spec("chexpert").attributes  # vcebench/registry/builtin_specs.py
 FRACTIONS = {"train": 0.7, "val": 0.2, "test": 0.1}
 _PATH_RE = re.compile(r"patient(\d+)/study(\d+)/view(\d+)")
 
@@ -42,7 +43,7 @@ def _read_csv(path: Path, key: str, columns: tuple[str, ...]) -> pd.DataFrame:
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise DatasetError(f"{path} (config key `datasets.chexpert.{key}`): missing column(s) {missing}; "
-                           f"expected {', '.join(columns)}. Data: {SOURCES['chexpert']}")
+                           f"expected {', '.join(columns)}. Data: {source('chexpert')}")
     return df
 
 
@@ -69,7 +70,7 @@ def load_chexpert(dc: dict, split: str, seed: int = 0) -> Split:
     tables = [root / n for n in ("train.csv", "valid.csv") if (root / n).exists()]
     if not tables:
         raise DatasetError(f"neither train.csv nor valid.csv found in {root} (config key `datasets.chexpert.root`; "
-                           f"expected the CheXpert-v1.0 or CheXpert-v1.0-small folder). Data: {SOURCES['chexpert']}")
+                           f"expected the CheXpert-v1.0 or CheXpert-v1.0-small folder). Data: {source('chexpert')}")
     meta = pd.concat([_read_csv(t, "root", ("Path", "Sex", "Frontal/Lateral")) for t in tables], ignore_index=True)
     meta = meta[meta["Frontal/Lateral"] == "Frontal"]
     meta = meta.assign(key=meta["Path"].map(_key)).drop_duplicates("key").set_index("key")
@@ -109,7 +110,7 @@ def load_chexpert(dc: dict, split: str, seed: int = 0) -> Split:
     missing = [q for q in paths if not Path(q).exists()]
     if missing:
         raise DatasetError(f"{len(missing)} CheXpert image(s) not found (config key `datasets.chexpert.root`), "
-                           f"e.g. {missing[0]}. Data: {SOURCES['chexpert']}")
+                           f"e.g. {missing[0]}. Data: {source('chexpert')}")
     res = int(dc.get("resolution", 512))
     return Split("chexpert", split, torch.from_numpy(ids[rows]), torch.from_numpy(labels),
                  torch.from_numpy(patient[rows]), list(CHEXPERT_ATTRIBUTES), None,

@@ -9,15 +9,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import registry
 from .base import DatasetError
 
-SOURCES = {
-    "celeba": "https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (Kaggle mirror: "
-              "https://www.kaggle.com/datasets/jessicali9530/celeba-dataset)",
-    "celebahq": "https://github.com/switchablenorms/CelebAMask-HQ",
-    "chexpert": "https://stanfordmlgroup.github.io/competitions/chexpert/ (pacemaker labels: your own CSV "
-                "with columns Path,Pacemaker, e.g. from the FastDiME_Med annotations)",
-}
+
+def source(dataset: str) -> str:
+    """Where to get ``dataset`` (its declaration's ``source``)."""
+    return registry.get_dataset_spec(dataset).source or "?"
 
 
 def require_root(dc: dict, dataset: str, key: str = "root", what: str = "") -> Path:
@@ -29,11 +27,11 @@ def require_root(dc: dict, dataset: str, key: str = "root", what: str = "") -> P
         raise DatasetError(f"config key `datasets.{dataset}.{key}` is not set: point it at the {dataset} "
                            f"folder{hint}, e.g. with --config a YAML file containing "
                            f"`datasets: {{{dataset}: {{{key}: /path}}}}` or `vcebench data check {dataset} "
-                           f"{flag} /path`. Data: {SOURCES[dataset]}")
+                           f"{flag} /path`. Data: {source(dataset)}")
     path = Path(os.path.expanduser(str(val)))
     if not path.exists():
         raise DatasetError(f"config key `datasets.{dataset}.{key}`: {path} does not exist (expected the "
-                           f"{dataset} folder{hint}). Data: {SOURCES[dataset]}")
+                           f"{dataset} folder{hint}). Data: {source(dataset)}")
     return path
 
 
@@ -43,7 +41,7 @@ def find_file(root: Path, names: Sequence[str], dataset: str, key: str, what: st
         if (root / n).exists():
             return root / n
     raise DatasetError(f"{what} not found under {root} (config key `datasets.{dataset}.{key}`): expected one of "
-                       f"{', '.join(names)}. Data: {SOURCES[dataset]}")
+                       f"{', '.join(names)}. Data: {source(dataset)}")
 
 
 def read_pm1_table(path: Path, dataset: str, key: str, first_col: str = "image_id",
@@ -157,7 +155,7 @@ def make_reader(paths: Sequence[str], sample_ids: Sequence[int], resolution: int
             if isinstance(e, DatasetError):
                 raise
             raise DatasetError(f"{dataset}: cannot read image of sample {int(sample_ids[r])} at {path}: {e} "
-                               f"(expected a readable JPEG/PNG; re-download it from {SOURCES[dataset]})") from None
+                               f"(expected a readable JPEG/PNG; re-download it from {source(dataset)})") from None
 
     def read(rows: np.ndarray, errors: dict[int, str] | None = None) -> torch.Tensor:
         out = torch.zeros(len(rows), channels, resolution, resolution, dtype=torch.uint8)

@@ -58,6 +58,7 @@ import math
 import numpy as np
 import torch
 
+from .. import registry
 from . import draw as D
 from .attributes import AttributeNetwork, Node, bern
 from .face_layers import draw_faces
@@ -65,8 +66,7 @@ from .synthetic import SyntheticDataset
 
 Tensor = torch.Tensor
 
-ATTRIBUTES = ("Bangs", "Black_Hair", "Blond_Hair", "Brown_Hair", "Eyeglasses", "Gray_Hair", "Heavy_Makeup",
-              "Male", "Mouth_Slightly_Open", "No_Beard", "Smiling", "Wearing_Lipstick", "Young")
+ATTRIBUTES = registry.get_dataset_spec("synthfaces").attributes  # declared in vcebench/registry/builtin_specs.py
 HAIR_COLOURS = ("Black_Hair", "Blond_Hair", "Brown_Hair", "Gray_Hair")
 
 
@@ -159,3 +159,9 @@ class SynthFaces(SyntheticDataset):
 
     def _draw(self, p: dict[str, Tensor], lab: dict[str, Tensor], ids: np.ndarray) -> Tensor:
         return draw_faces(p, lab, self.resolution, self.pose(p))
+
+
+def from_config(dc: dict) -> SynthFaces:
+    """The renderer of the config section ``datasets.synthfaces`` (its loader: ``DatasetSpec.loader``)."""
+    return SynthFaces(resolution=dc.get("resolution", 32), seed=dc.get("seed", 0),
+                      n_identities=dc.get("n_identities", 1200), images_per_identity=dc.get("images_per_identity", 10))

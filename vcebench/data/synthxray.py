@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .. import registry
 from ..core.rng import sample_seed
 from . import draw as D
 from .attributes import AttributeNetwork, Node, bern
@@ -44,7 +45,7 @@ from .synthetic import SyntheticDataset
 
 Tensor = torch.Tensor
 
-ATTRIBUTES = ("Cardiomegaly", "Effusion", "Male", "Pacemaker")
+ATTRIBUTES = registry.get_dataset_spec("synthxray").attributes  # declared in vcebench/registry/builtin_specs.py
 
 ATTRIBUTE_NETWORK = AttributeNetwork([
     Node(("Male",), "identity", lambda v: (0.55,)),
@@ -221,3 +222,9 @@ def _pacemaker(c: D.Canvas, x: ChestLayout) -> None:
     d = D.sd_box(w5.X, w5.Y, D.bc(dx), D.bc(dy), 0.075, 0.055, 0.025)
     w5.paint(c.cover(d), 0.97, rows)
     w5.paint(c.cover(d + 0.03), 0.86, rows)
+
+
+def from_config(dc: dict) -> SynthXray:
+    """The renderer of the config section ``datasets.synthxray`` (its loader: ``DatasetSpec.loader``)."""
+    return SynthXray(resolution=dc.get("resolution", 32), seed=dc.get("seed", 0),
+                     n_identities=dc.get("n_patients", 6000), images_per_identity=dc.get("images_per_patient", 1))

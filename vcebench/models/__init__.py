@@ -2,12 +2,24 @@
 
 ``load_task_models(cfg, task, roles)`` is the entry point (docs/internals.md, "Models"); training a role
 is :func:`vcebench.steps.train.train_role` (``vcebench train``).
+
+The names below are imported on first use (PEP 562), so that the torch-free modules of this package
+(``shipped``, ``recipes``' settings checks) do not start torch: installing a shipped network is a file copy.
 """
 
-from .base import ROLES, BinaryHead, TaskModels, freeze
-from .checkpoints import CheckpointError
-from .zoo import MissingModelError, load_role, load_task_models, load_trained_net
+from __future__ import annotations
 
-__all__ = ["ROLES", "BinaryHead", "CheckpointError", "MissingModelError", "TaskModels", "freeze", "load_role",
-           "load_task_models", "load_trained_net"]
+import importlib
+from typing import Any
 
+_EXPORTS = {"ROLES": "base", "BinaryHead": "base", "TaskModels": "base", "freeze": "base",
+            "CheckpointError": "checkpoints", "MissingModelError": "zoo", "load_role": "zoo",
+            "load_task_models": "zoo", "load_trained_net": "zoo"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,26 @@ def card_markdown(card: dict[str, Any]) -> str:
         lines += ["", "## Training curve", "", card["curve"].get("markdown", "")]
     lines += ["", "## Files (sha256)", ""] + [f"- `{f}` `{h}`" for f, h in card["files"].items()]
     return "\n".join(lines) + "\n"
+
+
+def install_shipped(cfg: dict, ds: str, role: str, networks: str | Path | None, out: Path, progress: bool,
+                    shard=None) -> dict[str, Any] | None:
+    """The shipped network of ``ds``/``role`` installed into ``out`` when its card's recipe is the config's
+    (its metrics), else None (a note says why it trains). Torch-free: `vcebench train` installs without
+    starting torch. ``shard`` (``vcebench.models.distributed.Shard``): only its writer copies."""
+    card = read_card(networks, ds, role)
+    if card is None:
+        return None
+    diff = recipe_differences(card, cfg, ds, role)
+    if diff:
+        if progress:
+            print(f"[train {role}] the config's recipe is not the shipped {networks}/{ds}/{role}'s "
+                  f"({'; '.join(diff[:3])}{' ...' if len(diff) > 3 else ''}): training it", file=sys.stderr)
+        return None
+    if shard is not None and not shard.writer:
+        return {}
+    metrics = install(networks, ds, role, card, out)
+    if progress:
+        print(f"[train {role}] installed the shipped network {networks}/{ds}/{role} (recipe and sha256 checked; "
+              f"trained {card['trained'].get('where', '?')}): nothing trained", file=sys.stderr)
+    return metrics

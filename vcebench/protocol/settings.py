@@ -63,13 +63,13 @@ def check_settings(cfg: dict, only: tuple[str, str | None] | None = None) -> dic
 
 def check_task_attributes(cfg: dict, names: list[str] | None = None) -> None:
     """The ``attribute`` of each task (``names``, default all) is a label of its dataset
-    (:func:`vcebench.data.attribute_names`): a wrong one fails when the config is loaded, not when explain starts."""
-    from ..data import attribute_names
+    (its declaration's ``attributes``): a wrong one fails when the config is loaded, not when explain starts."""
+    from .. import registry
 
     for name in names if names is not None else cfg.get("tasks") or {}:
         task = get_task(cfg, name)
         task.kind  # noqa: B018 (checks the dataset's name)
-        known = attribute_names(task.dataset)
+        known = list(registry.get_dataset_spec(task.dataset).attributes)
         if task.attribute not in known:
             import difflib
 

@@ -1,4 +1,4 @@
-"""Every method, metric and task kind vcebench knows, in one place; the rest of the code reads it from here.
+"""Every method, metric, dataset and task kind vcebench knows, in one place; the rest of the code reads it from here.
 What a spec is and the checks it passes: :mod:`vcebench.registry.specs`; the built-ins:
 :mod:`vcebench.registry.builtin_specs`.
 
@@ -10,7 +10,9 @@ and imported only when a method or metric is built. What reads the registry:
 - ``vcebench.workflow`` (the networks each rule needs), ``vcebench.protocol.noise`` (the noise rule of a method);
 - ``metrics.build_metrics`` / ``metric_names`` / ``required_roles`` (which metrics a task evaluates);
 - ``vcebench.report`` (table columns, their directions and labels, method labels, the reference rows);
-- ``vcebench.config.load.validate`` (``config/schema.yaml``'s method names are filled in by :func:`fill_schema`).
+- ``vcebench.config.load.validate`` (``config/schema.yaml``'s method names, dataset names and dataset sections are
+  filled in by :func:`fill_schema`);
+- ``vcebench.data`` (a dataset's loader, label names and splits: :func:`get_dataset_spec`).
 
 Plug-ins: another installed package adds a method or a metric through the entry point groups
 ``vcebench.methods`` / ``vcebench.metrics`` (the entry point's name is the method's or metric's name; its
@@ -28,17 +30,20 @@ import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .builtin_specs import BUILTIN_METHODS, BUILTIN_METRICS, DATASETS
+from .builtin_specs import BUILTIN_DATASETS, BUILTIN_METHODS, BUILTIN_METRICS
 from .specs import (
     COST_COLUMNS,
     EXTERNAL_PREFIX,
+    METRIC_INPUTS,
     MODEL_ROLES,
     NOISE_KINDS,
     PROTOCOL_COLUMNS,
     TASK_KINDS,
+    DatasetSpec,
     MethodSpec,
     MetricSpec,
     RegistryError,
+    check_dataset,
     check_method,
     check_metric,
     method_spec,
@@ -47,10 +52,11 @@ from .specs import (
 
 # What the rest of the code and the plug-ins read from here (the specs and the built-ins are declared in
 # vcebench.registry.specs and vcebench.registry.builtin_specs).
-__all__ = ["BUILTIN_METHODS", "BUILTIN_METRICS", "COST_COLUMNS", "DATASETS", "EXTERNAL_PREFIX", "MODEL_ROLES",
-           "NOISE_KINDS", "PROTOCOL_COLUMNS", "TASK_KINDS", "MethodSpec", "MetricSpec", "RegistryError",
-           "baseline_methods", "builtin_method_names", "column_directions", "column_labels", "eval_roles",
-           "fill_schema", "get_method_spec", "get_metric_spec", "load_plugins", "method", "method_names",
+__all__ = ["BUILTIN_DATASETS", "BUILTIN_METHODS", "BUILTIN_METRICS", "COST_COLUMNS", "DATASETS", "DATASET_SPECS",
+           "EXTERNAL_PREFIX", "METRIC_INPUTS", "MODEL_ROLES", "NOISE_KINDS", "PROTOCOL_COLUMNS", "TASK_KINDS",
+           "DatasetSpec", "MethodSpec", "MetricSpec", "RegistryError", "attack_methods", "baseline_methods",
+           "builtin_method_names", "column_directions", "column_labels", "eval_roles", "fill_schema",
+           "get_dataset_spec", "get_method_spec", "get_metric_spec", "load_plugins", "method", "method_names",
            "method_noise", "method_spec", "methods", "metric", "metric_names", "metric_roles", "metric_spec",
            "metrics", "register_method", "register_metric", "table_columns", "truth_methods", "unranked_columns"]
 
@@ -58,6 +64,11 @@ METHOD_GROUP = "vcebench.methods"
 METRIC_GROUP = "vcebench.metrics"
 
 _METHODS: dict[str, MethodSpec] = {s.name: s for s in BUILTIN_METHODS}
+for _d in BUILTIN_DATASETS:
+    check_dataset(_d)
+DATASET_SPECS: dict[str, DatasetSpec] = {s.name: s for s in BUILTIN_DATASETS}
+# name -> (task kind, synthetic)
+DATASETS: dict[str, tuple[str, bool]] = {n: (s.kind, s.synthetic) for n, s in DATASET_SPECS.items()}
 _METRICS: dict[str, MetricSpec] = {s.name: s for s in BUILTIN_METRICS}
 _DECORATED: dict[str, list[MethodSpec | MetricSpec]] = {}  # module -> what its decorators registered
 _plugins_loaded = False
@@ -98,7 +109,8 @@ def register_metric(spec: MetricSpec) -> MetricSpec:
 
 
 def method(name: str, label: str | None = None, *, roles: Iterable[str], params: Any, baseline: bool = False,
-           noise: str | None = None, truth: bool = False, **factory_kwargs: Any) -> Callable[[Any], Any]:
+           noise: str | None = None, truth: bool = False, attack: bool = False,
+           **factory_kwargs: Any) -> Callable[[Any], Any]:
     """Decorator registering a method factory (a class or function ``(name, params) -> Method``)::
 
         @registry.method("mine", "Mine", roles=("classifier",), params=MineParams)
@@ -106,7 +118,8 @@ def method(name: str, label: str | None = None, *, roles: Iterable[str], params:
     """
     def deco(factory: Any) -> Any:
         spec = register_method(method_spec(name, label, roles=roles, params=params, factory=factory,
-                                           baseline=baseline, noise=noise, truth=truth, **factory_kwargs))
+                                           baseline=baseline, noise=noise, truth=truth, attack=attack,
+                                           **factory_kwargs))
         _DECORATED.setdefault(spec.source, []).append(spec)
         return factory
     return deco
@@ -114,11 +127,12 @@ def method(name: str, label: str | None = None, *, roles: Iterable[str], params:
 
 def metric(name: str, *, columns: dict[str, bool | None], roles: Iterable[str] = (),
            kinds: Iterable[str] = TASK_KINDS, synthetic_only: bool = False, labels: dict[str, str] | None = None,
-           ) -> Callable[[Any], Any]:
-    """Decorator registering a metric factory ``(ctx: metrics.builders.MetricContext) -> Metric``."""
+           inputs: Iterable[str] = ()) -> Callable[[Any], Any]:
+    """Decorator registering a metric factory ``(ctx: metrics.builders.MetricContext) -> Metric``; ``inputs``:
+    what else it needs (``METRIC_INPUTS``: the FID reference, the training labels, the true counterfactuals)."""
     def deco(factory: Any) -> Any:
         spec = register_metric(metric_spec(name, columns=columns, factory=factory, roles=roles, kinds=kinds,
-                                           synthetic_only=synthetic_only, labels=labels))
+                                           synthetic_only=synthetic_only, labels=labels, inputs=inputs))
         _DECORATED.setdefault(spec.source, []).append(spec)
         return factory
     return deco
@@ -197,6 +211,18 @@ def truth_methods() -> tuple[str, ...]:
     return tuple(n for n, s in methods().items() if s.truth)
 
 
+def get_dataset_spec(name: str) -> DatasetSpec:
+    """The declared dataset ``name`` (:data:`DATASET_SPECS`)."""
+    if name not in DATASET_SPECS:
+        raise RegistryError(f"unknown dataset {name!r}; known: {', '.join(DATASET_SPECS)}")
+    return DATASET_SPECS[name]
+
+
+def attack_methods() -> tuple[str, ...]:
+    """The ranked methods that are no counterfactual (``MethodSpec.attack``), e.g. ``pixel``."""
+    return tuple(n for n, s in methods().items() if s.attack)
+
+
 def method_noise(base: str) -> str | None:
     return get_method_spec(base).noise
 
@@ -260,7 +286,9 @@ def column_labels() -> dict[str, str]:
 def fill_schema(schema: dict) -> dict:
     """``config/schema.yaml`` with the registered method names filled in: ``definitions.base_method`` becomes
     their enum, ``definitions.method_name`` the pattern of a method, ``<method>_<variant>`` or
-    ``external_<name>``. The file itself names no method (a test checks), so a plug-in's name validates."""
+    ``external_<name>``. The file itself names no method (a test checks), so a plug-in's name validates. The
+    declared datasets likewise: ``definitions.dataset_name`` (a task's ``dataset``) and the sections of
+    ``datasets`` (each :class:`DatasetSpec`'s ``config``)."""
     defs = schema.get("definitions") or {}
     missing = [k for k in ("base_method", "method_name") if k not in defs]
     if missing:
@@ -270,5 +298,12 @@ def fill_schema(schema: dict) -> dict:
     out = dict(schema)
     out["definitions"] = {**defs, "base_method": {**defs["base_method"], "enum": list(names)},
                           "method_name": {**defs["method_name"],
-                                          "pattern": f"^({alt})(_[A-Za-z0-9_]+)?$|^{EXTERNAL_PREFIX}[A-Za-z0-9_]+$"}}
+                                          "pattern": f"^({alt})(_[A-Za-z0-9_]+)?$|^{EXTERNAL_PREFIX}[A-Za-z0-9_]+$"},
+                          "dataset_name": {**(defs.get("dataset_name") or {}), "enum": list(DATASET_SPECS)}}
+    props = dict(out.get("properties") or {})
+    if "datasets" in props:  # each dataset's section: its declared keys, nothing else
+        props["datasets"] = {**props["datasets"], "properties": {
+            n: {"type": "object", "additionalProperties": False, "properties": d.config}
+            for n, d in DATASET_SPECS.items()}}
+        out["properties"] = props
     return out

@@ -1,5 +1,6 @@
-"""What a method or a metric is (:class:`MethodSpec`, :class:`MetricSpec`), the checks every one passes,
-and the names they may use (network roles, noise kinds, task kinds, reserved table columns).
+"""What a method, a metric or a dataset is (:class:`MethodSpec`, :class:`MetricSpec`, :class:`DatasetSpec`), the
+checks every one passes, and the names they may use (network roles, noise kinds, task kinds, reserved table
+columns).
 
 Torch-free, like :mod:`vcebench.registry`, which holds the registered specs.
 """
@@ -22,6 +23,9 @@ NOISE_KINDS = ("flow", "ddpm", None)
 TASK_KINDS = ("faces", "xray")
 # table columns that are no metric's (vcebench.report, vcebench.costs.columns): costs of all n CFs, and how each
 # row's settings were made (metrics.json `protocol`: starting log-SNR, tuned file used or not)
+# what a metric may need beside the networks and the batches (vcebench.steps.evaluate provides each): the FID
+# reference features of the originals, the training split's labels (CD), the renderer's true counterfactuals (GT)
+METRIC_INPUTS = ("fid_reference", "train_labels", "ground_truth")
 COST_COLUMNS = ("sec_per_cf", "tflops_per_cf", "nfe_per_cf", "peak_mem_mb", "mean_steps")
 PROTOCOL_COLUMNS = ("log_snr", "tuned")
 RESERVED_COLUMNS = ("method", "n", *COST_COLUMNS, *PROTOCOL_COLUMNS)
@@ -58,8 +62,10 @@ class MethodSpec:
     evaluated like every method but never tuned, ranked or put on a Pareto front; ``truth``: a baseline that
     returns the synthetic renderer's true counterfactual (built with it, :func:`methods.get_method`): it exists
     on synthetic tasks only, and the tables check each metric column against it
-    (:mod:`vcebench.report.validity`); ``noise``: how the protocol sets its starting noise
-    (:data:`NOISE_KINDS`); ``source``: who registered it.
+    (:mod:`vcebench.report.validity`); ``attack``: a ranked method that is known to be no counterfactual (the
+    pixel-space attack): the table's footer says which metric columns tell it from the truth and which rank it
+    first; ``noise``: how the protocol sets its starting noise (:data:`NOISE_KINDS`); ``source``: who
+    registered it.
     """
 
     name: str
@@ -72,6 +78,7 @@ class MethodSpec:
     noise: str | None = None
     source: str = "vcebench"
     truth: bool = False
+    attack: bool = False
 
     def params_class(self) -> type:
         cls = _resolve(self.params, f"method {self.name!r} ({self.source}): hyperparameter dataclass")
@@ -93,8 +100,10 @@ class MetricSpec:
 
     ``columns``: its table columns in order, each with its direction (True: higher is better, False:
     lower, None: shown but never ranked, e.g. the unedited input's floor); ``roles``: the networks it
-    needs; ``kinds``: the task kinds it is evaluated on (``synthetic_only``: only on synthetic tasks);
-    ``table_kinds``: where its columns are shown (default ``kinds``); ``labels``: column -> header.
+    needs; ``inputs``: what else it needs (:data:`METRIC_INPUTS`); ``kinds``: the task kinds it is evaluated
+    on (``synthetic_only``: only on synthetic tasks); ``table_kinds``: where its columns are shown (default
+    ``kinds``); ``labels``: column -> header. A metric object may carry ``record`` (a dict), its settings
+    written into metrics.json as they are (e.g. KID's kernel).
     """
 
     name: str
@@ -106,6 +115,7 @@ class MetricSpec:
     table_kinds: tuple[str, ...] | None = None
     labels: tuple[tuple[str, str], ...] = ()
     source: str = "vcebench"
+    inputs: tuple[str, ...] = ()
 
     def build(self, ctx: Any) -> Any:
         return _resolve(self.factory, f"metric {self.name!r} ({self.source}): factory")(ctx)
@@ -117,13 +127,58 @@ class MetricSpec:
         return self.evaluated_on(kind, synthetic) and kind in (self.table_kinds or self.kinds)
 
 
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset, declared once: everything else (the data registry, the config schema's ``datasets.<name>``
+    section and task ``dataset`` names, the workflow's data inputs, the error messages) reads it.
+
+    ``kind``: the metric protocol of its tasks (:data:`TASK_KINDS`); ``synthetic``: rendered with ground truth
+    (``loader`` then builds the renderer from the config section, else it reads split ``split`` of the
+    user's folders: ``loader(section, split, seed) -> Split``, a ``"module:function"``); ``attributes``: its
+    label columns (a task's ``attribute`` is one of them); ``eval_split`` / ``tune_split``: where
+    counterfactuals are evaluated and settings tuned (never the same); ``config``: the JSON schema of its
+    config section's keys; ``source`` / ``layout``: where to get a real dataset and what its folder holds
+    (named in every error about it); ``root_key``: the config key of that folder.
+    """
+
+    name: str
+    kind: str
+    synthetic: bool
+    attributes: tuple[str, ...]
+    loader: str
+    config: dict[str, Any]
+    eval_split: str = "test"
+    tune_split: str = "val"
+    source: str | None = None
+    layout: str | None = None
+    root_key: str = "root"
+
+    def load(self) -> Any:
+        return _resolve(self.loader, f"dataset {self.name!r}: loader")
+
+
+def check_dataset(s: DatasetSpec) -> None:
+    where = f"dataset {s.name!r}"
+    if not isinstance(s.name, str) or not re.match(r"^[a-z][a-z0-9]*$", s.name):
+        raise RegistryError(f"{where}: a dataset name is lowercase letters and digits, starting with a letter")
+    if s.kind not in TASK_KINDS:
+        raise RegistryError(f"{where}: kind must be one of {list(TASK_KINDS)}, got {s.kind!r}")
+    if not s.attributes or len(set(s.attributes)) != len(s.attributes):
+        raise RegistryError(f"{where}: attributes must be distinct label names, got {list(s.attributes)}")
+    if s.eval_split == s.tune_split:
+        raise RegistryError(f"{where}: settings are tuned on another split than the evaluated one "
+                            f"({s.eval_split!r} twice)")
+    if not s.synthetic and not s.source:
+        raise RegistryError(f"{where}: a real dataset names where to get it (source)")
+
+
 def method_spec(name: str, label: str | None = None, *, roles: Iterable[str], params: Any, factory: Any,
                 baseline: bool = False, noise: str | None = None, source: str | None = None, truth: bool = False,
-                **factory_kwargs: Any) -> MethodSpec:
+                attack: bool = False, **factory_kwargs: Any) -> MethodSpec:
     """A checked :class:`MethodSpec` (the form a plug-in's entry point can point at)."""
     spec = MethodSpec(name=name, label=label or name, roles=tuple(roles), params=params, factory=factory,
                       factory_kwargs=dict(factory_kwargs), baseline=bool(baseline), noise=noise,
-                      source=source or _module_of(factory), truth=bool(truth))
+                      source=source or _module_of(factory), truth=bool(truth), attack=bool(attack))
     check_method(spec)
     return spec
 
@@ -131,13 +186,14 @@ def method_spec(name: str, label: str | None = None, *, roles: Iterable[str], pa
 def metric_spec(name: str, *, columns: dict[str, bool | None] | Iterable[tuple[str, bool | None]], factory: Any,
                 roles: Iterable[str] = (), kinds: Iterable[str] = TASK_KINDS, synthetic_only: bool = False,
                 table_kinds: Iterable[str] | None = None, labels: dict[str, str] | None = None,
-                source: str | None = None) -> MetricSpec:
+                source: str | None = None, inputs: Iterable[str] = ()) -> MetricSpec:
     """A checked :class:`MetricSpec` (``columns``: ``{column: higher_is_better}``, in table order)."""
     cols = tuple(columns.items()) if isinstance(columns, dict) else tuple(tuple(c) for c in columns)
     spec = MetricSpec(name=name, columns=cols, factory=factory, roles=tuple(roles), kinds=tuple(kinds),
                       synthetic_only=bool(synthetic_only),
                       table_kinds=None if table_kinds is None else tuple(table_kinds),
-                      labels=tuple((labels or {}).items()), source=source or _module_of(factory))
+                      labels=tuple((labels or {}).items()), source=source or _module_of(factory),
+                      inputs=tuple(inputs))
     check_metric(spec)
     return spec
 
@@ -159,6 +215,9 @@ def check_method(s: MethodSpec) -> None:
         raise RegistryError(f"{where}: noise must be one of {list(NOISE_KINDS)}, got {s.noise!r}")
     if s.truth and not s.baseline:
         raise RegistryError(f"{where}: a truth row is a reference row: register it with baseline=True")
+    if s.attack and s.baseline:
+        raise RegistryError(f"{where}: an attack is a ranked method, not a reference row: register it without "
+                            f"baseline=True")
 
 
 def check_metric(s: MetricSpec) -> None:
@@ -167,6 +226,9 @@ def check_metric(s: MetricSpec) -> None:
         raise RegistryError(f"{where}: a metric name is letters, digits and `_`, starting with a letter")
     if not s.columns:
         raise RegistryError(f"{where}: declares no table column")
+    bad = [i for i in s.inputs if i not in METRIC_INPUTS]
+    if bad:
+        raise RegistryError(f"{where}: inputs must be among {', '.join(METRIC_INPUTS)}; got {bad}")
     for col, higher in s.columns:
         if not isinstance(col, str) or not METRIC_NAME.match(col) or col in RESERVED_COLUMNS \
                 or col.endswith(("_lo", "_hi")):

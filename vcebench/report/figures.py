@@ -170,47 +170,69 @@ def efficiency_figure(path: Path, df: pd.DataFrame, title: str = "") -> None:
     _save(fig, path)
 
 
+def _rgb(img: np.ndarray) -> np.ndarray:
+    """uint8 C x H x W (C = 1 or 3) -> float H x W x 3 in [0, 1]."""
+    img = np.transpose(img, (1, 2, 0)).astype(np.float32) / 255.0
+    return np.repeat(img, 3, axis=2) if img.shape[2] == 1 else img
+
+
 def gallery_figure(path: Path, method: str, inputs: np.ndarray, cf: np.ndarray, p_before: np.ndarray,
                    p_after: np.ndarray, target: np.ndarray, flipped: np.ndarray, vmax: float,
                    gt: np.ndarray | None = None, ids: list[int] | None = None, class_names=("0", "1")) -> None:
     """One method's counterfactuals, one sample per row: input, CF, (ground truth), |CF - input|,
     (|GT - input|) on the scale ``[0, vmax]`` (shared by all galleries of a task, colour bar), and the
-    classifier's probability of the target class before (input) and after (CF)."""
+    classifier's probability of the target class before (input) and after (CF).
+
+    Drawn as one image (the tiles side by side, nearest-neighbour) in one axes with text labels: a grid of
+    axes costs matplotlib about 3 s per figure, and a task has a gallery per method."""
     plt = _plt()
-    n = inputs.shape[0]
+    from matplotlib import cm, colors
+
+    n, h, w = inputs.shape[0], inputs.shape[-2], inputs.shape[-1]
     cols = ["input", "counterfactual"] + (["ground truth"] if gt is not None else []) + ["|CF - input|"]
     cols += ["|GT - input|"] if gt is not None else []
-    fig, axes = plt.subplots(n, len(cols), figsize=(1.35 * len(cols) + 0.8, 1.4 * n + 0.6), squeeze=False)
+    cmap = plt.get_cmap(DIFF_CMAP)
     d_cf = abs_diff(cf, inputs)
     d_gt = abs_diff(gt, inputs) if gt is not None else None
-    im = None
+    pad, label = max(1, h // 16), max(4, h // 4)  # white gap between tiles, room for the label under each tile
+    cell_h, cell_w = h + label + pad, w + pad
+    mosaic = np.ones((n * cell_h + pad, len(cols) * cell_w + pad, 3), np.float32)
+    texts = []  # (x, y, text, kwargs) in pixels of the mosaic
     for r in range(n):
         tname = class_names[int(target[r])]
-        _show(axes[r, 0], inputs[r])
-        axes[r, 0].set_xlabel(f"p({tname}) = {p_before[r]:.2f}", fontsize=6, labelpad=1)
+        tiles = [(_rgb(inputs[r]), f"p({tname}) = {p_before[r]:.2f}"), (_rgb(cf[r]), f"p({tname}) = {p_after[r]:.2f}")]
+        if gt is not None:
+            tiles.append((_rgb(gt[r]), ""))
+        tiles.append((cmap(np.clip(d_cf[r] / vmax, 0, 1))[..., :3], f"mean {d_cf[r].mean():.3f}"))
+        if gt is not None:
+            tiles.append((cmap(np.clip(d_gt[r] / vmax, 0, 1))[..., :3], f"mean {d_gt[r].mean():.3f}"))
+        y0 = pad + r * cell_h
+        for c, (tile, text) in enumerate(tiles):
+            x0 = pad + c * cell_w
+            mosaic[y0:y0 + h, x0:x0 + w] = tile
+            if text:
+                texts.append((x0 + w / 2, y0 + h + label / 2, text, {"ha": "center", "va": "center", "fontsize": 6}))
+        ok = bool(flipped[r])
+        texts.append((pad + 2 * cell_w - pad - 1, y0 + 1, "\u2713" if ok else "\u2717",
+                      {"ha": "right", "va": "top", "fontsize": 8, "fontweight": "bold", "color": "white",
+                       "bbox": {"boxstyle": "round,pad=0.1", "fc": "#1a9850" if ok else "#d73027", "ec": "none"}}))
         if ids is not None:
-            axes[r, 0].set_ylabel(f"id {ids[r]}", fontsize=6)
-        _show(axes[r, 1], cf[r])
-        _mark(axes[r, 1], bool(flipped[r]))
-        axes[r, 1].set_xlabel(f"p({tname}) = {p_after[r]:.2f}", fontsize=6, labelpad=1)
-        c = 2
-        if gt is not None:
-            _show(axes[r, c], gt[r])
-            c += 1
-        im = axes[r, c].imshow(d_cf[r], cmap=DIFF_CMAP, vmin=0, vmax=vmax)
-        axes[r, c].set_xlabel(f"mean {d_cf[r].mean():.3f}", fontsize=6, labelpad=1)
-        if gt is not None:
-            axes[r, c + 1].imshow(d_gt[r], cmap=DIFF_CMAP, vmin=0, vmax=vmax)
-            axes[r, c + 1].set_xlabel(f"mean {d_gt[r].mean():.3f}", fontsize=6, labelpad=1)
-    for ax in axes.ravel():
-        _blank(ax)
+            texts.append((pad - 1, y0 + h / 2, f"id {ids[r]}", {"ha": "right", "va": "center", "fontsize": 6,
+                                                                  "rotation": 90}))
+    scale = 1.3 / w  # inches per tile pixel
+    fig_w, fig_h = mosaic.shape[1] * scale + 1.2, mosaic.shape[0] * scale + 0.8
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    ax = fig.add_axes((0.35 / fig_w, 0.1 / fig_h, mosaic.shape[1] * scale / fig_w, mosaic.shape[0] * scale / fig_h))
+    ax.imshow(mosaic, interpolation="nearest")
+    ax.set_axis_off()
     for j, name in enumerate(cols):
-        axes[0, j].set_title(name, fontsize=7)
+        ax.text(pad + j * cell_w + w / 2, -pad, name, ha="center", va="bottom", fontsize=7)
+    for x, y, text, kw in texts:
+        ax.text(x, y, text, **kw)
     fig.suptitle(f"{method_label(method)}: p(target) before -> after; \u2713 flipped \u2717 not flipped",
-                 fontsize=8)
-    fig.tight_layout(pad=0.3, rect=(0, 0, 1 - 0.7 / fig.get_figwidth(), 1 - 0.3 / fig.get_figheight()))
-    cax = fig.add_axes((1 - 0.6 / fig.get_figwidth(), 0.1, 0.12 / fig.get_figwidth(), 0.78))
-    cb = fig.colorbar(im, cax=cax)
+                 fontsize=8, y=1 - 0.08 / fig_h, va="top")
+    cax = fig.add_axes((1 - 0.6 / fig_w, 0.1, 0.12 / fig_w, 0.78))
+    cb = fig.colorbar(cm.ScalarMappable(norm=colors.Normalize(0, vmax), cmap=cmap), cax=cax)
     cb.set_label("|diff| ([0, 1]; same scale for every method)", fontsize=6)
     cb.ax.tick_params(labelsize=6)
     _save(fig, path)

@@ -14,6 +14,12 @@ For the columns in :data:`READ_AS_DISTANCE` (FR_oracle, MNAC, CD) the right read
 truth's value, not the direction: their signed distances (row - truth) go to the record and a footer line
 says so. The record (:func:`validity_record`) is written beside the table as ``<task>_validity.json`` by
 `vcebench report task`: a method's own metrics.json is written before the other rows exist.
+
+A ranked row that is known to be no counterfactual (``registry.MethodSpec.attack``: the pixel-space attack)
+gets one footer sentence (:func:`attack_lines`): the columns that tell it from the truth (its value worse than
+the truth's beyond the intervals; for :data:`READ_AS_DISTANCE`, its interval and the truth's apart), and the
+columns that rank it first among the ranked rows (for :data:`READ_AS_DISTANCE`, closest to the truth's value):
+those cannot tell an attack from a counterfactual.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import registry
-from ..config.tasks import is_baseline, is_truth
+from ..config.tasks import is_attack, is_baseline, is_truth
 from ..core.io import write_json
 from .tables import HEADER_MARK, display_columns, format_value, method_label
 
@@ -101,6 +107,58 @@ def check_columns(df: pd.DataFrame, higher: dict[str, bool]) -> dict[str, Column
     return out
 
 
+@dataclass(frozen=True)
+class AttackCheck:
+    """How one metric column treats one attack row (``value``) against the truth row of its check."""
+
+    column: str
+    value: float
+    caught: bool  # worse than the truth beyond the intervals (READ_AS_DISTANCE: the intervals apart)
+    first: bool  # the best of the ranked rows (READ_AS_DISTANCE: the closest to the truth's value), ties included
+
+
+def check_attacks(df: pd.DataFrame, checks: dict[str, ColumnCheck]) -> dict[str, list[AttackCheck]]:
+    """``{attack row: [its check per column]}`` for every attack row (none without a truth row)."""
+    rows = {r["method"]: r for _, r in df.iterrows() if not is_baseline(r["method"])}
+    out: dict[str, list[AttackCheck]] = {}
+    for name in (m for m in rows if is_attack(m)):
+        a = rows[name]
+        found = []
+        for c, k in checks.items():
+            v = _value(a, c)
+            if v is None:
+                continue
+            lo, hi = _bounds(a, c) or (v, v)
+            t_lo, t_hi = k.truth_interval or (k.truth, k.truth)
+            values = [x for r in rows.values() if (x := _value(r, c)) is not None]
+            if c in READ_AS_DISTANCE:
+                caught = hi < t_lo or lo > t_hi
+                first = abs(v - k.truth) <= min(abs(x - k.truth) for x in values)
+            else:
+                caught = hi < t_lo if k.higher_is_better else lo > t_hi
+                first = v >= max(values) if k.higher_is_better else v <= min(values)
+            found.append(AttackCheck(c, v, caught, first))
+        out[name] = found
+    return out
+
+
+def attack_lines(attacks: dict[str, list[AttackCheck]], checks: dict[str, ColumnCheck]) -> list[str]:
+    """The footer: per attack row, the columns that tell it from the truth and those that rank it first."""
+    lines = []
+    for name, found in attacks.items():
+        caught = [f"{a.column} ({format_value(a.value)} vs {format_value(checks[a.column].truth)})"
+                  for a in found if a.caught]
+        first = [a.column for a in found if a.first]
+        s = f"{method_label(name)} is no counterfactual: "
+        s += (f"told from the true counterfactual by {', '.join(caught)}" if caught
+              else "no column tells it from the true counterfactual beyond the intervals")
+        if first:
+            s += (f"; ranked first by {', '.join(first)}: {'this column' if len(first) == 1 else 'these columns'} "
+                  f"cannot tell an attack from a counterfactual")
+        lines.append(s + ".")
+    return lines
+
+
 def marked_columns(checks: dict[str, ColumnCheck]) -> list[str]:
     return [c for c, k in checks.items() if k.marked]
 
@@ -134,7 +192,8 @@ def _finite(v: float | None) -> float | None:
     return None if v is None or not math.isfinite(v) else v
 
 
-def validity_record(checks: dict[str, ColumnCheck], task: str, truth: str | None) -> dict:
+def validity_record(checks: dict[str, ColumnCheck], task: str, truth: str | None,
+                    attacks: dict[str, list[AttackCheck]] | None = None) -> dict:
     """What `vcebench report task` writes to ``<task>_validity.json``."""
     return {"task": task, "truth_row": truth, "mark": HEADER_MARK, "read_as_distance": list(READ_AS_DISTANCE),
             "columns": {c: {"higher_is_better": k.higher_is_better, "truth": _finite(k.truth),
@@ -142,9 +201,12 @@ def validity_record(checks: dict[str, ColumnCheck], task: str, truth: str | None
                             "input": _finite(k.input), "truth_beats_input": k.truth_beats_input,
                             "beaten_by": list(k.beaten_by), "marked": k.marked,
                             "distance_to_truth": {m: _finite(v) for m, v in k.distance_to_truth.items()}}
-                        for c, k in checks.items()}}
+                        for c, k in checks.items()},
+            "attacks": {m: {a.column: {"value": _finite(a.value), "caught": a.caught, "ranked_first": a.first}
+                            for a in found} for m, found in (attacks or {}).items()}}
 
 
-def write_validity(path: Path, df: pd.DataFrame, checks: dict[str, ColumnCheck], task: str) -> None:
+def write_validity(path: Path, df: pd.DataFrame, checks: dict[str, ColumnCheck], task: str,
+                   attacks: dict[str, list[AttackCheck]] | None = None) -> None:
     truth = next((m for m in df["method"] if is_truth(m)), None)
-    write_json(path, validity_record(checks, task, truth))
+    write_json(path, validity_record(checks, task, truth, attacks))

@@ -52,20 +52,27 @@ def write_reference(settings: EvalSettings, out: str, device, progress: bool = T
 
 
 
+def _inputs_of(names: list[str]) -> set[str]:
+    """What the metrics ``names`` need beside the networks (``MetricSpec.inputs``)."""
+    from .. import registry
+
+    return {i for n in names for i in registry.get_metric_spec(n).inputs}
+
+
 def _build_metrics(settings: EvalSettings, names: list[str], models, ids: np.ndarray, fid_ref: str | None) -> list:
-    """The metrics ``names`` of ``settings.task``, with the FID reference (checked to cover ``ids``) and the
-    training labels where they need them. The metrics and the split loader read whole sections of the
-    configuration: they get ``settings.config``."""
+    """The metrics ``names`` of ``settings.task``, with what they declare they need (``MetricSpec.inputs``): the
+    FID reference (checked to cover ``ids``) and the training labels. The metrics and the split loader read
+    whole sections of the configuration: they get ``settings.config``."""
     from metrics import build_metrics
     from metrics.fid import FIDReference
 
     from ..data import load_split
 
-    task, cfg = settings.task, settings.config
+    task, cfg, need = settings.task, settings.config, _inputs_of(names)
     train = None
-    if "CD" in names:
+    if "train_labels" in need:
         train = load_split(cfg, task.dataset, "train", settings.data_dir)
-    reference = FIDReference.load(fid_ref) if fid_ref and ({"FID", "sFID"} & set(names)) else None
+    reference = FIDReference.load(fid_ref) if fid_ref and "fid_reference" in need else None
     if reference is not None:
         reference.check_covers(ids)
     return build_metrics(task, models, cfg, fid_reference=reference,
@@ -155,7 +162,7 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
                       any(r in _roles_of(n) for n in names))
         models = load_task_models(settings.config, task, roles=roles, device=device, model_dir=settings.model_dir)
     metrics = _build_metrics(settings, names, models, ids, fid_ref)
-    gt_of = _gt_counterfactuals(settings.config, task, ids) if "GT" in names else None
+    gt_of = _gt_counterfactuals(settings.config, task, ids) if "ground_truth" in _inputs_of(names) else None
     bs = int(settings.metrics.get("batch_size", 100))
     checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
     batches = make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of, device=device)
@@ -164,13 +171,14 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
     used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
     inputs = {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": settings.split,
               "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage}
-    return _metrics_json(settings, names, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, t0)
+    record = {k: v for m in metrics for k, v in (getattr(m, "record", None) or {}).items()}  # the metrics' settings
+    return _metrics_json(settings, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, record, t0)
 
 
 
-def _metrics_json(settings: EvalSettings, names: list[str], z, core: dict, checks: dict, inputs: dict,
-                  models: dict, t0: float) -> dict:
-    """metrics.json from the metrics' results ``core``, in its key order."""
+def _metrics_json(settings: EvalSettings, z, core: dict, checks: dict, inputs: dict, models: dict, record: dict,
+                  t0: float) -> dict:
+    """metrics.json from the metrics' results ``core`` and their settings ``record``, in its key order."""
     from metrics.base import SUBSETS
 
     from ..config.kernels import record as kernel_record
@@ -186,9 +194,7 @@ def _metrics_json(settings: EvalSettings, names: list[str], z, core: dict, check
         "frechet_method": m.get("frechet_method", "sqrtm"),
         "skipped": core["skipped"], "checks": checks,
         "inputs": inputs,
-        "gt_change_threshold": m.get("gt_change_threshold", 0.05) if "GT" in names else None,
-        "kid": ({"kernel": "(a.b / D + 1)^3", **{k: v for k, v in (m.get("kid") or {}).items()}}
-                if "KID" in names else None),
+        **record,
         "guidance": guidance_summary(z),
         "protocol": None if settings.protocol is None else dict(settings.protocol),
         "kernels": kernel_record(),

@@ -22,8 +22,10 @@ def task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir,
                                 _feature_dim(results / task_name / "fid_ref.npz"))
     checks = report.check_columns(df, higher)  # each metric column against the truth row (none without one)
     footer += report.validity_lines(checks, task_name, task.attribute)
+    attacks = report.check_attacks(df, checks)  # how each column treats a row that is no counterfactual
+    footer += report.attack_lines(attacks, checks)
     report.write_task_tables(df, higher, out_dir, task_name, footer=footer, marked=report.marked_columns(checks))
-    report.write_validity(out_dir / f"{task_name}_validity.json", df, checks, task_name)
+    report.write_validity(out_dir / f"{task_name}_validity.json", df, checks, task_name, attacks)
     costs = df[~df["method"].map(is_truth).astype(bool)]  # the truth row has no cost
     figures.efficiency_figure(out_dir / f"{task_name}_efficiency.png", costs, title=task_name)
     _qualitative(cfg, task, methods, results, out_dir / f"{task_name}_qualitative.png", data_dir, n_qual)

@@ -20,6 +20,7 @@ from ..config.load import ConfigError, settings_errors
 from ..config.tasks import Task, get_task
 from ..models.distributed import Shard
 from ..models.recipes import TRAINABLE, TRAINERS
+from ..models.shipped import install_shipped
 from ..models.zoo import check_settings, role_spec
 from ..protocol.noise import resolve_method
 from ..registry.roles import GATE_ROLES, GENERATIVE
@@ -75,30 +76,6 @@ def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> 
             if role == "pmf":  # each task's FiRe noise level: the label check is also reported there
                 refs["fire_t"] = {t.attribute: float(resolve_method(cfg, t, "fire")[0]["t"]) for t in tasks}
     return refs
-
-
-def install_shipped(cfg: dict, ds: str, role: str, networks: str | Path | None, out: Path, progress: bool,
-                    shard: Shard | None) -> dict[str, Any] | None:
-    """The shipped network of ``ds``/``role`` installed into ``out`` when its card's recipe is the config's
-    (its metrics), else None (a note says why it trains)."""
-    from ..models.shipped import install, read_card, recipe_differences
-
-    card = read_card(networks, ds, role)
-    if card is None:
-        return None
-    diff = recipe_differences(card, cfg, ds, role)
-    if diff:
-        if progress:
-            print(f"[train {role}] the config's recipe is not the shipped {networks}/{ds}/{role}'s "
-                  f"({'; '.join(diff[:3])}{' ...' if len(diff) > 3 else ''}): training it", file=sys.stderr)
-        return None
-    if shard is not None and not shard.writer:
-        return {}
-    metrics = install(networks, ds, role, card, out)
-    if progress:
-        print(f"[train {role}] installed the shipped network {networks}/{ds}/{role} (recipe and sha256 checked; "
-              f"trained {card['trained'].get('where', '?')}): nothing trained", file=sys.stderr)
-    return metrics
 
 
 def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | None = None,

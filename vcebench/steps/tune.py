@@ -48,7 +48,7 @@ class _Sweep:
 
 def _wanted_metrics(tc: dict, rule: dict, known: dict) -> list[str]:
     """``tune.metrics`` plus the metrics the rule reads; a ConfigError names unknown ones."""
-    wanted = list(tc.get("metrics") or ["FID", "FR", "FR_oracle"])
+    wanted = list(tc.get("metrics") or [])
     for k in [rule["minimize"], *(rule.get("require") or {})]:
         if k not in wanted:
             wanted.append(k)
@@ -120,8 +120,11 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     t_start = time.perf_counter()
     task = get_task(cfg, task) if isinstance(task, str) else task
     tc = dict(cfg.get("tune") or {})
-    n, n_settings, seed = int(tc.get("n", 48)), int(tc.get("n_settings", 8)), int(tc.get("seed", 0))
-    rule = dict(tc.get("select") or {"minimize": "FID"})
+    missing = [k for k in ("n", "n_settings", "seed", "select") if k not in tc]
+    if missing:  # the defaults live in config/config.yaml, not here
+        raise ConfigError(f"config key `tune.{missing[0]}` is not set (config/config.yaml sets every `tune` key)")
+    n, n_settings, seed = int(tc["n"]), int(tc["n_settings"]), int(tc["seed"])
+    rule = dict(tc["select"])
     known = registry.metrics()
     wanted = _wanted_metrics(tc, rule, known)
     device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
