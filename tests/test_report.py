@@ -326,4 +326,4 @@ def test_the_paper_tables_put_ace_l1_and_l2_beside_their_reported_rows():
     assert numbers.reported("celeba_age")["ace_l2"]["FR"] == 77.5
     cfg = load_config()
     assert set(PAPER_TABLE_ROWS) <= set(cfg["paper_methods"])  # `snakemake paper` runs what the tables show
-    assert "ace" in cfg["methods"] and "pixel_attack" in cfg["methods"]
+    assert "ace" in cfg["methods"] and "pixel_attack" in cfg["methods"] and "ace_paper" in cfg["paper_methods"]

@@ -156,7 +156,7 @@ def run_gallery(args: argparse.Namespace) -> int:
 
 
 
-PAPER_TABLE_ROWS = ("ace_l2",)  # in the paper's Tables 1-2 (ACE l2), run by `paper_methods`
+PAPER_TABLE_ROWS = ("ace_l2", "ace_paper")  # comparison-table rows that `paper_methods` runs
 
 
 def run_paper(args: argparse.Namespace) -> int:
