@@ -117,3 +117,17 @@ def test_vcebench_train_installs_a_shipped_network_without_starting_torch(shippe
     assert out.stdout.strip().endswith("no torch"), out.stdout + out.stderr
     src = root / "networks/synthxray/perceptual/model.safetensors"
     assert (tmp_path / "p/model.safetensors").read_bytes() == src.read_bytes()
+
+
+def test_ship_skips_a_curve_still_being_scored_and_swaps_the_folder_whole(shipped, tmp_path, capsys):
+    """A curve.json without its plateau (scoring in progress) gives no card curve, with a note; the shipped
+    folder is built aside and swapped, so the old one stays whole until the new one is complete."""
+    c, root, _ = shipped
+    curves = tmp_path / "curves" / "synthxray" / "perceptual"
+    curves.mkdir(parents=True)
+    (curves / "curve.json").write_text(json.dumps({"fingerprint": "x", "rows": [{"step": 1}]}))
+    out = tmp_path / "networks"
+    cards = ship(c, root / "models", out, "t2", "here", curves=tmp_path / "curves")
+    assert cards[0]["curve"] is None and "still being scored" in capsys.readouterr().err
+    assert read_card(out, "synthxray", "perceptual")["set"] == "t2"
+    assert not any(p.name.endswith(".shipping") for p in (out / "synthxray").iterdir())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,25 +64,39 @@ def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: s
             if roles and role not in roles:
                 continue
             check_recipe(cfg, ds, role, src)
-            dst = Path(out) / ds / role
-            if dst.exists():
-                shutil.rmtree(dst)
-            for f in sorted(src.rglob("*")):
-                if f.is_file() and not any(p in SKIP_PARTS for p in f.relative_to(src).parts):
-                    (dst / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(f, dst / f.relative_to(src))
             metrics = json.loads(folder.read_text())
             quality = {k: metrics[k] for k in QUALITY_KEYS if k in metrics}
-            curve = None
-            cpath = Path(curves, ds, role, "curve.json") if curves else None
-            if cpath is not None and cpath.is_file():
-                from .curves import to_markdown
-
-                c = json.loads(cpath.read_text())
-                curve = {"rows": c["rows"], "plateau": c["plateau"], "plateau_samples_kid": c["plateau_samples_kid"],
-                         "scoring": c["scoring"], "markdown": to_markdown(c)}
-            cards.append(write_card(dst, cfg, ds, role, set_name, trained_info(metrics, where), quality, curve))
+            curve = _finished_curve(Path(curves, ds, role, "curve.json") if curves else None)
+            dst = Path(out) / ds / role
+            tmp = dst.with_name(dst.name + ".shipping")  # built aside, then swapped: a failure leaves dst as it was
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            for f in sorted(src.rglob("*")):
+                if f.is_file() and not any(p in SKIP_PARTS for p in f.relative_to(src).parts):
+                    (tmp / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(f, tmp / f.relative_to(src))
+            card = write_card(tmp, cfg, ds, role, set_name, trained_info(metrics, where), quality, curve)
+            if dst.exists():
+                shutil.rmtree(dst)
+            tmp.rename(dst)
+            cards.append(card)
     return cards
+
+
+def _finished_curve(path: Path | None) -> dict[str, Any] | None:
+    """The card's ``curve`` from a finished ``vcebench models curve`` output (None: none, or still being scored:
+    a note says so)."""
+    if path is None or not path.is_file():
+        return None
+    c = json.loads(path.read_text())
+    if "plateau" not in c:
+        print(f"vcebench models ship: {path} is still being scored (no plateau yet): the card gets no curve",
+              file=sys.stderr)
+        return None
+    from .curves import to_markdown
+
+    return {"rows": c["rows"], "plateau": c["plateau"], "plateau_samples_kid": c["plateau_samples_kid"],
+            "scoring": c["scoring"], "markdown": to_markdown(c)}
 
 
 def truth_vs_regenerate(cfg: dict, task, model_dir: str | Path, data_dir: str | Path | None, n: int = 100,
