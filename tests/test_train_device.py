@@ -26,8 +26,8 @@ def test_device_cuda_without_a_gpu_is_a_one_line_error(tmp_path, monkeypatch, ca
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cfg = tmp_path / "cuda.yaml"
     cfg.write_text("device: cuda\n")
-    rc = main(["train", "ddpm", "--task", "synthfaces_smile", "--out", str(tmp_path / "out"),
-               "--config", str(ROOT / "config/config.yaml"), "--config", str(cfg)])
+    rc = main(["train", "ddpm", "--task", "synthfaces_smile", "--out", str(tmp_path / "out"), "--networks", "none",
+               "--config", str(ROOT / "config/config.yaml"), "--config", str(cfg)])  # the training path
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1
     assert "device 'cuda'" in err and "no CUDA device" in err
@@ -55,8 +55,8 @@ def test_train_command_passes_the_config_device(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(train_step, "train_role", fake_train_role)
     cfg = tmp_path / "cuda.yaml"
     cfg.write_text("device: cuda\n")
-    rc = main(["train", "pmf", "--task", "synthfaces_smile", "--out", str(tmp_path / "out"),
-               "--config", str(ROOT / "config/config.yaml"), "--config", str(cfg)])
+    rc = main(["train", "pmf", "--task", "synthfaces_smile", "--out", str(tmp_path / "out"), "--networks", "none",
+               "--config", str(ROOT / "config/config.yaml"), "--config", str(cfg)])  # the training path
     assert rc == 0
     assert seen["setup"][0] == "cuda" and seen["setup"][1]["tf32"] is True
     assert seen["shard"].device == torch.device("cuda") and seen["shard"].world == 1 and seen["shard"].writer
