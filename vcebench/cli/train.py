@@ -85,19 +85,15 @@ def _install(args: argparse.Namespace, cfg: dict) -> bool:
     from pathlib import Path
 
     from ..config.tasks import get_task
-    from ..core.io import check_writable
-    from ..models.shipped import install_shipped, read_card, recipe_differences
+    from ..models.shipped import install_shipped
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return False
     ds = get_task(cfg, args.task).dataset
     out = Path(args.out) if args.out else Path(args.model_dir) / ds / args.role
-    networks = networks_arg(args.networks, cfg)
-    card = read_card(networks, ds, args.role)
-    if card is None or recipe_differences(card, cfg, ds, args.role):
-        return False  # the training path checks the settings first, then says why it trains
-    check_writable(out, f"the trained {args.role}")
-    metrics = install_shipped(cfg, ds, args.role, networks, out, progress=not args.no_progress)
+    # say_why=False: the training path checks the settings first, then says why it trains
+    metrics = install_shipped(cfg, ds, args.role, networks_arg(args.networks, cfg), out,
+                              progress=not args.no_progress, say_why=False)
     if metrics is None:
         return False
     print(json.dumps({k: metrics[k] for k in ("name", "gates") if k in metrics}, indent=1, default=str))

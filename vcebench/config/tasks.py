@@ -69,34 +69,30 @@ def external_name(method: str) -> str | None:
     return method[len(prefix):] if method.startswith(prefix) and len(method) > len(prefix) else None
 
 
+def _base_in(name: str, bases: tuple[str, ...]) -> bool:
+    """Whether the base method of ``name`` is one of ``bases`` (a name that is no method's: False)."""
+    try:
+        return split_method(name)[0] in bases
+    except ConfigError:
+        return False
+
+
 def is_baseline(name: str) -> bool:
     """A reference row (``registry.MethodSpec.baseline``, e.g. ``input`` and its variants): evaluated like
     every method, never tuned, ranked or put on a Pareto front. Imported results are no baseline."""
-    try:
-        base = split_method(name)[0]
-    except ConfigError:
-        return False
-    return base in registry.baseline_methods()
+    return _base_in(name, registry.baseline_methods())
 
 
 def is_attack(name: str) -> bool:
     """A ranked method that is known to be no counterfactual (``registry.MethodSpec.attack``, e.g.
     ``pixel_attack``): the table's footer says how each metric column treats it."""
-    try:
-        base = split_method(name)[0]
-    except ConfigError:
-        return False
-    return base in registry.attack_methods()
+    return _base_in(name, registry.attack_methods())
 
 
 def is_truth(name: str) -> bool:
     """A row that returns the synthetic renderer's true counterfactual (``registry.MethodSpec.truth``, e.g.
     ``truth``): a reference row that exists on synthetic tasks only."""
-    try:
-        base = split_method(name)[0]
-    except ConfigError:
-        return False
-    return base in registry.truth_methods()
+    return _base_in(name, registry.truth_methods())
 
 
 def runs_on(task: Task, method: str) -> bool:

@@ -18,9 +18,11 @@ _MEMO_MAX = 6
 
 
 def _spec(name: str) -> registry.DatasetSpec:
-    if name not in registry.DATASET_SPECS:
-        raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(registry.DATASET_SPECS)}")
-    return registry.DATASET_SPECS[name]
+    """``registry.get_dataset_spec``, an unknown name raised as a DatasetError (what the data layer raises)."""
+    try:
+        return registry.get_dataset_spec(name)
+    except registry.RegistryError as e:
+        raise DatasetError(str(e)) from None
 
 
 def _dataset_cfg(cfg: dict, name: str) -> dict:

@@ -135,21 +135,24 @@ def card_markdown(card: dict[str, Any]) -> str:
 
 
 def install_shipped(cfg: dict, ds: str, role: str, networks: str | Path | None, out: Path, progress: bool,
-                    shard=None) -> dict[str, Any] | None:
+                    shard=None, say_why: bool = True) -> dict[str, Any] | None:
     """The shipped network of ``ds``/``role`` installed into ``out`` when its card's recipe is the config's
-    (its metrics), else None (a note says why it trains). Torch-free: `vcebench train` installs without
-    starting torch. ``shard`` (``vcebench.models.distributed.Shard``): only its writer copies."""
+    (its metrics), else None (with ``say_why``, a note says why it trains). Torch-free: `vcebench train`
+    installs without starting torch. ``shard`` (``vcebench.models.distributed.Shard``): only its writer copies."""
     card = read_card(networks, ds, role)
     if card is None:
         return None
     diff = recipe_differences(card, cfg, ds, role)
     if diff:
-        if progress:
+        if progress and say_why:
             print(f"[train {role}] the config's recipe is not the shipped {networks}/{ds}/{role}'s "
                   f"({'; '.join(diff[:3])}{' ...' if len(diff) > 3 else ''}): training it", file=sys.stderr)
         return None
     if shard is not None and not shard.writer:
         return {}
+    from ..core.io import check_writable
+
+    check_writable(out, f"the shipped {role}")
     metrics = install(networks, ds, role, card, out)
     if progress:
         print(f"[train {role}] installed the shipped network {networks}/{ds}/{role} (recipe and sha256 checked; "

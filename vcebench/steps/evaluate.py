@@ -59,7 +59,8 @@ def _inputs_of(names: list[str]) -> set[str]:
     return {i for n in names for i in registry.get_metric_spec(n).inputs}
 
 
-def _build_metrics(settings: EvalSettings, names: list[str], models, ids: np.ndarray, fid_ref: str | None) -> list:
+def _build_metrics(settings: EvalSettings, names: list[str], need: set[str], models, ids: np.ndarray,
+                   fid_ref: str | None) -> list:
     """The metrics ``names`` of ``settings.task``, with what they declare they need (``MetricSpec.inputs``): the
     FID reference (checked to cover ``ids``) and the training labels. The metrics and the split loader read
     whole sections of the configuration: they get ``settings.config``."""
@@ -68,7 +69,7 @@ def _build_metrics(settings: EvalSettings, names: list[str], models, ids: np.nda
 
     from ..data import load_split
 
-    task, cfg, need = settings.task, settings.config, _inputs_of(names)
+    task, cfg = settings.task, settings.config
     train = None
     if "train_labels" in need:
         train = load_split(cfg, task.dataset, "train", settings.data_dir)
@@ -161,8 +162,9 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
         roles = tuple(r for r in required_roles(task) if r == "classifier" or
                       any(r in _roles_of(n) for n in names))
         models = load_task_models(settings.config, task, roles=roles, device=device, model_dir=settings.model_dir)
-    metrics = _build_metrics(settings, names, models, ids, fid_ref)
-    gt_of = _gt_counterfactuals(settings.config, task, ids) if "ground_truth" in _inputs_of(names) else None
+    need = _inputs_of(names)
+    metrics = _build_metrics(settings, names, need, models, ids, fid_ref)
+    gt_of = _gt_counterfactuals(settings.config, task, ids) if "ground_truth" in need else None
     bs = int(settings.metrics.get("batch_size", 100))
     checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
     batches = make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of, device=device)
