@@ -38,7 +38,7 @@ class MetricContext:
     @property
     def settings(self) -> dict:
         """Config key ``metrics``."""
-        return self.cfg.get("metrics", {}) or {}
+        return self.cfg["metrics"]
 
     @property
     def extractor(self) -> str:
@@ -46,7 +46,7 @@ class MetricContext:
 
     @property
     def frechet(self) -> str:
-        return self.settings.get("frechet_method", "sqrtm")
+        return self.settings["frechet_method"]
 
 
 def fid(ctx: MetricContext) -> FID:
@@ -54,14 +54,14 @@ def fid(ctx: MetricContext) -> FID:
 
 
 def sfid(ctx: MetricContext) -> SFID:
-    return SFID(ctx.models.fid_features, ctx.settings.get("sfid_seeds", [0]), "successful", ctx.fid_reference,
+    return SFID(ctx.models.fid_features, ctx.settings["sfid_seeds"], "successful", ctx.fid_reference,
                 ctx.extractor, ctx.frechet)
 
 
 def kid(ctx: MetricContext) -> KID:
-    kcfg = ctx.settings.get("kid", {}) or {}
+    kcfg = ctx.settings["kid"]
     return KID(ctx.models.fid_features, "successful", ctx.fid_reference, ctx.extractor,
-               subsets=kcfg.get("subsets", 100), subset_size=kcfg.get("subset_size", 1000), seed=kcfg.get("seed", 0))
+               subsets=kcfg["subsets"], subset_size=kcfg["subset_size"], seed=kcfg["seed"])
 
 
 def fva(ctx: MetricContext) -> FaceVerification:
@@ -100,7 +100,7 @@ def s3(ctx: MetricContext) -> SimSiamSimilarity:
 
 
 def ground_truth(ctx: MetricContext) -> GroundTruth:
-    return GroundTruth(float(ctx.settings.get("gt_change_threshold", 0.05)), "correct_successful")
+    return GroundTruth(float(ctx.settings["gt_change_threshold"]), "correct_successful")
 
 
 def fr_oracle(ctx: MetricContext) -> OracleFlipRate:

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from vcebench.core.io import from_uint8, input_fingerprint, load_npz, to_uint8
+
 from .base import SUBSETS, EvalBatch, InsufficientSamples, Metric, MetricError
 from .bootstrap import BOOTSTRAP_DEFAULTS, BOOTSTRAP_METHOD, Resamples, percentile_interval
 
@@ -26,7 +28,6 @@ CF_KEYS = ("sample_id", "cf", "target")
 
 def load_counterfactuals(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Read ``counterfactuals.npz`` (docs/internals.md) and check its arrays."""
-    from vcebench.core.io import load_npz
 
     if not os.path.exists(path):
         raise FileNotFoundError(f"counterfactuals {path} not found; create them with `vcebench explain`")
@@ -59,7 +60,6 @@ def check_inputs(path: str | os.PathLike, input_hash: np.ndarray, rows: np.ndarr
     """Refuse rows ``rows`` of a counterfactuals file whose stored ``input_hash`` differs from the
     fingerprint of the dataset's image ``x`` of the same sample id with the stored CF (swapped ids or
     CF rows, stale or foreign rows)."""
-    from vcebench.core.io import input_fingerprint, to_uint8
 
     bad = np.nonzero(input_fingerprint(to_uint8(x), cf[rows]) != input_hash[rows])[0]
     if len(bad):
@@ -85,7 +85,6 @@ def make_batches(x_of: Callable[[np.ndarray], Tensor], cf: np.ndarray, sample_id
                  gt_of: Callable[[np.ndarray], Tensor] | None = None,
                  device: torch.device | str = "cpu") -> Iterator[EvalBatch]:
     """EvalBatches in file order. ``x_of(rows)`` / ``gt_of(rows)`` give [-1, 1] images for row indices."""
-    from vcebench.core.io import from_uint8
 
     n = len(sample_id)
     for start in range(0, n, batch_size):

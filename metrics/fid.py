@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from vcebench.core.frechet import FrechetError
 from vcebench.core.frechet import frechet_distance as _frechet_distance
+from vcebench.core.io import load_npz, save_npz
 
 from .base import EvalBatch, MetricError, Subset, embed, require
 from .bootstrap import Resamples
@@ -191,15 +192,11 @@ class FIDReference:
         return FeatureStats().update(self.features)
 
     def save(self, path: str | os.PathLike) -> None:
-        from vcebench.core.io import save_npz
-
         save_npz(path, sample_id=self.sample_id, features=self.features, extractor=np.array(self.extractor),
                  **self.stats().to_arrays())
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FIDReference:
-        from vcebench.core.io import load_npz
-
         if not os.path.exists(path):
             raise FileNotFoundError(f"FID reference statistics {path} not found; create them with "
                                     "`vcebench evaluate --task <task> --reference --out <path>`")

@@ -76,7 +76,7 @@ def test_missing_external_folder_is_named(tmp_path):
 
 
 def test_import_args_and_roles(tmp_path):
-    cfg = {"external": {"a": {"path": "x y/{task}", "mapping": "m.csv"}}}
+    cfg = {"external": {"a": {"path": "x y/{task}", "layout": "generic", "mapping": "m.csv"}}}
     (tmp_path / "x y" / "synthfaces_smile").mkdir(parents=True)
     (tmp_path / "m.csv").write_text("file,sample_id\n")
     args = shlex.split(wf.import_args(cfg, "synthfaces_smile", "external_a", basedir=tmp_path))
@@ -126,7 +126,7 @@ def _imported_folders(tmp_path, cfg: dict) -> dict:
     z = {"sample_id": ids.numpy(), "cf": gt, "pred": label, "target": 1 - label, "flipped": label == label}
     write_generic(z, tmp_path / "gt")
     write_dime(z, label, tmp_path / "dime" / "Results" / "exp", tmp_path / "dime" / "ids.csv")
-    return {"gt": {"path": str(tmp_path / "gt")},
+    return {"gt": {"path": str(tmp_path / "gt"), "layout": "generic"},
             "dime": {"path": str(tmp_path / "dime" / "Results" / "exp"), "layout": "dime",
                      "mapping": str(tmp_path / "dime" / "ids.csv")}, "label": label}
 

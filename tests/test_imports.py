@@ -222,3 +222,28 @@ def test_imports_resolve():
 def test_checker_finds_a_circle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def import_style_errors(module: str, source: str) -> list[str]:
+    """One import style: inside a top-level package (vcebench, methods, metrics) imports are relative
+    (``from ..core.io import ...``), across packages absolute (``from vcebench.registry import ...``)."""
+    own = module.split(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
+        out += [f"{module}: `{n}` absolute inside its own package (write it relative)" for n in names
+                if n and n.split(".")[0] == own]
+    return out
+
+
+def test_one_import_style():
+    errors = [e for m, p in module_files().items() for e in import_style_errors(m, p.read_text())]
+    assert not errors, "\n".join(errors)
+
+
+def test_import_style_checker_sees_an_absolute_import_inside_its_package():
+    assert import_style_errors("vcebench.steps.x", "from vcebench.core import io\nfrom methods import base\n") == [
+        "vcebench.steps.x: `vcebench.core` absolute inside its own package (write it relative)"]
+    assert import_style_errors("methods.x", "import methods.base\nfrom .base import A\n") == [
+        "methods.x: `methods.base` absolute inside its own package (write it relative)"]

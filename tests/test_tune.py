@@ -81,7 +81,7 @@ def test_every_method_gets_the_same_number_of_settings(cfg):
 
 def test_relative_knob_needs_the_parameter():
     with pytest.raises(ConfigError, match="no `k`"):
-        candidate_settings({"k": {"range": [0.5, 2], "relative": True}}, {"rho": 0.1}, 4, 0, "fire")
+        candidate_settings({"k": {"range": [0.5, 2], "scale": "linear", "relative": True}}, {"rho": 0.1}, 4, 0, "fire")
 
 
 def test_tune_methods_are_the_base_methods(cfg):

@@ -41,7 +41,7 @@ def config_args(configfiles: list, basedir: str | Path = ".") -> str:
 def reference_dir(cfg: dict, basedir: str | Path = ".") -> str:
     """The committed reference results the ``regression`` target compares against (absolute; the rule
     passes it as ``{params.ref:q}``: a config value never reaches the shell unquoted)."""
-    return str((Path(basedir) / cfg.get("reference_dir", "results/reference/quick")).resolve())
+    return str((Path(basedir) / cfg["reference_dir"]).resolve())
 
 
 def fail_fast(check, *args) -> None:
@@ -89,7 +89,7 @@ def train_processes(cfg: dict, role: str) -> int:
     if cfg.get("device") != "cuda":
         return 1
 
-    return int(cfg.get("gpus_per_train", 1)) if role in GENERATIVE else 1
+    return int(cfg["gpus_per_train"]) if role in GENERATIVE else 1
 
 
 def train_gpus(cfg: dict, role: str) -> int:
@@ -140,7 +140,7 @@ def visible_gpus() -> int:
 
 def tuned_dir(cfg: dict, basedir: str | Path = ".") -> str:
     """Where `snakemake tune` writes and the run reads the tuned settings (absolute; protocol.tuned_dir)."""
-    return str((Path(basedir) / (cfg.get("protocol") or {}).get("tuned_dir", "config/tuned")).resolve())
+    return str((Path(basedir) / cfg["protocol"]["tuned_dir"]).resolve())
 
 
 def tune_roles(cfg: dict, task_name: str) -> list[str]:
@@ -149,7 +149,7 @@ def tune_roles(cfg: dict, task_name: str) -> list[str]:
 
     known = registry.metrics()
     roles = {"classifier"} | {r for m in tune_methods(cfg) for r in method_roles(m)}
-    roles |= {r for k in (cfg.get("tune") or {}).get("metrics", ["FID", "FR", "FR_oracle"])
+    roles |= {r for k in cfg["tune"]["metrics"]
               for r in (known[k].roles if k in known else ())}
     return sorted(roles)
 
@@ -318,7 +318,7 @@ def import_args(cfg: dict, task: str, method: str, basedir: str | Path = ".") ->
 
     spec = external_spec(cfg, task, method)
     paths = external_inputs(cfg, task, method, basedir)
-    args = ["--layout", spec.get("layout", "generic"), "--path", paths[0]]
+    args = ["--layout", spec["layout"], "--path", paths[0]]
     if spec.get("mapping"):
         args += ["--mapping", paths[1]]
     return " ".join(shlex.quote(str(a)) for a in args)
@@ -326,7 +326,7 @@ def import_args(cfg: dict, task: str, method: str, basedir: str | Path = ".") ->
 
 def other_seeds(cfg: dict) -> list[int]:
     """The seeds `snakemake seeds` reruns generation with (config ``seeds.seeds`` less the run's own ``seed``)."""
-    return [s for s in (cfg.get("seeds") or {}).get("seeds", [0, 1, 2]) if s != cfg["seed"]]
+    return [s for s in cfg["seeds"]["seeds"] if s != cfg["seed"]]
 
 
 # --- the `pareto` target (workflows/pareto.smk) -----------------------------------------------------------

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from ..protocol.settings import load_settings
 
     cfg = load_settings(args.config)
-    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
+    device = setup_torch(cfg["threads"], cfg["device"], cfg["cuda"])
     task = get_task(cfg, args.task)
     summary = import_folder(cfg, task, args.path, args.layout, args.out, mapping=args.mapping,
                             data_dir=args.data, model_dir=args.models, device=device)

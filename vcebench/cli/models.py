@@ -107,7 +107,7 @@ def run_curve(args: argparse.Namespace) -> int:
     from ..workflow import train_threads
 
     cfg = load_config(args.config)
-    device = setup_torch(train_threads(cfg), cfg["device"] if args.train_only else "cpu", cfg.get("cuda"))
+    device = setup_torch(train_threads(cfg), cfg["device"] if args.train_only else "cpu", cfg["cuda"])
     kw = dict(n_val=args.n_val, n_samples=args.samples, sample_steps=args.sample_steps)
     if args.train_only:
         with training_processes(device) as shard:

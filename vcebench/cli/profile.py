@@ -118,7 +118,7 @@ def _setup(args: argparse.Namespace) -> tuple[dict, torch.device]:
     from ..protocol.settings import load_settings
 
     cfg = load_settings(args.config)
-    return cfg, setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
+    return cfg, setup_torch(cfg["threads"], cfg["device"], cfg["cuda"])
 
 
 

@@ -250,9 +250,6 @@ def run_regression(args: argparse.Namespace) -> int:
 
 
 
-SEEDS_DEFAULTS = {"seeds": [0, 1, 2], "z": 3.0, "floors": {}}
-
-
 
 def run_seeds(args: argparse.Namespace) -> int:
     """Writes <out-dir>/<task>_seeds.{csv,md}: each method's metrics over the generation seeds."""
@@ -261,7 +258,7 @@ def run_seeds(args: argparse.Namespace) -> int:
     from ..report import seeds
 
     cfg = _config(args)
-    sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
+    sc = cfg["seeds"]
     task = get_task(cfg, args.task)
     methods = args.methods or task_methods(cfg, args.task, cfg["methods"])
     tables = {}
@@ -330,7 +327,7 @@ def run_tolerances(args: argparse.Namespace) -> int:
     from ..report import seeds
 
     cfg = _config(args)
-    sc = {**SEEDS_DEFAULTS, **(cfg.get("seeds") or {})}
+    sc = cfg["seeds"]
     tasks = args.tasks or cfg["run_tasks"]
     spreads = {t: pd.read_csv(Path(args.out_dir) / f"{t}_seeds.csv") for t in tasks}
     tol = seeds.derive_tolerances(list(spreads.values()), dict(sc["floors"]), float(sc["z"]))

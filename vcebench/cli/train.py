@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from ..workflow import train_threads
 
     cfg = load_settings(args.config, only=(args.task, None))  # a network: its model settings
-    device = setup_torch(train_threads(cfg), cfg["device"], cfg.get("cuda"))  # cuda without a GPU: ConfigError
+    device = setup_torch(train_threads(cfg), cfg["device"], cfg["cuda"])  # cuda without a GPU: ConfigError
     with training_processes(device) as shard:
         metrics = train_role(cfg, args.role, args.task, data_dir=args.data, out_dir=args.out,
                              model_dir=args.model_dir, progress=not args.no_progress, shard=shard,

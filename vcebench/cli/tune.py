@@ -39,7 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
     import yaml
 
     from ..config.load import DEFAULT_CONFIG, load_config, read_yaml, repo_root
@@ -47,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from ..protocol.tune import merge_tuned, sweep_markdown
 
     cfg = load_config(args.config)
-    tuned_dir = (cfg.get("protocol") or {}).get("tuned_dir", "config/tuned")
+    tuned_dir = cfg["protocol"]["tuned_dir"]
     out = Path(args.out or repo_root((args.config or [DEFAULT_CONFIG])[0]) / tuned_dir / f"{args.task}.yaml")
     md = Path(args.md or f"results/tune/{args.task}.md")
     result = run_tune(cfg, args.task, data_dir=args.data, model_dir=args.models, work_dir=args.work_dir,

@@ -75,7 +75,7 @@ def schema_path(config_path: Path | None = None) -> Path:
     for cand in (here / "schema.yaml", here.parent / "schema.yaml", DEFAULT_CONFIG.parent / "schema.yaml"):
         if cand.exists():
             return cand
-    return Path(__file__).resolve().parent.parent / "config" / "schema.yaml"
+    return Path(__file__).resolve().parents[2] / "config" / "schema.yaml"  # the repository's (vcebench/config/load.py)
 
 
 def validate(cfg: dict, schema_file: Path | None = None) -> dict:
@@ -131,8 +131,7 @@ def repo_root(config_path: str | Path) -> Path:
 def attach_tuned(cfg: dict, root: str | Path) -> dict:
     """Read ``<root>/<protocol.tuned_dir>/<task>.yaml`` (written by `vcebench tune`) of every configured task
     into ``cfg["tuned"][task]`` (``settings``, ``file``, ``date``); tasks without a file get none."""
-    proto = cfg.get("protocol") or {}
-    tuned_dir = Path(root) / proto.get("tuned_dir", "config/tuned")
+    tuned_dir = Path(root) / cfg["protocol"]["tuned_dir"]
     out = {}
     for task in cfg.get("tasks") or {}:
         f = tuned_dir / f"{task}.yaml"
@@ -140,8 +139,8 @@ def attach_tuned(cfg: dict, root: str | Path) -> dict:
             data = read_yaml(f) or {}
             if not isinstance(data.get("settings"), dict):
                 raise ConfigError(f"{f}: no `settings` mapping (write it with `vcebench tune`)")
-            out[task] = {"settings": data["settings"], "file": str(Path(proto.get("tuned_dir", "config/tuned"))
-                                                                  / f.name), "date": data.get("date")}
+            out[task] = {"settings": data["settings"], "file": str(Path(cfg["protocol"]["tuned_dir"]) / f.name),
+                         "date": data.get("date")}
     cfg["tuned"] = out
     return cfg
 

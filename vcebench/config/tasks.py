@@ -148,14 +148,14 @@ def method_layers(cfg: dict, task: Task, method: str,
                               f"known: {', '.join(base + '_' + v for v in sorted(variants)) or 'none'}")
         on_top = [(f"variants.{base}.{variant}", variants[variant] or {}),
                   (f"tasks.{task.name}.params.{method}", task.params.get(method) or {})]
-    use_tuned = bool((cfg.get("protocol") or {}).get("use_tuned", False))
+    use_tuned = bool(cfg["protocol"]["use_tuned"])
     for _, over in layers + on_top:
         use_tuned = bool((over.get("protocol") or {}).get("use_tuned", use_tuned))
     tuned = ((cfg.get("tuned") or {}).get(task.name) or {})
     if candidate is not None:
         layers.append(("tune:candidate", dict(candidate)))
     elif use_tuned and base in (tuned.get("settings") or {}):
-        layers.append((f"tuned:{tuned.get('file', '?')}", tuned["settings"][base]))
+        layers.append((f"tuned:{tuned['file']}", tuned["settings"][base]))
     # the tuned layer stays when it is empty: the tuning picked the untuned setting, and the row is still tuned
     return [(name, over) for name, over in layers + on_top if over or name.startswith("tuned:")]
 

@@ -130,11 +130,11 @@ def _interval(values: np.ndarray, bootstrap: dict[str, Any]) -> list[float] | No
     from metrics.bootstrap import percentile_interval, resample_counts
 
     v = np.asarray(values, np.float64)
-    b = int(bootstrap.get("resamples", 1000))
+    b = int(bootstrap["resamples"])
     if len(v) == 0 or b < 1:
         return None
-    w = resample_counts(len(v), b, int(bootstrap.get("seed", 0)))
-    return percentile_interval(w @ v / len(v), float(bootstrap.get("level", 0.95)))
+    w = resample_counts(len(v), b, int(bootstrap["seed"]))
+    return percentile_interval(w @ v / len(v), float(bootstrap["level"]))
 
 
 def cost_columns(cf_path: Path, profile: dict[str, Any] | None, bootstrap: dict[str, Any] | None = None

@@ -20,7 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..models.base import BinaryHead, freeze
+from ..core.io import save_npz, to_uint8
+from ..models.base import BinaryHead, TaskModels, freeze
+from ..models.nets import SimSiamNet, SyntheticNet
 from ..models.paper_nets import CELEBA, EpsUNet, PMFNet, VGGPerceptual
 
 
@@ -84,7 +86,6 @@ def standin_models(attribute_names: Sequence[str], channels: int = 3, seed: int 
 
     The classifier thresholds mean brightness at ``threshold`` (pass the median of the data).
     """
-    from ..models.base import TaskModels, freeze
 
     nets = {"classifier": _BrightnessClassifier(channels, seed, threshold),
             "oracle": _Oracle(channels, attribute_names, seed + 1),
@@ -97,8 +98,6 @@ def standin_models(attribute_names: Sequence[str], channels: int = 3, seed: int 
 def arch_standin_models(attribute_names: Sequence[str], channels: int = 3, threshold: float = 0.0):
     """Random-weight networks with the synthetic zoo's default architectures (vcebench/models): the
     timing of every network pass is that of the trained models."""
-    from ..models.base import TaskModels, freeze
-    from ..models.nets import SimSiamNet, SyntheticNet
 
     a = len(attribute_names)
     torch.manual_seed(0)
@@ -115,7 +114,6 @@ def fake_counterfactuals(x: torch.Tensor, sample_ids: torch.Tensor, classifier: 
                          seed: int = 0) -> None:
     """Write a counterfactuals.npz (docs/internals.md): a random square patch of each input is
     brightened (target 1) or darkened (target 0), growing 4, 8, 12, 16 px until the classifier flips."""
-    from ..core.io import save_npz, to_uint8
 
     g = torch.Generator().manual_seed(seed)
     n, _, h, w = x.shape
@@ -176,7 +174,6 @@ def tiny_standins(seed: int = 0) -> Any:
     For counting calls (NFE) of the real methods at paper settings in seconds; the numbers they
     produce mean nothing.
     """
-    from ..models.base import TaskModels
 
     g = torch.random.fork_rng()
     with g:

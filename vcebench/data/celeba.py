@@ -109,7 +109,7 @@ def load_celeba(dc: dict, split: str, seed: int = 0) -> Split:
     keep = p == PARTITIONS["val" if split in ("minival", "tune") else split]
     rows = np.nonzero(keep)[0]
     if split in ("minival", "tune"):
-        n = int(dc.get("minival", 1000))
+        n = int(dc["minival"])
         rng = np.random.default_rng(sample_seed(seed, 0, "celeba/minival"))
         mini = rng.choice(rows, size=min(n, len(rows)), replace=False)
         rows = mini if split == "minival" else np.setdiff1d(rows, mini)
@@ -120,11 +120,11 @@ def load_celeba(dc: dict, split: str, seed: int = 0) -> Split:
     idents = read_identities(root)
     ident = np.array([idents.get(f, -1) if idents else file_number(f, where) for f in sel_files], dtype=np.int64)
     paths = [str(img_dir / f) for f in sel_files]
-    res = int(dc.get("resolution", 128))
+    res = int(dc["resolution"])
     return Split("celeba", split, torch.from_numpy(ids[rows]), torch.from_numpy(labels[rows]).float(),
                  torch.from_numpy(ident), list(names), None,
                  make_reader(paths, ids[rows].tolist(), res, 3, "celeba",
-                             int(dc.get("min_image_size", 16))), paths)
+                             int(dc["min_image_size"])), paths)
 
 
 def read_hq_mapping(root: Path) -> dict[int, str]:
@@ -171,8 +171,8 @@ def load_celebahq(dc: dict, split: str, seed: int = 0) -> Split:
     ident = np.array([idents.get(orig[r], -1) if idents else file_number(orig[r], "mapping") for r in rows],
                      dtype=np.int64)
     paths = [str(img_dir / f) for f in sel]
-    res = int(dc.get("resolution", 256))
+    res = int(dc["resolution"])
     return Split("celebahq", split, torch.from_numpy(ids[rows]), torch.from_numpy(labels[rows]).float(),
                  torch.from_numpy(ident), list(names), None,
                  make_reader(paths, ids[rows].tolist(), res, 3, "celebahq",
-                             int(dc.get("min_image_size", 16))), paths)
+                             int(dc["min_image_size"])), paths)

@@ -111,8 +111,8 @@ def load_chexpert(dc: dict, split: str, seed: int = 0) -> Split:
     if missing:
         raise DatasetError(f"{len(missing)} CheXpert image(s) not found (config key `datasets.chexpert.root`), "
                            f"e.g. {missing[0]}. Data: {source('chexpert')}")
-    res = int(dc.get("resolution", 512))
+    res = int(dc["resolution"])
     return Split("chexpert", split, torch.from_numpy(ids[rows]), torch.from_numpy(labels),
                  torch.from_numpy(patient[rows]), list(CHEXPERT_ATTRIBUTES), None,
                  make_reader(paths, ids[rows].tolist(), res, 1, "chexpert",
-                             int(dc.get("min_image_size", 16))), paths)
+                             int(dc["min_image_size"])), paths)

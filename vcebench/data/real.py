@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -125,7 +126,6 @@ def make_reader(paths: Sequence[str], sample_ids: Sequence[int], resolution: int
     ``errors`` (a dict), a refused image becomes a zero row and ``errors[position] = reason`` instead of
     a DatasetError (``vcebench explain`` fails that sample, not the shard).
     """
-    import warnings
 
     from PIL import Image, UnidentifiedImageError
     from torchvision.transforms import InterpolationMode

@@ -62,7 +62,7 @@ def load_split(cfg: dict, name: str, split: str, data_dir: str | os.PathLike | N
                 _MEMO.pop(next(iter(_MEMO)))
             _MEMO[key] = ds.split(split)
         return _MEMO[key]
-    return _spec(name).load()(dc, split, seed=int(cfg.get("seed", 0)))
+    return _spec(name).load()(dc, split, seed=int(cfg["seed"]))
 
 
 def eval_split_name(dataset: str) -> str:

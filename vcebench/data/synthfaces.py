@@ -163,5 +163,5 @@ class SynthFaces(SyntheticDataset):
 
 def from_config(dc: dict) -> SynthFaces:
     """The renderer of the config section ``datasets.synthfaces`` (its loader: ``DatasetSpec.loader``)."""
-    return SynthFaces(resolution=dc.get("resolution", 32), seed=dc.get("seed", 0),
-                      n_identities=dc.get("n_identities", 1200), images_per_identity=dc.get("images_per_identity", 10))
+    return SynthFaces(resolution=dc["resolution"], seed=dc["seed"], n_identities=dc["n_identities"],
+                      images_per_identity=dc["images_per_identity"])

@@ -226,5 +226,5 @@ def _pacemaker(c: D.Canvas, x: ChestLayout) -> None:
 
 def from_config(dc: dict) -> SynthXray:
     """The renderer of the config section ``datasets.synthxray`` (its loader: ``DatasetSpec.loader``)."""
-    return SynthXray(resolution=dc.get("resolution", 32), seed=dc.get("seed", 0),
-                     n_identities=dc.get("n_patients", 6000), images_per_identity=dc.get("images_per_patient", 1))
+    return SynthXray(resolution=dc["resolution"], seed=dc["seed"], n_identities=dc["n_patients"],
+                     images_per_identity=dc["images_per_patient"])

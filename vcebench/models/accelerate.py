@@ -58,13 +58,12 @@ def accelerate(models: TaskModels, *, compile: bool = False, mode: str = "defaul
 def accelerate_from_config(models: TaskModels, cuda: Mapping[str, Any] | None,
                            device: torch.device | str) -> TaskModels:
     """:func:`accelerate` with the config's ``cuda`` section (``cuda``: ``compile``, ``compile_mode``,
-    ``compile_cache_dir``, ``bf16_generative``); used only when ``device`` is CUDA."""
-    if torch.device(device).type != "cuda":
+    ``compile_cache_dir``, ``bf16_generative``; each set in config/config.yaml); used only when ``device`` is
+    CUDA. ``cuda`` None or empty: no CUDA options, the networks as they are."""
+    if torch.device(device).type != "cuda" or not cuda:
         return models
-    opts = cuda or {}
-    return accelerate(models, compile=bool(opts.get("compile", False)), mode=opts.get("compile_mode", "default"),
-                      bf16_generative=bool(opts.get("bf16_generative", False)),
-                      cache_dir=opts.get("compile_cache_dir"))
+    return accelerate(models, compile=bool(cuda["compile"]), mode=cuda["compile_mode"],
+                      bf16_generative=bool(cuda["bf16_generative"]), cache_dir=cuda["compile_cache_dir"])
 
 
 def _bf16(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:

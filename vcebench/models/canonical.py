@@ -67,6 +67,9 @@ from .canonical_nets import (
     vgg19_features,
 )
 from .checkpoints import CheckpointError, load_state_strict, uninitialised
+from .ddpm import DIFFUSERS_FORMAT, UNetDDPM
+from .fastdime_unet import TIMESTEPS, FastDiMEUNet, UnsafePickleError, read_plain_pickle
+from .guided_unet import CONFIG_FLAG_KEYS, GuidedUNet, guided_flags
 from .nets import AttributeClassifier
 from .torch_module import KEYS as TORCH_MODULE_KEYS
 from .torch_module import check_torch_module, load_torch_module
@@ -81,6 +84,9 @@ CELEBA_ATTRIBUTES = [
 ]
 Loaded = tuple[nn.Module, str]
 SPEC_KEYS = {"weights", "format", "head", "num_outputs", "index", "attribute_names", "net", "name"}
+# What a canonical block may leave out, per format (merged by load_canonical): DiME's CelebA classifier has 40
+# sigmoid logits (``head: 1logit``); LPIPS' default backbone is VGG.
+FORMAT_DEFAULTS: dict[str, dict[str, Any]] = {"dime_densenet121": {"head": "1logit"}, "lpips": {"net": "vgg"}}
 
 
 def torch_load(role: str, path: str | Path) -> Any:
@@ -143,7 +149,7 @@ def _query_index(role: str, spec: dict, names: list[str], task: Task, key: str) 
 
 
 def _load_dime_densenet121(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
-    head = spec.get("head", "1logit")
+    head = spec["head"]
     n_out = int(spec.get("num_outputs", 2 if head == "2logit" else 40))
     if head == "2logit" and n_out != 2:
         raise CheckpointError(f"role {role!r}: `{key}.head: 2logit` needs num_outputs 2, got {n_out}")
@@ -237,7 +243,7 @@ def _load_lpips(role: str, spec: dict, path: Path, task: Task, key: str, name: s
     """LPIPS v0.1 (Zhang et al. 2018): lpips package linear layers + a torchvision backbone from ``path``."""
     import lpips
 
-    net = spec.get("net", "vgg")
+    net = spec["net"]
     if net not in ("vgg", "alex"):
         raise CheckpointError(f"role {role!r}: `{key}.net` must be 'vgg' or 'alex', got {net!r}")
     model = lpips.LPIPS(pretrained=False, net=net, pnet_rand=True, verbose=False)
@@ -259,8 +265,6 @@ def _load_lpips(role: str, spec: dict, path: Path, task: Task, key: str, name: s
 
 def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
     """A guided-diffusion (improved-diffusion) UNet state dict (DiME / ACE / FastDiME / MaskDiME ``.pt``)."""
-    from .ddpm import UNetDDPM
-    from .guided_unet import GuidedUNet
 
     flags = _guided_flags(role, spec, key)
     try:
@@ -284,7 +288,6 @@ def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: s
 def _guided_flags(role: str, spec: dict, key: str) -> dict[str, Any]:
     """The UNet flags of a ``guided_diffusion`` block: its flag keys and its pasted ``model_flags`` string
     (``guided_unet.guided_flags``); a ConfigError names the config key."""
-    from .guided_unet import CONFIG_FLAG_KEYS, guided_flags
 
     text = spec.get("model_flags")
     if text is not None and not isinstance(text, str):
@@ -298,8 +301,6 @@ def _guided_flags(role: str, spec: dict, key: str) -> dict[str, Any]:
 
 def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
     """FastDiME_Med's DDPM folder: ``ckpt.tar`` (``model`` state dict) + ``config.pickle`` (plain values)."""
-    from .ddpm import UNetDDPM
-    from .fastdime_unet import FastDiMEUNet, UnsafePickleError, read_plain_pickle
 
     ckpt, cfg_file = path / "ckpt.tar", path / "config.pickle"
     missing = [str(p) for p in (ckpt, cfg_file) if not p.is_file()]
@@ -309,7 +310,7 @@ def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: 
     try:
         config = read_plain_pickle(cfg_file)
         unet = uninitialised(lambda: FastDiMEUNet.from_config(config))
-        steps = int(config["TrainingConfig"].get("TIMESTEPS", 1000))
+        steps = int(config["TrainingConfig"].get("TIMESTEPS", TIMESTEPS))  # config.pickle's own field
     except UnsafePickleError as e:
         raise CheckpointError(f"role {role!r}: {e}") from e
     except (KeyError, TypeError, ValueError, AttributeError) as e:
@@ -340,7 +341,6 @@ class Format:
 
 
 def _guided_keys() -> frozenset[str]:
-    from .guided_unet import CONFIG_FLAG_KEYS
     return CONFIG_FLAG_KEYS | {"model_flags"}
 
 
@@ -367,7 +367,7 @@ def is_canonical(role: str, spec: dict) -> bool:
     if role == "pmf":
         return spec.get("format") is not None
     if role == "ddpm":
-        return spec.get("format", "diffusers") != "diffusers"
+        return spec.get("format", DIFFUSERS_FORMAT) != DIFFUSERS_FORMAT  # no format: a diffusers folder
     return True
 
 
@@ -387,4 +387,5 @@ def load_canonical(role: str, spec: dict, task: Task, key: str) -> Loaded:
     """Build the role's module from ``spec['weights']`` in ``spec['format']``; return (module, name)."""
     check_spec(role, spec, key)
     fmt = spec["format"]
+    spec = {**FORMAT_DEFAULTS.get(fmt, {}), **spec}
     return LOADERS[fmt].load(role, spec, Path(spec["weights"]), task, key, spec.get("name"))

@@ -75,8 +75,12 @@ def attribute_accuracy(net: nn.Module, split: Any, columns: list[int], names: li
 
 def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: str, dataset: str,
                    task_attributes: list[str], progress: bool = True, extra_loss=None, extra_module=None,
-                   key_prefix: str = "") -> tuple[SyntheticNet, dict[str, Any], dict[str, Any]]:
+                   key_prefix: str = "", embed_dim: int = 0) -> tuple[SyntheticNet, dict[str, Any], dict[str, Any]]:
     """Train a multi-attribute ``SyntheticNet`` with BCE (+ ``extra_loss(net, extra, x, y) -> Tensor``).
+
+    ``settings``: the role's recipe, its defaults merged (``CLASSIFIER_DEFAULTS`` or a dict derived from it).
+    ``embed_dim``: the width of a linear bottleneck before the head (0: none; not a setting of the
+    classifier's or the oracle's recipe, fid_features passes its ``embed_dim``).
 
     ``extra_module(feature_dim) -> nn.Module``: training-only parameters (optimised and
     checkpointed with the net, not saved with it).
@@ -87,24 +91,24 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
     names = resolve_attributes(settings["attributes"], train.attribute_names, task_attributes,
                                f"{key_prefix}.attributes")
     cols = [train.attribute_names.index(a) for a in names]
-    rows = select_rows(train, settings.get("data_half"))
+    rows = select_rows(train, settings["data_half"])
     images, labels = train.images[rows], train.labels[rows][:, cols]
     c = images.shape[1]
     torch.manual_seed(settings["seed"])
     net = SyntheticNet(settings["arch"], c, settings["width"], settings["blocks"], out_dim=len(names),
-                       embed_dim=settings.get("embed_dim", 0), pool=settings["pool"])
+                       embed_dim=embed_dim, pool=settings["pool"])
     net = net.to(memory_format=torch.channels_last)
     extra = extra_module(net.feature_dim) if extra_module is not None else nn.Identity()
     both = nn.ModuleDict({"net": net, "extra": extra})
-    opt = torch.optim.AdamW(both.parameters(), lr=settings["lr"], weight_decay=settings.get("weight_decay", 5e-4))
+    opt = torch.optim.AdamW(both.parameters(), lr=settings["lr"], weight_decay=settings["weight_decay"])
     # Balance each attribute's positives (synthetic attributes can be rare, e.g. Pacemaker).
     pos = labels.mean(dim=0).clamp(0.02, 0.98)
     pos_weight = ((1 - pos) / pos).sqrt()
 
     def step(_: int) -> Tensor:
         idx = torch.randint(0, images.shape[0], (settings["batch"],))
-        x = augment(from_uint8(images[idx]), settings.get("noise", 0.0), settings.get("blur", 0.0),
-                    settings.get("shift", 0), settings.get("flip", False))
+        x = augment(from_uint8(images[idx]), settings["noise"], settings["blur"], settings["shift"],
+                    settings["flip"])
         x = x.contiguous(memory_format=torch.channels_last)
         y = labels[idx]
         loss = F.binary_cross_entropy_with_logits(net(x), y, pos_weight=pos_weight)
@@ -117,7 +121,7 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
     config = {
         "role": role, "dataset": dataset, "attribute_names": names,
         "net": {"kind": "SyntheticNet", "arch": settings["arch"], "in_channels": c, "width": settings["width"],
-                "blocks": settings["blocks"], "out_dim": len(names), "embed_dim": settings.get("embed_dim", 0),
+                "blocks": settings["blocks"], "out_dim": len(names), "embed_dim": embed_dim,
                 "pool": settings["pool"]},
         "resolution": int(images.shape[-1]), "train": settings,
     }
@@ -125,7 +129,7 @@ def fit_attributes(settings: dict, splits: dict, out_dir: str | Path, *, role: s
         "role": role, "dataset": dataset, "attributes": names,
         "val_accuracy": attribute_accuracy(net, splits["val"], cols, names) if "val" in splits else None,
         "test_accuracy": attribute_accuracy(net, splits["test"], cols, names),
-        "train_rows": int(images.shape[0]), "data_half": settings.get("data_half") or "all",
+        "train_rows": int(images.shape[0]), "data_half": settings["data_half"] or "all",
         "steps": settings["steps"], "batch_size": settings["batch"],
         "samples_seen": settings["steps"] * settings["batch"], "params": count_params(net),
         "train_seconds": round(hist["train_seconds"], 2),

@@ -24,13 +24,22 @@ from ..core.io import write_json
 from .checkpoints import remove_checkpoint, replace_dir
 from .distributed import Shard
 from .generative_eval import batched, generative_quality, save_grid
-from .training import TRAIN_SETTINGS, to_float_images, train_generative
+from .guided_diffusers import to_diffusers
+from .guided_unet import GuidedUNet, betas_for
+from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, to_float_images, train_generative
 from .unet import build_unet, check_role_keys, require, unet_kwargs
 
 DDPM_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "num_train_timesteps": int, "beta_start": float,
                                  "beta_end": float, "beta_schedule": str, "eval_images": int, "sample_steps": int,
                                  "n_samples": int}
 DDPM_KEYS = set(DDPM_SETTINGS)
+# The format of the folders train_ddpm writes (``config.json``), and of a ddpm block's ``weights`` without ``format``
+DIFFUSERS_FORMAT = "diffusers"
+# The ``ddpm`` recipe's defaults, for the keys a ``models.<dataset>.ddpm`` block may leave out (the training loop's
+# from ``training.TRAIN_DEFAULTS``); ``unet``, ``num_train_timesteps``, ``steps``, ``batch_size`` and ``lr`` are
+# required. Linear betas 2e-4..0.04: DiME's CelebA schedule for T = 500 (the module docstring).
+DDPM_DEFAULTS: dict[str, Any] = {**TRAIN_DEFAULTS, "beta_start": 2e-4, "beta_end": 0.04, "beta_schedule": "linear",
+                                 "eval_images": 256, "n_samples": 64, "sample_steps": 50}
 
 
 class EpsDDPM(nn.Module):
@@ -144,8 +153,6 @@ class UNetDDPM(EpsDDPM):
     """
 
     def __init__(self, unet: nn.Module, num_train_timesteps: int, noise_schedule: str = "linear", name: str = ""):
-        from .guided_unet import betas_for
-
         super().__init__()
         self.unet, self.name = unet, name
         self.num_train_timesteps = int(num_train_timesteps)
@@ -165,9 +172,6 @@ class UNetDDPM(EpsDDPM):
         as ``variance_type="learned_range"``). In memory: a saved diffusers config has one head width
         for all levels, so with ``num_heads`` on levels of different widths the saved copy would differ."""
         from diffusers import DDPMScheduler
-
-        from .guided_diffusers import to_diffusers
-        from .guided_unet import GuidedUNet
 
         if not isinstance(self.unet, GuidedUNet):
             raise TypeError(f"to_diffusers converts a guided-diffusion UNet, not {type(self.unet).__name__}")
@@ -193,11 +197,12 @@ def _alphas_cumprod64(scheduler: Any) -> Tensor:
 
 
 def _scheduler(cfg: dict) -> Any:
+    """The scheduler of a ``ddpm`` block merged with :data:`DDPM_DEFAULTS`."""
     from diffusers import DDPMScheduler
 
     return DDPMScheduler(num_train_timesteps=int(require(cfg, "num_train_timesteps", "ddpm")),
-                         beta_start=float(cfg.get("beta_start", 2e-4)), beta_end=float(cfg.get("beta_end", 0.04)),
-                         beta_schedule=str(cfg.get("beta_schedule", "linear")), prediction_type="epsilon",
+                         beta_start=float(cfg["beta_start"]), beta_end=float(cfg["beta_end"]),
+                         beta_schedule=str(cfg["beta_schedule"]), prediction_type="epsilon",
                          clip_sample=True, variance_type="fixed_small")
 
 
@@ -208,9 +213,9 @@ def schedule_alphas_cumprod(cfg: dict | None = None, scheduler_dir: str | Path |
         from diffusers import DDPMScheduler
 
         return _alphas_cumprod64(DDPMScheduler.from_pretrained(Path(scheduler_dir), local_files_only=True)).numpy()
-    cfg = cfg or {}
-    if str(cfg.get("beta_schedule", "linear")) == "linear":  # _alphas_cumprod64's numbers, without diffusers
-        betas = torch.linspace(float(cfg.get("beta_start", 2e-4)), float(cfg.get("beta_end", 0.04)),
+    cfg = {**DDPM_DEFAULTS, **(cfg or {})}
+    if str(cfg["beta_schedule"]) == "linear":  # _alphas_cumprod64's numbers, without diffusers
+        betas = torch.linspace(float(cfg["beta_start"]), float(cfg["beta_end"]),
                                int(require(cfg, "num_train_timesteps", "ddpm")), dtype=torch.float64)
         return torch.cumprod(1.0 - betas, dim=0).numpy()
     return _alphas_cumprod64(_scheduler(cfg)).numpy()
@@ -220,7 +225,7 @@ def build_ddpm(cfg: dict, channels: int, resolution: int) -> DiffusersDDPM:
     """A fresh (untrained) DDPM from a ``models.<dataset>.ddpm`` config block."""
     check_role_keys(cfg, "ddpm", DDPM_KEYS)
     unet = build_unet(unet_kwargs(require(cfg, "unet", "ddpm"), channels, resolution, False, "ddpm"))
-    return DiffusersDDPM(unet, _scheduler(cfg))
+    return DiffusersDDPM(unet, _scheduler({**DDPM_DEFAULTS, **cfg}))
 
 
 def matched_timestep(alphas_cumprod: Tensor, t_flow: float) -> int:
@@ -265,7 +270,8 @@ def tweedie_at(ddpm: DiffusersDDPM, x: Tensor, t_flow: float, generator: torch.G
     return batched(lambda zz: ddpm.tweedie(zz, torch.full((zz.shape[0],), t)), z), eps
 
 
-def evaluate_ddpm(ddpm: DiffusersDDPM, val: Tensor, seed: int, n_samples: int = 64, sample_steps: int = 50,
+def evaluate_ddpm(ddpm: DiffusersDDPM, val: Tensor, seed: int, n_samples: int = DDPM_DEFAULTS["n_samples"],
+                  sample_steps: int = DDPM_DEFAULTS["sample_steps"],
                   feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
                   t_flow: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)) -> tuple[dict[str, Any], Tensor]:
     """Quality numbers of a DDPM on float validation images ``val`` in [-1, 1]; returns (metrics, samples).
@@ -297,6 +303,7 @@ def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: 
     ``shard``: device and process of the run (``train_generative``); ranks other than 0 return
     their training statistics only."""
     out_dir = Path(out_dir)
+    settings = {**DDPM_DEFAULTS, **cfg_role}  # read here; cfg_role as given is what config.json records
     x_check = to_float_images(train_images_uint8[:1], "train_ddpm: train_images_uint8")
     channels, res = x_check.shape[1], x_check.shape[-1]
     torch.manual_seed(seed)
@@ -324,16 +331,16 @@ def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: 
                                "num_train_timesteps": T, "parameters": sum(p.numel() for p in ddpm.unet.parameters()),
                                "training": stats, "ema": True}
     val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
-    val = to_float_images(val_u8[: int(cfg_role.get("eval_images", 256))], "train_ddpm: val_images_uint8")
-    ev, samples = evaluate_ddpm(ddpm, val, seed + 1, int(cfg_role.get("n_samples", 64)),
-                                int(cfg_role.get("sample_steps", 50)), feature_fn, feature_name)
+    val = to_float_images(val_u8[: int(settings["eval_images"])], "train_ddpm: val_images_uint8")
+    ev, samples = evaluate_ddpm(ddpm, val, seed + 1, int(settings["n_samples"]), int(settings["sample_steps"]),
+                                feature_fn, feature_name)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
     if feature_fn is None:
         metrics["fid_note"] = ("FID needs the dataset's fid_features network (trained before the ddpm by the "
                                "workflow); call vcebench.models.ddpm.evaluate_ddpm(..., feature_fn=...) to add it")
     ddpm.save_pretrained(out_dir)
     save_grid(samples, out_dir / "samples.png")
-    write_json(out_dir / "config.json", {"role": "ddpm", "format": "diffusers", "seed": seed, "config": cfg_role,
+    write_json(out_dir / "config.json", {"role": "ddpm", "format": DIFFUSERS_FORMAT, "seed": seed, "config": cfg_role,
                                          "image_shape": list(x_check.shape[1:])})
     write_json(out_dir / "metrics.json", metrics)
     remove_checkpoint(out_dir)

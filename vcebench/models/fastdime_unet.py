@@ -36,6 +36,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 PLAIN_TYPES = (dict, list, tuple, str, int, float, bool, type(None))
+# What a config.pickle may leave out (FastDiME_Med's own fields, not vcebench settings): ModelConfig's attention
+# (the only one supported, the released models') and TrainingConfig's number of diffusion steps.
+ATTENTION_TYPE = "ori_att"
+TIMESTEPS = 1000
 
 
 class UnsafePickleError(pickle.UnpicklingError):
@@ -185,8 +189,8 @@ class FastDiMEUNet(nn.Module):
     def from_config(cls, config: dict) -> FastDiMEUNet:
         """From ``config.pickle``'s ``ModelConfig`` / ``TrainingConfig`` (KeyError naming a missing entry)."""
         mc, tc = config["ModelConfig"], config["TrainingConfig"]
-        if mc.get("ATTENTION_TYPE", "ori_att") != "ori_att":
-            raise ValueError(f"ATTENTION_TYPE {mc['ATTENTION_TYPE']!r} is not supported (only 'ori_att', the "
+        if mc.get("ATTENTION_TYPE", ATTENTION_TYPE) != ATTENTION_TYPE:  # the checkpoint's own field
+            raise ValueError(f"ATTENTION_TYPE {mc['ATTENTION_TYPE']!r} is not supported (only {ATTENTION_TYPE!r}, the "
                              f"released models' setting)")
         return cls(in_channels=int(tc["IMG_SHAPE"][0]), base_channels=int(mc["BASE_CH"]),
                    mult=tuple(int(m) for m in mc["BASE_CH_MULT"]),

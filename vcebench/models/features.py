@@ -77,7 +77,7 @@ def train_fid_features(settings: dict, splits: dict, out_dir: str | Path, *, dat
     net, config, metrics = fit_attributes(
         settings, splits, out_dir, role="fid_features", dataset=dataset, task_attributes=task_attributes,
         progress=progress, extra_loss=degradation_loss(settings["max_blur"], settings["max_noise"]),
-        extra_module=DegradationHead, key_prefix=f"models.{dataset}.fid_features")
+        extra_module=DegradationHead, key_prefix=f"models.{dataset}.fid_features", embed_dim=settings["embed_dim"])
     name = f"{dataset}-fidnet-v1"
     config["name"] = name
     config["feature_dim"] = settings["embed_dim"]

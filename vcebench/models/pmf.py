@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from ..core.io import atomic_path, write_json
@@ -43,7 +44,7 @@ from .generative_eval import (
     sharpness_ratio,
     write_pmf_grids,
 )
-from .training import TRAIN_SETTINGS, to_float_images, train_generative
+from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, to_float_images, train_generative
 from .unet import RoleConfigError, build_unet, check_role_keys, require, unet_kwargs, use_explicit_groupnorm
 
 PMF_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "jvp": Literal["fd", "exact"], "fd_eps": float,
@@ -52,6 +53,17 @@ PMF_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "jvp": Literal["
                                 "t_clip": float, "time_scale": float, "precond": Literal["edm", "none"],
                                 "sigma_data": float, "eval_images": int, "n_samples": int}
 PMF_KEYS = set(PMF_SETTINGS)
+# The ``pmf`` recipe's defaults, for the keys a ``models.<dataset>.pmf`` block may leave out (the training loop's
+# from ``training.TRAIN_DEFAULTS``); ``unet``, ``steps``, ``batch_size`` and ``lr`` are required.
+PMF_DEFAULTS: dict[str, Any] = {
+    **TRAIN_DEFAULTS, "jvp": "fd", "fd_eps": 1e-3, "fm_warmup": 0.2, "p_fm": 0.5, "p_r0": 0.4, "t_mean": 0.0,
+    "t_std": 1.0, "p_t_uniform": 0.1, "p_t1": 0.05, "adaptive_p": 1.0, "adaptive_eps": 0.01, "t_clip": 0.05,
+    "time_scale": 50.0, "precond": "edm", "sigma_data": 0.5, "eval_images": 256, "n_samples": 64,
+}
+# A saved pmf folder's ``config.json`` ``architecture`` without these keys (written before they were recorded) was
+# trained with these values: the folder format's defaults, not the recipe's (no preconditioning then: "none").
+SAVED_ARCHITECTURE_DEFAULTS: dict[str, Any] = {"t_clip": 0.05, "time_scale": 50.0, "precond": "none",
+                                               "sigma_data": 0.5}
 
 
 class PixelMeanFlow(nn.Module):
@@ -61,8 +73,9 @@ class PixelMeanFlow(nn.Module):
     rad per unit t; 50 keeps du/dt smooth enough for finite differences, MeanFlow's EDM-style
     UNet uses 1)."""
 
-    def __init__(self, unet_config: dict, t_clip: float = 0.05, time_scale: float = 50.0,
-                 precond: str = "edm", sigma_data: float = 0.5):
+    def __init__(self, unet_config: dict, t_clip: float = PMF_DEFAULTS["t_clip"],
+                 time_scale: float = PMF_DEFAULTS["time_scale"], precond: str = PMF_DEFAULTS["precond"],
+                 sigma_data: float = PMF_DEFAULTS["sigma_data"]):
         super().__init__()
         if precond not in ("edm", "none"):
             raise RoleConfigError(f"config key `models.<dataset>.pmf.precond` must be 'edm' or 'none', got {precond!r}")
@@ -109,7 +122,6 @@ class PixelMeanFlow(nn.Module):
 
     def save(self, out_dir: str | Path) -> None:
         """``out_dir/model.safetensors`` + ``out_dir/config.json`` (architecture), atomically."""
-        from safetensors.torch import save_file
 
         out_dir = Path(out_dir)
         state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
@@ -122,7 +134,6 @@ class PixelMeanFlow(nn.Module):
     @classmethod
     def load(cls, dir: str | Path) -> PixelMeanFlow:
         """Load ``model.safetensors`` + ``config.json`` written by :meth:`save` / ``train_pmf``."""
-        from safetensors.torch import load_file
 
         d = Path(dir)
         wpath, cpath = d / "model.safetensors", d / "config.json"
@@ -131,15 +142,15 @@ class PixelMeanFlow(nn.Module):
                 raise FileNotFoundError(f"pmf: {p} does not exist; expected a folder with model.safetensors and "
                                         f"config.json written by `vcebench train pmf` (resources/models/<dataset>/pmf)")
         try:
-            arch = json.loads(cpath.read_text())["architecture"]
+            arch = {**SAVED_ARCHITECTURE_DEFAULTS, **json.loads(cpath.read_text())["architecture"]}
             unet = dict(arch["unet"])
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise ValueError(f"pmf: {cpath} is not a PMF config (needs an `architecture.unet` entry): {e}") from e
         for k in ("block_out_channels", "down_block_types", "up_block_types"):
             if k in unet:
                 unet[k] = tuple(unet[k])
-        model = cls(unet, float(arch.get("t_clip", 0.05)), float(arch.get("time_scale", 50.0)),
-                    str(arch.get("precond", "none")), float(arch.get("sigma_data", 0.5)))
+        model = cls(unet, float(arch["t_clip"]), float(arch["time_scale"]), str(arch["precond"]),
+                    float(arch["sigma_data"]))
         try:
             state = load_file(str(wpath))
         except Exception as e:  # safetensors raises its own error types for corrupt files
@@ -165,20 +176,22 @@ def _jsonable(d: dict) -> dict:
 def sample_tr(n: int, g: torch.Generator, cfg: dict, flow_matching_only: bool) -> tuple[Tensor, Tensor]:
     """(t, r) for one batch. t: logit-normal(``t_mean``, ``t_std``), with a ``p_t_uniform`` share
     U(0, 1) and a ``p_t1`` share exactly 1 (one-step sampling from noise). r: ``r = t`` (flow
-    matching) with ``p_fm``, ``r = 0`` (FiRe's G) with ``p_r0``, else U(0, t)."""
-    t = torch.sigmoid(torch.randn(n, generator=g) * float(cfg.get("t_std", 1.0)) + float(cfg.get("t_mean", 0.0)))
+    matching) with ``p_fm``, ``r = 0`` (FiRe's G) with ``p_r0``, else U(0, t). ``cfg``: a ``pmf`` block
+    (keys it leaves out: :data:`PMF_DEFAULTS`)."""
+    cfg = {**PMF_DEFAULTS, **cfg}
+    t = torch.sigmoid(torch.randn(n, generator=g) * float(cfg["t_std"]) + float(cfg["t_mean"]))
     u1, u2, u3, u4 = torch.rand(4, n, generator=g)
-    t = torch.where(u1 < float(cfg.get("p_t_uniform", 0.1)), u2, t)
-    t = torch.where(u3 < float(cfg.get("p_t1", 0.05)), torch.ones_like(t), t)
+    t = torch.where(u1 < float(cfg["p_t_uniform"]), u2, t)
+    t = torch.where(u3 < float(cfg["p_t1"]), torch.ones_like(t), t)
     if flow_matching_only:
         return t, t.clone()
-    p_fm, p_r0 = float(cfg.get("p_fm", 0.5)), float(cfg.get("p_r0", 0.4))
+    p_fm, p_r0 = float(cfg["p_fm"]), float(cfg["p_r0"])
     r = torch.where(u4 < p_fm, t, torch.where(u4 < p_fm + p_r0, torch.zeros_like(t), u2 * t))
     return t, r
 
 
 def du_dt(model: PixelMeanFlow, z: Tensor, t: Tensor, h: Tensor, v: Tensor, x_u: Tensor, mode: str,
-          fd_eps: float = 1e-3) -> Tensor:
+          fd_eps: float = PMF_DEFAULTS["fd_eps"]) -> Tensor:
     """Total derivative ``du/dt`` along the tangent (dz = v, dr = 0, dt = 1), i.e. (dz, dt, dh) = (v, 1, 1).
 
     ``u = (z - x_u) / c(t)``, ``c = max(t, t_clip)``: ``du/dt = (v - dx_u) / c - (z - x_u) c' / c^2``
@@ -204,7 +217,9 @@ def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict
     against ``stopgrad(v - (t - r) du/dt)`` summed over pixels, adaptive weight ``l / sg(l + 0.01)^p``.
     Returns (weighted mean loss, unweighted per-sample loss). ``model`` may be wrapped in
     DistributedDataParallel; with ``shard`` the noise is drawn for the whole batch ``x`` and the
-    rank's rows are kept (``vcebench.models.distributed``)."""
+    rank's rows are kept (``vcebench.models.distributed``). ``cfg``: a ``pmf`` block (keys it leaves out:
+    :data:`PMF_DEFAULTS`)."""
+    cfg = {**PMF_DEFAULTS, **cfg}
     n = x.shape[0]
     t, r = sample_tr(n, g, cfg, flow_matching_only)
     eps = torch.randn(x.shape, generator=g)
@@ -221,18 +236,19 @@ def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict
     if not flow_matching_only:
         # the whole batch: rows with h = 0 (r = t, flow matching) get v - 0 * du/dt = v exactly; no host
         # sync and no batch shape that changes from step to step (cuDNN re-tunes each new shape on a GPU)
-        d = du_dt(pmf, z, t, h, v, x_u.detach(), str(cfg.get("jvp", "fd")), float(cfg.get("fd_eps", 1e-3)))
+        d = du_dt(pmf, z, t, h, v, x_u.detach(), str(cfg["jvp"]), float(cfg["fd_eps"]))
         target = v - h.reshape(-1, 1, 1, 1) * d
     per_sample = (u - target.detach()).pow(2).sum(dim=(1, 2, 3))
-    w = (per_sample.detach() + float(cfg.get("adaptive_eps", 0.01))) ** float(cfg.get("adaptive_p", 1.0))
+    w = (per_sample.detach() + float(cfg["adaptive_eps"])) ** float(cfg["adaptive_p"])
     return (per_sample / w).mean(), per_sample.detach()
 
 
 def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
     check_role_keys(cfg, "pmf", PMF_KEYS)
     kwargs = unet_kwargs(require(cfg, "unet", "pmf"), channels, resolution, True, "pmf")
-    pmf = PixelMeanFlow(kwargs, float(cfg.get("t_clip", 0.05)), float(cfg.get("time_scale", 50.0)),
-                        str(cfg.get("precond", "edm")), float(cfg.get("sigma_data", 0.5)))
+    cfg = {**PMF_DEFAULTS, **cfg}
+    pmf = PixelMeanFlow(kwargs, float(cfg["t_clip"]), float(cfg["time_scale"]), str(cfg["precond"]),
+                        float(cfg["sigma_data"]))
     # h starts with no effect (zero-initialised last layer of its embedding, as adaLN-zero in DiT):
     # after the flow-matching warm start, x_u(h > 0) starts from the posterior mean x_u(h = 0).
     nn.init.zeros_(pmf.net.class_embedding.linear_2.weight)
@@ -244,7 +260,7 @@ def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
 
 
 @torch.no_grad()
-def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = 64,
+def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = PMF_DEFAULTS["n_samples"],
                  feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
                  ddpm: Any = None, t_flow: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8),
                  classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None) -> tuple[dict[str, Any], dict]:
@@ -310,19 +326,20 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     each task's FiRe noise level). ``shard``: device and process of the run (``train_generative``);
     ranks other than 0 return their training statistics only."""
     out_dir = Path(out_dir)
+    settings = {**PMF_DEFAULTS, **cfg_role}  # read here; cfg_role as given is what config.json records
     x_check = to_float_images(train_images_uint8[:1], "train_pmf: train_images_uint8")
     channels, res = x_check.shape[1], x_check.shape[-1]
     torch.manual_seed(seed)
     pmf = build_pmf(cfg_role, channels, res)
-    jvp_mode = str(cfg_role.get("jvp", "fd"))
+    jvp_mode = str(settings["jvp"])
     if jvp_mode == "exact":
         use_explicit_groupnorm(pmf.net)
     steps = int(require(cfg_role, "steps", "pmf"))
-    warm = int(float(cfg_role.get("fm_warmup", 0.2)) * steps)
+    warm = int(float(settings["fm_warmup"]) * steps)
 
     def loss_fn(model: nn.Module, x: Tensor, g: torch.Generator, step: int,
                 shard: Shard | None = None) -> tuple[Tensor, Tensor]:
-        loss, per_sample = meanflow_loss(model, x, g, cfg_role, flow_matching_only=step < warm, shard=shard)
+        loss, per_sample = meanflow_loss(model, x, g, settings, flow_matching_only=step < warm, shard=shard)
         return loss, per_sample.mean() / x[0].numel()  # logged: unweighted squared error of u per pixel
 
     shadow, stats = train_generative(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress,
@@ -338,9 +355,9 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
                                "parameters": sum(p.numel() for p in pmf.parameters()),
                                "jvp": jvp_mode, "training": stats, "ema": True}
     val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
-    val = to_float_images(val_u8[: int(cfg_role.get("eval_images", 256))], "train_pmf: val_images_uint8")
+    val = to_float_images(val_u8[: int(settings["eval_images"])], "train_pmf: val_images_uint8")
     t_flow = tuple(sorted({0.2, 0.4, 0.6, 0.8} | set((fire_t or {}).values())))
-    ev, grids = evaluate_pmf(pmf, val, seed + 1, int(cfg_role.get("n_samples", 64)), feature_fn, feature_name,
+    ev, grids = evaluate_pmf(pmf, val, seed + 1, int(settings["n_samples"]), feature_fn, feature_name,
                              ddpm=reference_ddpm, t_flow=t_flow, classifiers=classifiers)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}
     # at 32 px the PMF-vs-Tweedie FID is reported, not enforced

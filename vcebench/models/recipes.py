@@ -5,18 +5,22 @@ and ``evaluate_generative``, which re-evaluates a trained ddpm / pmf folder. Tra
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 
+from ..core.io import write_json
 from ..registry.roles import GENERATIVE
 from .classifier import CLASSIFIER_DEFAULTS, train_classifier
+from .ddpm import DDPM_DEFAULTS, DiffusersDDPM, evaluate_ddpm
 from .features import FID_DEFAULTS, train_fid_features
 from .identity import IDENTITY_DEFAULTS, train_identity
 from .oracle import ORACLE_DEFAULTS, train_oracle
 from .perceptual import PERCEPTUAL_DEFAULTS, train_perceptual
+from .pmf import PMF_DEFAULTS, PixelMeanFlow, evaluate_pmf
 from .simsiam import SIMSIAM_DEFAULTS, train_simsiam
 from .training import to_float_images
 
@@ -33,39 +37,38 @@ TRAINABLE = (*TRAINERS, *GENERATIVE)
 
 def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tensor,
                         feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
-                        reference_ddpm_dir: str | Path | None = None, seed: int = 0, n_images: int = 256,
-                        n_samples: int = 64, write: bool = True) -> dict[str, Any]:
+                        reference_ddpm_dir: str | Path | None = None, seed: int = 0, n_images: int | None = None,
+                        n_samples: int | None = None, write: bool = True) -> dict[str, Any]:
     """Re-evaluate a trained ``ddpm`` / ``pmf`` folder with a feature network (FID) and, for the pmf,
     against the dataset's DDPM (the pmf quality gate); merged into ``model_dir/metrics.json``
     under ``"eval_fid"`` (and ``"quality_gate"``) when ``write``. Returns the new entries.
+    ``n_images`` / ``n_samples`` (None: the role's ``eval_images`` / ``n_samples`` defaults, as its training
+    evaluated): validation images and generated samples.
 
     For the zoo: call it once ``fid_features`` (and the ``ddpm``) of the dataset exist, e.g.
     ``evaluate_generative("pmf", dir, val.images, fidnet, name, reference_ddpm_dir=ddpm_dir)``.
     """
-    import json
-
-    from ..core.io import write_json
 
     model_dir = Path(model_dir)
+    if role not in GENERATIVE:
+        raise ValueError(f"evaluate_generative: role must be 'ddpm' or 'pmf', got {role!r}")
+
+    defaults = DDPM_DEFAULTS if role == "ddpm" else PMF_DEFAULTS
+    n_images = defaults["eval_images"] if n_images is None else n_images
+    n_samples = defaults["n_samples"] if n_samples is None else n_samples
     val = to_float_images(val_images_uint8[:n_images], f"evaluate_generative({role}): val_images_uint8")
     if role == "ddpm":
-        from .ddpm import DiffusersDDPM, evaluate_ddpm
-
         model = DiffusersDDPM.from_pretrained_dir(model_dir)
         ev, _ = evaluate_ddpm(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name)
         new: dict[str, Any] = {"eval_fid": ev}
-    elif role == "pmf":
-        from .ddpm import DiffusersDDPM
+    else:
         from .generative_eval import gate
-        from .pmf import PixelMeanFlow, evaluate_pmf
 
         model = PixelMeanFlow.load(model_dir)
         ref = DiffusersDDPM.from_pretrained_dir(reference_ddpm_dir) if reference_ddpm_dir else None
         ev, _ = evaluate_pmf(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name,
                              ddpm=ref)
         new = {"eval_fid": ev, "quality_gate": gate(ev)}
-    else:
-        raise ValueError(f"evaluate_generative: role must be 'ddpm' or 'pmf', got {role!r}")
     if write:
         path = model_dir / "metrics.json"
         old = json.loads(path.read_text()) if path.is_file() else {}

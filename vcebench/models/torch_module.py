@@ -36,12 +36,18 @@ from ..config.load import ConfigError
 from .base import BinaryHead
 from .checkpoints import CheckpointError, load_state_strict
 from .ddpm import EpsDDPM
+from .guided_unet import betas_for
 
 OUTPUTS = {"classifier": ("logits",), "pmf": ("x", "u"), "ddpm": ("eps",)}
 INPUTS = {"pmf": ("z", "t", "r", "h", "y"), "ddpm": ("z", "t", "y")}
 ROLE_KEYS = {"classifier": {"head", "index"}, "pmf": {"inputs", "class_label", "time_scale"},
              "ddpm": {"inputs", "class_label", "diffusion_steps", "noise_schedule", "learn_sigma"}}
 KEYS = frozenset({"class", "kwargs", "state_dict", "output"}.union(*ROLE_KEYS.values()))
+# What a block may leave out of its role's keys: a 2-logit classifier (column 0 of a 1-logit one); t, r and h
+# unscaled (a ddpm's t always: time_scale is not one of its keys); guided-diffusion's linear schedule, no learned
+# sigma.
+TORCH_MODULE_DEFAULTS: dict[str, Any] = {"head": "2logit", "index": 0, "time_scale": 1.0, "noise_schedule": "linear",
+                                         "learn_sigma": False}
 T_CLIP = 0.05  # pMF: u = (z - x) / max(t, 0.05)
 
 
@@ -67,8 +73,9 @@ def check_torch_module(role: str, spec: dict, key: str) -> None:
         raise ConfigError(f"config key `{key}.output` declares what the {role} network returns: one of "
                           f"{', '.join(OUTPUTS[role])}, got {spec.get('output')!r}")
     if role == "classifier":
-        if spec.get("head", "2logit") not in ("1logit", "2logit"):
-            raise ConfigError(f"config key `{key}.head` must be 1logit or 2logit, got {spec['head']!r}")
+        head = {**TORCH_MODULE_DEFAULTS, **spec}["head"]
+        if head not in ("1logit", "2logit"):
+            raise ConfigError(f"config key `{key}.head` must be 1logit or 2logit, got {head!r}")
         return
     inputs = spec.get("inputs")
     if (not isinstance(inputs, list) or not inputs or inputs[0] != "z" or len(set(inputs)) != len(inputs)
@@ -214,8 +221,6 @@ class ModuleDDPM(EpsDDPM):
     """The ddpm role of a network that returns eps (and guided-diffusion's variance value: ``learn_sigma``)."""
 
     def __init__(self, call: DeclaredCall, steps: int, schedule: str, learn_sigma: bool, name: str = ""):
-        from .guided_unet import betas_for
-
         super().__init__()
         self.call, self.name = call, name
         self.num_train_timesteps, self.learned_variance = int(steps), bool(learn_sigma)
@@ -265,15 +270,16 @@ def load_torch_module(role: str, spec: dict, path: Path, key: str, name: str | N
                           f"{type(e).__name__}: {e}") from None
     load_state_strict(role, path, net, read_state(role, path, spec.get("state_dict"), key))
     net.eval()
+    spec = {**TORCH_MODULE_DEFAULTS, **spec}  # after check_torch_module, which sees the keys as given
     label = f"{name or spec['class']} (torch_module, {path.name})"
     if role == "classifier":
-        kind, index = spec.get("head", "2logit"), int(spec.get("index", 0))
+        kind, index = spec["head"], int(spec["index"])
         head = BinaryHead(CheckedLogits(net, kind, index, key), kind, index)
         head.name = label
         return head, label
     _check_inputs(net, spec["inputs"], key)
-    call = DeclaredCall(net, spec["inputs"], spec.get("class_label"), float(spec.get("time_scale", 1.0)), key)
+    call = DeclaredCall(net, spec["inputs"], spec.get("class_label"), float(spec["time_scale"]), key)
     if role == "pmf":
         return ModulePMF(call, spec["output"], label), label
-    return ModuleDDPM(call, spec["diffusion_steps"], str(spec.get("noise_schedule", "linear")),
-                      bool(spec.get("learn_sigma", False)), label), label
+    return ModuleDDPM(call, spec["diffusion_steps"], str(spec["noise_schedule"]), bool(spec["learn_sigma"]),
+                      label), label

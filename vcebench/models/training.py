@@ -76,6 +76,7 @@ def train_loop(model: nn.Module, optimizer: torch.optim.Optimizer, step_fn: Call
     t0 = time.perf_counter()
     bar = tqdm(range(start, steps), desc=desc, initial=start, total=steps, disable=not progress,
                mininterval=2.0)
+    # images per step, for the throughput only; every role's recipe has one (0: a caller's own settings without)
     batch = int(settings.get("batch", 0))
     for step in bar:
         torch.manual_seed(step_seed(seed, step))
@@ -116,6 +117,11 @@ TRAIN_SETTINGS: dict[str, Any] = {"steps": int, "batch_size": int, "lr": float, 
                                   "checkpoint_every": int, "hflip": bool, "channels_last": bool,
                                   "seed": int, "weights": str | None, "format": str | None,
                                   "amp": Literal["bf16", "none"]}
+# The generative roles' training defaults, read by :func:`train_generative` (``ddpm.DDPM_DEFAULTS`` and
+# ``pmf.PMF_DEFAULTS`` start from them). None: ``warmup_steps`` min(100, steps // 10), ``grad_clip`` no
+# clipping, ``channels_last`` on a GPU only, ``amp`` the device's default (``distributed.training_amp``).
+TRAIN_DEFAULTS: dict[str, Any] = {"warmup_steps": None, "ema_decay": 0.999, "grad_clip": None, "weight_decay": 0.0,
+                                  "checkpoint_every": 200, "hflip": False, "channels_last": None, "amp": None}
 
 
 def to_float_images(images_uint8: Tensor, what: str = "images") -> Tensor:
@@ -190,7 +196,8 @@ def train_generative(model: nn.Module,
                      cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True,
                      shard: Shard | None = None,
                      snapshots: tuple[int, ...] = ()) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    """Run ``cfg['steps']`` optimiser steps of ``loss_fn(model, x, generator, step)`` on uint8 ``images``.
+    """Run ``cfg['steps']`` optimiser steps of ``loss_fn(model, x, generator, step)`` on uint8 ``images``;
+    a training key ``cfg`` leaves out takes its value in :data:`TRAIN_DEFAULTS`.
 
     ``loss_fn`` returns the loss to minimise, or (that loss, the number to log), e.g. when an adaptive
     weight makes the minimised loss uninformative.
@@ -214,20 +221,23 @@ def train_generative(model: nn.Module,
     """
     steps, bs = int(require(cfg, "steps", role)), int(require(cfg, "batch_size", role))
     base_lr = float(require(cfg, "lr", role))
-    warmup = int(cfg.get("warmup_steps", min(100, steps // 10)))
-    every = int(cfg.get("checkpoint_every", 200))
-    hflip = bool(cfg.get("hflip", False))
+    settings = {**TRAIN_DEFAULTS, **cfg}
+    warmup = int(min(100, steps // 10) if settings["warmup_steps"] is None else settings["warmup_steps"])
+    every = int(settings["checkpoint_every"])
+    hflip = bool(settings["hflip"])
     ckpt = Path(out_dir) / "checkpoint" / "state.pt"
-    shard = (shard or Shard()).with_amp(cfg.get("amp"))
+    shard = (shard or Shard()).with_amp(settings["amp"])
     # channels_last by default on a GPU only: on the CPU the GroupNorm UNets train about 1.5x slower in it
     # (docs/internals.md "Training on the CPU"), and a memory format changes the trained weights' last bits
-    channels_last = bool(cfg.get("channels_last", shard.device.type == "cuda"))
+    channels_last = settings["channels_last"]
+    channels_last = bool(shard.device.type == "cuda" if channels_last is None else channels_last)
 
     torch.manual_seed(seed)
     model = _place(model, channels_last, shard)
     opt = torch.optim.AdamW(model.parameters(), lr=base_lr, betas=(0.9, 0.99),
-                            weight_decay=float(cfg.get("weight_decay", 0.0)))
-    ema = EMA(model, float(cfg.get("ema_decay", 0.999)))
+                            weight_decay=float(settings["weight_decay"]))
+    ema = EMA(model, float(settings["ema_decay"]))
+    # the role's block as given, not the merged settings: resume states written before TRAIN_DEFAULTS still match
     fp = fingerprint({"role": role, "seed": int(seed), "settings": cfg, "images": data_fingerprint(images)})
     start, losses = _resume(model, opt, ema, shard.rank0_first(lambda: load_resume_state(ckpt, fp, f"train {role}")),
                             shard)
@@ -246,7 +256,7 @@ def train_generative(model: nn.Module,
         with shard.autocast():
             loss = loss_fn(net, x, g, step, **args_of(shard))
         loss, logged = loss if isinstance(loss, tuple) else (loss, loss)
-        _optimiser_step(model, opt, ema, loss, cfg.get("grad_clip"), step)
+        _optimiser_step(model, opt, ema, loss, settings["grad_clip"], step)
         losses.append(float(shard.mean(logged.detach())))
         if step + 1 in snapshots and shard.writer:
             save_snapshot(snapshot_path(out_dir, step + 1), ema.shadow, step + 1)

@@ -9,6 +9,7 @@ passes one to every trainer of a synthetic dataset); the identity and SimSiam re
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -92,7 +93,6 @@ def truth_similarity(embed: Callable[[Tensor], Tensor], test: Any, attributes: S
 
 def _first(split: Any, n: int) -> Any:
     """The first ``n`` rows of a split (by position; splits are sorted by sample id)."""
-    import dataclasses
 
     k = min(n, len(split.sample_ids))
     return dataclasses.replace(split, sample_ids=split.sample_ids[:k], labels=split.labels[:k],

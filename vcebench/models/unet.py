@@ -20,6 +20,8 @@ from ..core.errors import UserError
 UNET_SETTINGS: dict[str, Any] = {"block_out_channels": tuple[int, ...], "layers_per_block": int,
                                  "norm_num_groups": int, "attention": bool, "dropout": float}
 UNET_KEYS = set(UNET_SETTINGS)
+# The defaults of a role's ``unet:`` block (``block_out_channels`` is required).
+UNET_DEFAULTS: dict[str, Any] = {"layers_per_block": 1, "norm_num_groups": 8, "attention": False, "dropout": 0.0}
 
 
 class RoleConfigError(UserError, ValueError):
@@ -57,7 +59,8 @@ def unet_kwargs(unet_cfg: dict, channels: int, resolution: int, h_conditioned: b
         raise RoleConfigError(f"unknown key(s) {unknown} in `models.<dataset>.{role}.unet`; allowed: "
                               f"{sorted(UNET_KEYS)}")
     boc = tuple(int(c) for c in require(unet_cfg, "block_out_channels", f"{role}.unet"))
-    groups = int(unet_cfg.get("norm_num_groups", 8))
+    unet_cfg = {**UNET_DEFAULTS, **unet_cfg}
+    groups = int(unet_cfg["norm_num_groups"])
     if any(c % groups for c in boc):
         raise RoleConfigError(f"`models.<dataset>.{role}.unet.block_out_channels` {list(boc)} must be "
                               f"divisible by norm_num_groups={groups}")
@@ -66,10 +69,10 @@ def unet_kwargs(unet_cfg: dict, channels: int, resolution: int, h_conditioned: b
                               f"(`models.<dataset>.{role}.unet.block_out_channels` has {len(boc)} levels)")
     return dict(
         sample_size=resolution, in_channels=channels, out_channels=channels, block_out_channels=boc,
-        layers_per_block=int(unet_cfg.get("layers_per_block", 1)),
+        layers_per_block=int(unet_cfg["layers_per_block"]),
         down_block_types=("DownBlock2D",) * len(boc), up_block_types=("UpBlock2D",) * len(boc),
-        add_attention=bool(unet_cfg.get("attention", False)), attention_head_dim=8,
-        norm_num_groups=groups, dropout=float(unet_cfg.get("dropout", 0.0)),
+        add_attention=bool(unet_cfg["attention"]), attention_head_dim=8,
+        norm_num_groups=groups, dropout=float(unet_cfg["dropout"]),
         class_embed_type="timestep" if h_conditioned else None,
     )
 

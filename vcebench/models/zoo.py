@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config.load import ConfigError
+from ..config.load import ConfigError, check_keys
 from ..config.tasks import Task
 from ..core.errors import UserError
 from .base import ROLES, BinaryHead, TaskModels, freeze
@@ -174,7 +174,6 @@ def load_task_models(cfg: dict, task: Task | str, roles: tuple[str, ...] | list[
 
 def check_settings(role: str, dataset: str, spec: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """Training settings = code defaults <- config ``models.<dataset>.<role>``; unknown keys are errors."""
-    from ..config.load import check_keys
 
     check_keys(f"models.{dataset}.{role}", spec, defaults)
     return {**defaults, **spec}

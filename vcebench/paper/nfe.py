@@ -10,7 +10,13 @@ from typing import Any
 
 import torch
 
-from ..config.tasks import split_method
+from methods import get_method
+
+from ..config.tasks import get_task, split_method
+from ..core.rng import SampleGenerators
+from ..costs.measure import nfe_by_network
+from ..costs.standins import tiny_standins
+from ..protocol.noise import resolve_method
 
 NFE = dict[str, dict[str, float]]
 
@@ -78,13 +84,6 @@ def measured_paper_nfe(cfg: dict, task_name: str = "celeba_smile", n: int = 1, r
     steps / attempts, "match": bool}}`` (a random classifier decides how many attempts / updates run,
     so the analytic counts are evaluated at the observed ones).
     """
-    from methods import get_method
-
-    from ..config.tasks import get_task
-    from ..core.rng import SampleGenerators
-    from ..costs.measure import nfe_by_network
-    from ..costs.standins import tiny_standins
-    from ..protocol.noise import resolve_method
 
     task = get_task(cfg, task_name)
     models = tiny_standins()

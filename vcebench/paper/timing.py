@@ -53,10 +53,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..config.tasks import split_method
+from methods import get_method
+
+from ..config.load import load_config
+from ..config.tasks import get_task, split_method
+from ..core.io import write_json
+from ..core.rng import SampleGenerators
 from ..costs.flops import flops_from_nfe, per_call_flops
+from ..costs.measure import cat_info, device_name, nfe_by_network, run_batches, timed
+from ..models.accelerate import accelerate
 from ..models.base import TaskModels
 from ..models.paper_nets import CELEBA, PaperSetting, build_networks
+from ..protocol.noise import resolve_method
 from .scale import PAPER_MINUTES_1000
 
 # Small networks with the same structure, for running the code path on a CPU (tests).
@@ -110,7 +118,6 @@ def prepare_models(base: TaskModels, v: dict[str, Any], compile_mode: str = "red
     """A view of ``base`` for variant ``v``: channels_last, then :func:`vcebench.models.accelerate.accelerate` (the
     path ``cuda.compile`` / ``cuda.bf16_generative`` take in the workflow): bf16 UNets for ``mixed``,
     every network call compiled for ``+compile``; FiRe and MaskDiME get the same networks."""
-    from ..models.accelerate import accelerate
 
     fmt = torch.channels_last if v["channels_last"] else torch.contiguous_format
     for role in ("classifier", "ddpm", "pmf", "perceptual"):
@@ -153,10 +160,6 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
                 calls: dict[str, dict[str, Any]], repeats: int = 3) -> tuple[dict[str, Any], Tensor]:
     """Warm-up batch, then ``repeats`` timed passes over ``x`` in batches of ``batch``; the row reports the
     median and the spread (min, max) of the passes. Returns (row, first batch's CFs)."""
-    from methods import get_method
-
-    from ..core.rng import SampleGenerators
-    from ..costs.measure import cat_info, nfe_by_network, run_batches, timed
 
     method = get_method(method_name, params)
     gen_dev = device if v["gpu_noise"] else torch.device("cpu")
@@ -228,10 +231,6 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
         compile_mode: str = "reduce-overhead", compile_backend: str = "inductor") -> dict[str, Any]:
     """Run ``plan`` (a list of {method, variant, batch, n, early_stop}); write JSON + Markdown to ``out``
     after every row, so an interrupted run keeps what it measured."""
-    from ..config.load import load_config
-    from ..config.tasks import get_task
-    from ..costs.measure import device_name
-    from ..protocol.noise import resolve_method
 
     start = time.perf_counter()
     dev = torch.device(device)
@@ -314,8 +313,6 @@ def _row_line(i: int, n: int, r: dict[str, Any], elapsed: float) -> str:
 
 
 def _write(out: Path, report: dict[str, Any], name: str = "gpu_profile") -> None:
-    from ..core.io import write_json
-
     write_json(out / f"{name}.json", report)
     tmp = out / f"{name}.md.tmp"
     tmp.write_text(format_markdown(report))

@@ -127,13 +127,15 @@ def _released_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str] | Non
     elif fmt == "torch_module":
         if not isinstance(spec.get("diffusion_steps"), int):
             return None
-        steps, schedule = spec["diffusion_steps"], str(spec.get("noise_schedule", "linear"))
-    elif fmt == "fastdime_chexpert":
-        from ..models.fastdime_unet import UnsafePickleError, read_plain_pickle
+        from ..models.torch_module import TORCH_MODULE_DEFAULTS
 
-        try:
+        steps, schedule = spec["diffusion_steps"], str({**TORCH_MODULE_DEFAULTS, **spec}["noise_schedule"])
+    elif fmt == "fastdime_chexpert":
+        from ..models.fastdime_unet import TIMESTEPS, UnsafePickleError, read_plain_pickle
+
+        try:  # the TIMESTEPS its config.pickle states (FastDiME_Med's default when it states none)
             steps = int(read_plain_pickle(Path(spec["weights"]) / "config.pickle")["TrainingConfig"]
-                        .get("TIMESTEPS", 1000))
+                        .get("TIMESTEPS", TIMESTEPS))
         except (OSError, UnsafePickleError, KeyError, TypeError, ValueError, AttributeError):
             return None
         schedule = "linear"
@@ -147,12 +149,19 @@ def _released_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str] | Non
 
 
 def _protocol(cfg: dict, params: dict) -> dict:
-    proto = dict(cfg.get("protocol") or {})
-    proto.update(params.get("protocol") or {})
-    rule = proto.get("noise", "paper")
+    proto = {**cfg["protocol"], **(params.get("protocol") or {})}
+    rule = proto["noise"]
     if rule not in NOISE_RULES:
         raise ConfigError(f"protocol.noise must be one of {list(NOISE_RULES)}, got {rule!r}")
     return proto
+
+
+def _param(params: dict[str, Any], key: str, task: Task, method: str) -> Any:
+    """A hyperparameter the noise rule reads (its value: config ``method_defaults`` and the layers over it)."""
+    if key not in params:
+        raise ConfigError(f"{task.name}/{method}: the noise protocol needs `{key}` (config key "
+                          f"`method_defaults.{split_method(method)[0]}.{key}`)")
+    return params[key]
 
 
 def resolution_shift(cfg: dict, dataset: str, rule: str, reference_resolution: int) -> tuple[float, int]:
@@ -175,9 +184,10 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
     params = method_params(cfg, task, method, candidate)
     proto = _protocol(cfg, params)
     rule = proto["noise"]
-    ref_res = int(proto.get("reference_resolution", 128))
+    ref_res = int(proto["reference_resolution"])
     shift, res = resolution_shift(cfg, task.dataset, rule, ref_res)
-    offset = float(params.get("log_snr_offset", 0.0))
+    noise = method_noise(base)  # registry.MethodSpec.noise: FiRe's flow time, a DDPM's start step, or none
+    offset = float(_param(params, "log_snr_offset", task, method)) if noise else 0.0  # no noise, no offset
     layers = [name for name, _ in method_layers(cfg, task, method, candidate)]
     tuned = next((n.split(":", 1)[1] for n in layers if n.startswith("tuned:")), None)
     record: dict[str, Any] = {
@@ -187,15 +197,15 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
         "tuned_date": ((cfg.get("tuned") or {}).get(task.name) or {}).get("date") if tuned else None,
         "layers": layers}
     out = {k: v for k, v in params.items() if k not in PROTOCOL_KEYS}
-    noise = method_noise(base)  # registry.MethodSpec.noise: FiRe's flow time, a DDPM's start step, or none
     if "start_step" in params and noise == "ddpm":
         raise ConfigError(f"{task.name}/{method}: `start_step` is derived from the noise protocol (config "
                           f"`protocol.noise`); set `log_snr_offset` to move it, `respacing` for the trajectory")
     if noise == "flow":
-        lam_ref = flow_log_snr(float(params.get("t", 0.4)))
+        t_ref = float(_param(params, "t", task, method))
+        lam_ref = flow_log_snr(t_ref)
         lam = lam_ref + shift + offset
         out["t"] = flow_t(lam)
-        record.update(log_snr_reference=lam_ref, log_snr_target=lam, log_snr=lam, t_reference=params.get("t", 0.4),
+        record.update(log_snr_reference=lam_ref, log_snr_target=lam, log_snr=lam, t_reference=t_ref,
                       t=out["t"])
     elif noise == "ddpm":
         _apply_ddpm_rule(cfg, task, method, params, (shift, offset), out, record)
@@ -213,14 +223,14 @@ def _apply_ddpm_rule(cfg: dict, task: Task, method: str, params: dict[str, Any],
     by ``shift_offset`` (the resolution shift, the offset), into ``out``; how, into ``record``."""
     shift, offset = shift_offset
     abar, source = ddpm_schedule(cfg, task.dataset)
-    ref_r, ref_s = int(params.get("ref_respacing", 200)), int(params.get("ref_start_step", 60))
+    ref_r, ref_s = (int(_param(params, k, task, method)) for k in ("ref_respacing", "ref_start_step"))
     if not 1 <= ref_s < ref_r:
         raise ConfigError(f"{task.name}/{method}: ref_start_step must be in [1, ref_respacing), got "
                           f"{ref_s} of {ref_r}")
     _, lam_ref_all = respaced_log_snr(abar, ref_r)
     lam_ref = float(lam_ref_all[ref_s])
     target = lam_ref + shift + offset
-    respacing = int(params.get("respacing", 200))
+    respacing = int(_param(params, "respacing", task, method))
     start = nearest_start_step(abar, respacing, target)
     ts, lam_all = respaced_log_snr(abar, respacing)
     out["start_step"] = start

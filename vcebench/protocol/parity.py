@@ -23,11 +23,14 @@ import torch
 import torch.nn.functional as F
 
 from ..config.tasks import get_task
+from ..data import load_split
+from ..models.generative_eval import LABEL_MARGIN, batched, generative_quality, label_kept, predicted_labels
+from ..models.zoo import load_role
+from .noise import ddpm_log_snr, flow_t, resolve_method
 
 
 def operating_points(cfg: dict, dataset: str) -> list[dict[str, Any]]:
     """(task, method, log-SNR, tuned) of every configured method on ``dataset``'s tasks in ``run_tasks``."""
-    from .noise import resolve_method
 
     out = []
     for name in cfg.get("run_tasks") or []:
@@ -46,11 +49,6 @@ def operating_points(cfg: dict, dataset: str) -> list[dict[str, Any]]:
 @torch.no_grad()
 def measure(cfg: dict, dataset: str, model_dir: str = "resources/models", data_dir: str | None = None,
             n: int = 256, seed: int = 0) -> dict[str, Any]:
-    from ..data import load_split
-    from ..models.generative_eval import LABEL_MARGIN, batched, generative_quality, label_kept, predicted_labels
-    from ..models.zoo import load_role
-    from .noise import ddpm_log_snr, flow_t
-
     points = operating_points(cfg, dataset)
     if not points:
         raise ValueError(f"no task of `run_tasks` uses dataset {dataset!r}")

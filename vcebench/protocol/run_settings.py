@@ -47,8 +47,8 @@ class RuntimeOptions:
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> RuntimeOptions:
         threads = cfg.get("threads")
-        return cls(threads=None if threads is None else int(threads), device=str(cfg.get("device", "cpu")),
-                   cuda=MappingProxyType(copy.deepcopy(dict(cfg.get("cuda") or {}))))
+        return cls(threads=None if threads is None else int(threads), device=str(cfg["device"]),
+                   cuda=MappingProxyType(copy.deepcopy(dict(cfg["cuda"]))))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,5 +155,5 @@ class EvalSettings(JobSettings):
     @property
     def metrics(self) -> Mapping[str, Any]:
         """The config's ``metrics`` section (batch size, bootstrap, sFID seeds, KID, ...)."""
-        return self.config.get("metrics", {})
+        return self.config["metrics"]
 

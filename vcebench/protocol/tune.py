@@ -59,8 +59,8 @@ def candidate_settings(space: dict[str, dict], untuned: dict[str, Any], n: int, 
         for name, ui in zip(names, row):
             spec = space[name]
             lo, hi = (float(x) for x in spec["range"])
-            v = _scaled(float(ui), lo, hi, spec.get("scale", "linear"))
-            if spec.get("relative", False):
+            v = _scaled(float(ui), lo, hi, spec["scale"])
+            if spec["relative"]:
                 if name not in untuned:
                     raise ConfigError(f"tune.space.{method}.{name}: relative, but {method} has no `{name}`")
                 base = untuned[name]

@@ -303,7 +303,7 @@ def fill_schema(schema: dict) -> dict:
     props = dict(out.get("properties") or {})
     if "datasets" in props:  # each dataset's section: its declared keys, nothing else
         props["datasets"] = {**props["datasets"], "properties": {
-            n: {"type": "object", "additionalProperties": False, "properties": d.config}
+            n: {"type": "object", "additionalProperties": False, "properties": d.config, "required": list(d.config)}
             for n, d in DATASET_SPECS.items()}}
         out["properties"] = props
     return out

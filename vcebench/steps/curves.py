@@ -27,13 +27,22 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file
 from torch import Tensor
 
+from metrics.kid import kid
+
 from ..core.errors import ConfigError
-from ..core.io import write_json
-from ..models.checkpoints import fingerprint
-from ..models.generative_eval import batched, generative_quality
+from ..core.frechet import feature_frechet_distance
+from ..core.io import from_uint8, quantize, write_json
+from ..data import load_split
+from ..models.checkpoints import fingerprint, weights_fingerprint
+from ..models.ddpm import sample_ddpm, train_ddpm, tweedie_at
+from ..models.generative_eval import batched, gate, generative_quality
+from ..models.pmf import build_pmf, evaluate_pmf, train_pmf
 from ..models.training import snapshot_path, to_float_images
+from ..models.zoo import role_spec
+from .train import generative_references
 
 PRIMARY = {"ddpm": "tweedie_t0.4_fid", "pmf": "predict_clean_t0.4_fid"}
 PLATEAU_GAIN = 0.10  # a doubling of the budget that improves the primary number by less than this: plateau
@@ -68,9 +77,6 @@ def _features(feature_fn: Callable[[Tensor], Tensor], x: Tensor) -> np.ndarray:
 def sample_scores(samples: Tensor, val_features: np.ndarray, feature_fn: Callable[[Tensor], Tensor],
                   seed: int) -> dict[str, float]:
     """FID and KID (mean and std over subsets) of ``samples`` against validation features."""
-    from metrics.kid import kid
-
-    from ..core.frechet import feature_frechet_distance
 
     f = _features(feature_fn, samples)
     # subsets of half the smaller set (at most 1000): the spread over subsets is an estimate, not 0
@@ -84,7 +90,6 @@ def score_ddpm(ddpm, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples
     """One DDPM snapshot: Tweedie FID / MSE at each flow time, sample FID / KID. The samples are scored as
     uint8 images (as every image vcebench scores) and kept in ``cache`` (.npz): a rescoring with another
     feature network draws none again."""
-    from ..models.ddpm import sample_ddpm, tweedie_at
 
     ddpm.eval()
     g = torch.Generator().manual_seed(seed)
@@ -102,7 +107,6 @@ def score_ddpm(ddpm, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples
 
 def _cached_samples(cache: Path | None, n: int, draw: Callable[[], Tensor]) -> Tensor:
     """``draw()``'s samples as uint8 images read back to [-1, 1], from ``cache`` when it holds ``n``."""
-    from ..core.io import from_uint8, quantize
 
     if cache is not None and cache.is_file():
         u8 = torch.from_numpy(np.load(cache)["samples"])
@@ -119,8 +123,6 @@ def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: 
               reference_ddpm=None, classifiers=None) -> dict[str, Any]:
     """One PMF snapshot: one-step prediction FID at each flow time (with the gate against ``reference_ddpm``),
     one-step sample FID / KID."""
-    from ..models.generative_eval import gate
-    from ..models.pmf import evaluate_pmf
 
     pmf.eval()
     ev, _ = evaluate_pmf(pmf, val, seed, n_samples=2, feature_fn=feature_fn, ddpm=reference_ddpm,
@@ -146,7 +148,6 @@ def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: 
 
 def load_snapshot(role: str, spec: dict, image_shape: Sequence[int], path: Path):
     """The network of ``role`` built from recipe ``spec`` with the snapshot's weights."""
-    from safetensors.torch import load_file
 
     channels, res = int(image_shape[0]), int(image_shape[-1])
     weights = load_file(str(path))
@@ -157,7 +158,6 @@ def load_snapshot(role: str, spec: dict, image_shape: Sequence[int], path: Path)
         net.unet.load_state_dict(weights)
         net.unet.eval()
         return net
-    from ..models.pmf import build_pmf
 
     net = build_pmf(spec, channels, res)
     net.load_state_dict(weights)
@@ -175,11 +175,6 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
 
     ``score=False`` only trains (on ``shard``'s device, e.g. a GPU machine without the judges): the same
     call with ``score=True`` later finds the run and its snapshots and scores them on the CPU."""
-    from ..data import load_split
-    from ..models.ddpm import train_ddpm
-    from ..models.pmf import train_pmf
-    from ..models.zoo import role_spec
-    from .train import generative_references
 
     if role not in PRIMARY:
         raise ConfigError(f"training curves are for the generative roles {', '.join(PRIMARY)}; got {role!r}")
@@ -198,13 +193,12 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
     if not trained.exists() or not all(snapshot_path(out_dir / "train", a).exists() for a in at):
         fn = train_ddpm if role == "ddpm" else train_pmf
         kw = {k: v for k, v in refs.items() if role == "pmf" or k in ("feature_fn", "feature_name")}
-        fn(spec, train.images, out_dir / "train", int(spec.get("seed", cfg.get("seed", 0))),
+        fn(spec, train.images, out_dir / "train", int(spec.get("seed", cfg["seed"])),
            val_images_uint8=val_u8, progress=progress, snapshots=tuple(at), **kw,
            **({"shard": shard} if shard is not None else {}))
     if not score:
         return {"dataset": ds, "role": role, "recipe": spec, "trained": str(trained), "snapshots": at}
     val = to_float_images(val_u8, f"training curve {ds}/{role}: validation images")
-    from ..models.checkpoints import weights_fingerprint
 
     scoring = {"n_val": int(val.shape[0]), "n_samples": n_samples, "sample_steps": sample_steps,
                "t_flow": list(t_flow), "seed": seed, "feature": refs.get("feature_name"),

@@ -38,7 +38,7 @@ def write_reference(settings: EvalSettings, out: str, device, progress: bool = T
     task, cfg = settings.task, settings.config
     split = load_split(cfg, task.dataset, settings.split, settings.data_dir)
     models = load_task_models(cfg, task, roles=("fid_features",), device=device, model_dir=settings.model_dir)
-    bs = int(settings.metrics.get("batch_size", 100))
+    bs = int(settings.metrics["batch_size"])
     batches = _image_batches(split, np.arange(len(split)), bs, device)
     if progress:
         from tqdm import tqdm
@@ -165,11 +165,11 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
     need = _inputs_of(names)
     metrics = _build_metrics(settings, names, need, models, ids, fid_ref)
     gt_of = _gt_counterfactuals(settings.config, task, ids) if "ground_truth" in need else None
-    bs = int(settings.metrics.get("batch_size", 100))
+    bs = int(settings.metrics["batch_size"])
     checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
     batches = make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of, device=device)
     core = run_metrics(metrics, _checked(batches, z, checks), progress=progress, strict=strict,
-                       bootstrap=settings.metrics.get("bootstrap"))
+                       bootstrap=settings.metrics["bootstrap"])
     used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
     inputs = {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": settings.split,
               "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage}
@@ -192,8 +192,8 @@ def _metrics_json(settings: EvalSettings, z, core: dict, checks: dict, inputs: d
         "models": models,
         "intervals": core.get("intervals", {}), "bootstrap": core.get("bootstrap"),
         "subsets": core["subsets"], "subset_definitions": SUBSETS,
-        "seeds": list(m.get("sfid_seeds", [])), "seed": settings.seed,
-        "frechet_method": m.get("frechet_method", "sqrtm"),
+        "seeds": list(m["sfid_seeds"]), "seed": settings.seed,
+        "frechet_method": m["frechet_method"],
         "skipped": core["skipped"], "checks": checks,
         "inputs": inputs,
         **record,

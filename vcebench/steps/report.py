@@ -113,7 +113,7 @@ def galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int
     from ..models import load_task_models
     from ..report import figures
 
-    device = setup_torch(cfg.get("threads"), cfg.get("device", "cpu"), cfg.get("cuda"))
+    device = setup_torch(cfg["threads"], cfg["device"], cfg["cuda"])
     s = _samples(cfg, task, methods, results, data_dir, n)
     clf = load_task_models(cfg, task, roles=("classifier",), device=str(device), model_dir=model_dir).classifier
 

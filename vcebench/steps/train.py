@@ -18,10 +18,13 @@ import torch
 
 from ..config.load import ConfigError, settings_errors
 from ..config.tasks import Task, get_task
+from ..core.io import check_writable, quantize, write_json
+from ..data import load_split
+from ..data.registry import SYNTHETIC_DATASETS, get_synthetic
 from ..models.distributed import Shard
 from ..models.recipes import TRAINABLE, TRAINERS
 from ..models.shipped import install_shipped
-from ..models.zoo import check_settings, role_spec
+from ..models.zoo import check_settings, load_role, role_spec
 from ..protocol.noise import resolve_method
 from ..registry.roles import GATE_ROLES, GENERATIVE
 
@@ -38,8 +41,6 @@ def task_attributes(cfg: dict, dataset: str) -> list[str]:
 def counterfactual_renderer(cfg: dict, dataset: str):
     """``(split, attribute) -> uint8 images``: the split rendered with only that attribute flipped, for the
     judges' truth checks and ``cf_views`` (``vcebench.models.truth_checks``); None for a real dataset."""
-    from ..core.io import quantize
-    from ..data.registry import SYNTHETIC_DATASETS, get_synthetic
 
     if dataset not in SYNTHETIC_DATASETS:
         return None
@@ -59,7 +60,6 @@ def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> 
     fid_features: FID of samples and one-step predictions), ``reference_ddpm`` (the pmf's Tweedie
     comparison) and ``classifiers`` (labels kept by G(z_t, t), one per task of the dataset; for the
     pmf also ``fire_t``, each task's FiRe noise level)."""
-    from ..models.zoo import load_role
 
     refs: dict[str, Any] = {}
     for r in GATE_ROLES.get(role, ()):
@@ -90,7 +90,6 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
     ``shard`` (``vcebench.models.distributed.start_processes``): the device and the process of a
     ``ddpm`` / ``pmf`` run (one GPU, or one rank of a torchrun launch). The other roles are small
     networks trained by one CPU process (a note says so on a GPU); they refuse several processes."""
-    from ..data import load_split
 
     task = get_task(cfg, task) if isinstance(task, str) else task
     ds = task.dataset
@@ -103,7 +102,6 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
         raise ConfigError(f"config key `models.{ds}.{role}` names canonical weights ({spec.get('weights')!r}); "
                           f"there is nothing to train. Remove `weights` to train this role instead.")
     out = Path(out_dir) if out_dir else Path(model_dir) / ds / role
-    from ..core.io import check_writable
 
     check_writable(out, f"the trained {role}")  # before training, not after it
     shipped = install_shipped(cfg, ds, role, networks, out, progress, shard)
@@ -122,7 +120,7 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
         val = load_split(cfg, ds, "val", data_dir)
         refs = generative_references(cfg, task, role, Path(model_dir))
         with settings_errors(f"config key `models.{ds}.{role}`"):
-            return fn(spec, train.images, out, int(spec.get("seed", cfg.get("seed", 0))),
+            return fn(spec, train.images, out, int(spec.get("seed", cfg["seed"])),
                       val_images_uint8=val.images, progress=progress, **refs, **({"shard": shard} if shard else {}))
     if shard is not None and shard.device.type != "cpu" and progress:
         print(f"[train {role}] the small networks train on the CPU; device {shard.device} is used by "
@@ -135,7 +133,6 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
                      classifier_dir=out.parent / "classifier", progress=progress,
                      counterfactuals=counterfactual_renderer(cfg, ds))
     metrics["wall_seconds_total"] = round(time.perf_counter() - t0, 2)
-    from ..core.io import write_json
 
     write_json(out / "metrics.json", metrics)
     return metrics

@@ -127,7 +127,7 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     rule = dict(tc["select"])
     known = registry.metrics()
     wanted = _wanted_metrics(tc, rule, known)
-    device = setup_torch(cfg["threads"], cfg["device"], cfg.get("cuda"))
+    device = setup_torch(cfg["threads"], cfg["device"], cfg["cuda"])
     split_name = tune_split_name(task.dataset)
     if split_name == eval_split_name(task.dataset):
         raise ConfigError(f"{task.name}: the tuning split must not be the evaluation split ({split_name})")
@@ -174,7 +174,7 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
         "validation": {"split": split_name, "n": int(len(ids)), "first_sample_id": int(ids[0]),
                        "last_sample_id": int(ids[-1]), "evaluation_split": eval_split_name(task.dataset)},
         "n_settings": n_settings, "seed": seed, "space": {k: space_all.get(k) or {} for k in names},
-        "noise_rule": (cfg.get("protocol") or {}).get("noise", "paper"),
+        "noise_rule": cfg["protocol"]["noise"],
         "models": {r: models.names.get(r, r) for r in sorted(roles)},
         "wall_seconds": round(time.perf_counter() - t_start, 1),
         "settings": settings, "picked": picked, "sweep": sweep,
