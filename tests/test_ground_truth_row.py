@@ -20,7 +20,8 @@ from vcebench.models.base import TaskModels
 from vcebench.protocol.run_settings import RunSettings
 
 ATTR = "Smiling"
-DATA = {"datasets": {"synthfaces": {"n_identities": 12, "images_per_identity": 2}}}  # a small renderer
+DATA = load_config()
+DATA["datasets"]["synthfaces"].update(n_identities=12, images_per_identity=2)  # a small renderer (below the schema's)
 
 
 class LookupClassifier(nn.Module):

@@ -74,6 +74,9 @@ def test_pareto_methods_and_figures(tmp_path):
     assert ("fire_base", "fire", "default") in pareto_methods(cfg)
     assert n_eval_arg(cfg, "fire_K1") == "--n-eval 20" and n_eval_arg(cfg, "fire_base") == "--n-eval 20"
     assert n_eval_arg(cfg, "fire") == "" and n_eval_arg(cfg, "fire_paper") == ""
+    # a Pareto point that is also a paper-table row (Table 5's K5) is that row: the table's n
+    assert "fire_K5" in cfg["paper_methods"] and "fire_K5" in {m for m, _, _ in pareto_methods(cfg)}
+    assert n_eval_arg(cfg, "fire_K5") == ""
     cfg["pareto"]["n_eval"] = cfg["n_eval"]  # not below n_eval: the table rows are the default points
     rows = pareto_methods(cfg)
     assert n_eval_arg(cfg, "fire_K1") == ""

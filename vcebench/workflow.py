@@ -356,8 +356,9 @@ def pareto_methods(cfg) -> list[tuple[str, str, str]]:
 
 def n_eval_arg(cfg: dict, method: str) -> str:
     """``--n-eval N`` for a method that only the `pareto` target runs when `pareto.n_eval` sets its own n;
-    empty for every table row (they use config `n_eval`)."""
+    empty for every table row, of the default tables (`methods`) or the paper's (`paper_methods`): they use
+    config `n_eval` (a Pareto point that is also a table row, e.g. `fire_K5`, is that row)."""
     n = pareto_n_eval(cfg)
-    if n is None or method in (cfg.get("methods") or []):
+    if n is None or method in [*(cfg.get("methods") or []), *(cfg.get("paper_methods") or [])]:
         return ""
     return f"--n-eval {n}" if method in {m for m, _, _ in pareto_methods(cfg)} else ""
