@@ -197,9 +197,10 @@ def _alphas_cumprod64(scheduler: Any) -> Tensor:
 
 
 def _scheduler(cfg: dict) -> Any:
-    """The scheduler of a ``ddpm`` block merged with :data:`DDPM_DEFAULTS`."""
+    """The scheduler of a ``ddpm`` block (keys it leaves out: :data:`DDPM_DEFAULTS`)."""
     from diffusers import DDPMScheduler
 
+    cfg = {**DDPM_DEFAULTS, **cfg}
     return DDPMScheduler(num_train_timesteps=int(require(cfg, "num_train_timesteps", "ddpm")),
                          beta_start=float(cfg["beta_start"]), beta_end=float(cfg["beta_end"]),
                          beta_schedule=str(cfg["beta_schedule"]), prediction_type="epsilon",
@@ -225,7 +226,7 @@ def build_ddpm(cfg: dict, channels: int, resolution: int) -> DiffusersDDPM:
     """A fresh (untrained) DDPM from a ``models.<dataset>.ddpm`` config block."""
     check_role_keys(cfg, "ddpm", DDPM_KEYS)
     unet = build_unet(unet_kwargs(require(cfg, "unet", "ddpm"), channels, resolution, False, "ddpm"))
-    return DiffusersDDPM(unet, _scheduler({**DDPM_DEFAULTS, **cfg}))
+    return DiffusersDDPM(unet, _scheduler(cfg))
 
 
 def matched_timestep(alphas_cumprod: Tensor, t_flow: float) -> int:
