@@ -107,6 +107,16 @@ def test_a_resolution_the_networks_cannot_take_is_named(override, msg):
     assert str(e.value).startswith(msg) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("recipe,msg", [
+    ({"lr_schedule": "linear"}, "config key `models.synthfaces.ddpm.lr_schedule` must be one of ['cosine', 'wsd']"),
+    ({"decay_fraction": 1.5}, "config key `models.synthfaces.ddpm.decay_fraction` must be in [0, 1]"),
+])
+def test_a_learning_rate_schedule_typo_is_named_before_training(recipe, msg):
+    with pytest.raises(ConfigError) as e:
+        load_settings(overrides={"models": {"synthfaces": {"ddpm": recipe}}})
+    assert str(e.value).startswith(msg) and "\n" not in str(e.value)
+
+
 def test_resolutions_the_networks_take_pass():
     load_settings(overrides={"datasets": {"synthfaces": {"resolution": 36}}})  # 3-level UNets, autoencoder: 4
     load_settings(overrides={"datasets": {"synthxray": {"resolution": 40}},

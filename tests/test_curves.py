@@ -1,12 +1,18 @@
-"""Training curves (vcebench/steps/curves.py): snapshots of one run, and the plateau rule."""
+"""Training curves (vcebench/steps/curves.py): snapshots of one run, the wsd schedule's shared trunk, and the
+plateau rule."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from vcebench.models.training import snapshot_path, train_generative
+from vcebench.models.pmf import train_pmf
+from vcebench.models.training import decay_start, lr_at, snapshot_path, train_generative, trunk_path
+from vcebench.models.unet import RoleConfigError
 from vcebench.steps.curves import plateau
 
 
@@ -51,3 +57,88 @@ def test_snapshots_hold_the_ema_weights_and_change_nothing(tmp_path):
     early = load_file(str(snapshot_path(tmp_path / "a", 2)))
     assert not torch.equal(early["weight"], last["weight"])
     assert not (tmp_path / "b" / "snapshots").exists()
+
+
+def test_wsd_rate_is_the_same_for_every_budget_until_its_decay():
+    for total in (100, 200, 400):
+        rates = [lr_at(s, 1.0, 10, total, "wsd", 0.2) for s in range(total)]
+        start = decay_start(total, 0.2)
+        assert start == total - total // 5
+        assert rates[:10] == [(s + 1) / 10 for s in range(10)]            # linear warm-up
+        assert set(rates[10:start]) == {1.0}                              # stable: independent of the budget
+        assert all(a > b for a, b in zip(rates[start - 1:], rates[start:]))  # then falls every step
+        assert rates[-1] == pytest.approx(0.1)                            # to 10 % of the base, as the cosine
+    assert lr_at(399, 1.0, 10, 400) == pytest.approx(0.1, abs=1e-4)
+    with pytest.raises(RoleConfigError, match="lr_schedule"):
+        lr_at(20, 1.0, 10, 100, "linear")
+
+
+def _conv_run(out, images, cfg, trunk=None):
+    def loss_fn(net, x, g, step):
+        return ((net(x + 0.1 * torch.randn(x.shape, generator=g)) - x) ** 2).mean()
+
+    torch.manual_seed(0)
+    return train_generative(nn.Conv2d(1, 1, 3, padding=1), loss_fn, cfg, images, out, 0, "ddpm",
+                            progress=False, trunk_dir=trunk)
+
+
+def test_a_budget_continued_from_a_shorter_budgets_trunk_is_the_run_of_that_budget(tmp_path):
+    images = torch.randint(0, 256, (16, 1, 4, 4), dtype=torch.uint8)
+    cfg = {"batch_size": 4, "lr": 1e-2, "warmup_steps": 2, "checkpoint_every": 3, "lr_schedule": "wsd",
+           "decay_fraction": 0.25}
+    trunk = tmp_path / "trunk"
+    short, _ = _conv_run(tmp_path / "b8", images, {**cfg, "steps": 8}, trunk)
+    assert trunk_path(trunk, 6).is_file()                     # its state at its decay start
+    long, stats = _conv_run(tmp_path / "b16", images, {**cfg, "steps": 16}, trunk)
+    assert stats["resumed_from_step"] == 6 and trunk_path(trunk, 12).is_file()
+    alone, alone_stats = _conv_run(tmp_path / "alone", images, {**cfg, "steps": 16})
+    assert alone_stats["resumed_from_step"] == 0
+    assert all(torch.equal(long[k], alone[k]) for k in alone)  # bit for bit: the trunk is the same run
+    assert not torch.equal(short["weight"], long["weight"])
+    # a trunk of another recipe is not continued; a cosine run cannot share one
+    other, other_stats = _conv_run(tmp_path / "other", images, {**cfg, "steps": 16, "lr": 2e-2}, trunk)
+    assert other_stats["resumed_from_step"] == 0
+    with pytest.raises(RoleConfigError, match="wsd"):
+        _conv_run(tmp_path / "cos", images, {**cfg, "steps": 16, "lr_schedule": "cosine"}, trunk)
+    # a corrupt trunk state is set aside, the earlier one is continued (and the state written again)
+    trunk_path(trunk, 12).write_bytes(b"not a state")
+    again, again_stats = _conv_run(tmp_path / "b16b", images, {**cfg, "steps": 16}, trunk)
+    assert again_stats["resumed_from_step"] == 6 and (trunk / "step-000012.pt.corrupt").is_file()
+    assert all(torch.equal(again[k], alone[k]) for k in alone)
+    assert torch.load(trunk_path(trunk, 12), weights_only=True)["step"] == 12
+
+
+def test_pmf_on_a_shared_trunk_needs_a_warm_up_in_steps(tmp_path):
+    images = torch.randint(0, 256, (8, 3, 8, 8), dtype=torch.uint8)
+    cfg = {"unet": {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4}, "steps": 4,
+           "batch_size": 4, "lr": 1e-3, "lr_schedule": "wsd", "fm_warmup": 0.25}
+    with pytest.raises(RoleConfigError, match="fm_warmup_steps"):
+        train_pmf(cfg, images, tmp_path / "pmf", 0, progress=False, trunk_dir=tmp_path / "trunk")
+
+
+def test_a_wsd_curve_trains_each_budget_on_the_shared_trunk(cfg, tmp_path):
+    """`vcebench models curve` with a wsd recipe: one run per budget, ascending, each continuing the trunk."""
+    import copy
+
+    from vcebench.config.tasks import get_task
+    from vcebench.steps.curves import training_curve
+
+    c = copy.deepcopy(cfg)
+    c["datasets"]["synthfaces"].update(n_identities=12, images_per_identity=2, resolution=16)
+    c["models"]["synthfaces"]["ddpm"] = {
+        "unet": {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4},
+        "num_train_timesteps": 50, "steps": 8, "batch_size": 4, "lr": 1e-3, "warmup_steps": 1,
+        "lr_schedule": "wsd", "decay_fraction": 0.5, "eval_images": 4, "n_samples": 2, "sample_steps": 2, "seed": 3}
+    out = tmp_path / "curve"
+    done = training_curve(c, get_task(c, "synthfaces_smile"), "ddpm", 8, [2, 4], out, n_val=4, progress=False,
+                          score=False)
+    assert done["snapshots"] == [2, 4, 8]
+    for budget, trunk_from in ((2, 0), (4, 1), (8, 2)):
+        run = out / f"train-{budget:06d}"
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["training"]["steps"] == budget
+        assert metrics["training"]["resumed_from_step"] == trunk_from  # the previous budget's decay start
+        assert snapshot_path(run, budget).is_file()
+    assert sorted(p.name for p in (out / "trunk").glob("step-*.pt")) == [
+        "step-000001.pt", "step-000002.pt", "step-000004.pt"]
+    assert done["trained"] == str(out / "train-000008" / "metrics.json")

@@ -297,10 +297,11 @@ def evaluate_ddpm(ddpm: DiffusersDDPM, val: Tensor, seed: int, n_samples: int = 
 def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
                val_images_uint8: Tensor | None = None, progress: bool = True,
                feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
-               shard: Shard | None = None, snapshots: tuple[int, ...] = ()) -> dict:
+               shard: Shard | None = None, snapshots: tuple[int, ...] = (), trunk_dir: Path | None = None) -> dict:
     """Train the ``ddpm`` role (epsilon loss, Ho et al. 2020, Eq. 14) and write ``out_dir``:
     ``unet/``, ``scheduler/`` (diffusers), ``config.json`` (training config), ``samples.png`` and
-    ``metrics.json`` (written last). Resumes from ``out_dir/checkpoint`` if interrupted.
+    ``metrics.json`` (written last). Resumes from ``out_dir/checkpoint`` if interrupted (``trunk_dir``:
+    ``training.train_generative``'s shared ``wsd`` trunk).
     ``shard``: device and process of the run (``train_generative``); ranks other than 0 return
     their training statistics only."""
     out_dir = Path(out_dir)
@@ -322,7 +323,7 @@ def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: 
         return F.mse_loss(unet(z, t).sample.float(), eps)
 
     shadow, stats = train_generative(ddpm.unet, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "ddpm", progress,
-                                     shard=shard, snapshots=snapshots)
+                                     shard=shard, snapshots=snapshots, trunk_dir=trunk_dir)
     if shard is not None and not shard.writer:
         return {"role": "ddpm", "training": stats}
     ddpm.unet.load_state_dict(shadow)

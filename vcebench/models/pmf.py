@@ -48,7 +48,8 @@ from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, to_float_images, train_gen
 from .unet import RoleConfigError, build_unet, check_role_keys, require, unet_kwargs, use_explicit_groupnorm
 
 PMF_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "jvp": Literal["fd", "exact"], "fd_eps": float,
-                                "fm_warmup": float, "p_fm": float, "p_r0": float, "t_mean": float, "t_std": float,
+                                "fm_warmup": float, "fm_warmup_steps": int | None,
+                                "p_fm": float, "p_r0": float, "t_mean": float, "t_std": float,
                                 "p_t_uniform": float, "p_t1": float, "adaptive_p": float, "adaptive_eps": float,
                                 "t_clip": float, "time_scale": float, "precond": Literal["edm", "none"],
                                 "sigma_data": float, "eval_images": int, "n_samples": int}
@@ -56,7 +57,8 @@ PMF_KEYS = set(PMF_SETTINGS)
 # The ``pmf`` recipe's defaults, for the keys a ``models.<dataset>.pmf`` block may leave out (the training loop's
 # from ``training.TRAIN_DEFAULTS``); ``unet``, ``steps``, ``batch_size`` and ``lr`` are required.
 PMF_DEFAULTS: dict[str, Any] = {
-    **TRAIN_DEFAULTS, "jvp": "fd", "fd_eps": 1e-3, "fm_warmup": 0.2, "p_fm": 0.5, "p_r0": 0.4, "t_mean": 0.0,
+    **TRAIN_DEFAULTS, "jvp": "fd", "fd_eps": 1e-3, "fm_warmup": 0.2, "fm_warmup_steps": None,
+    "p_fm": 0.5, "p_r0": 0.4, "t_mean": 0.0,
     "t_std": 1.0, "p_t_uniform": 0.1, "p_t1": 0.05, "adaptive_p": 1.0, "adaptive_eps": 0.01, "t_clip": 0.05,
     "time_scale": 50.0, "precond": "edm", "sigma_data": 0.5, "eval_images": 256, "n_samples": 64,
 }
@@ -317,10 +319,12 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
               classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None,
               fire_t: dict[str, float] | None = None, shard: Shard | None = None,
-              snapshots: tuple[int, ...] = ()) -> dict:
+              snapshots: tuple[int, ...] = (),
+              trunk_dir: Path | None = None) -> dict:
     """Train the ``pmf`` role and write ``out_dir``: ``model.safetensors`` (EMA weights), ``config.json``,
     ``samples.png``, ``predict_t0.4.png`` and ``metrics.json`` (written last). The first ``fm_warmup``
-    share of the steps is flow matching only (r = t). Resumes from ``out_dir/checkpoint``.
+    share of the steps (or the first ``fm_warmup_steps``, when set) is flow matching only (r = t). Resumes
+    from ``out_dir/checkpoint`` (``trunk_dir``: ``training.train_generative``'s shared ``wsd`` trunk).
     ``reference_ddpm`` (optional, same dataset): adds the Tweedie comparison / quality gate;
     ``feature_fn`` adds FIDs on that extractor, ``classifiers`` the label-kept rates (``fire_t``: also at
     each task's FiRe noise level). ``shard``: device and process of the run (``train_generative``);
@@ -335,7 +339,11 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     if jvp_mode == "exact":
         use_explicit_groupnorm(pmf.net)
     steps = int(require(cfg_role, "steps", "pmf"))
-    warm = int(float(settings["fm_warmup"]) * steps)
+    warm = (int(float(settings["fm_warmup"]) * steps) if settings["fm_warmup_steps"] is None
+            else int(settings["fm_warmup_steps"]))
+    if trunk_dir is not None and settings["fm_warmup_steps"] is None:
+        raise RoleConfigError("a pmf trained on a shared trunk needs `models.<dataset>.pmf.fm_warmup_steps`: "
+                              "`fm_warmup`, a share of the budget, differs between the budgets")
 
     def loss_fn(model: nn.Module, x: Tensor, g: torch.Generator, step: int,
                 shard: Shard | None = None) -> tuple[Tensor, Tensor]:
@@ -343,7 +351,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
         return loss, per_sample.mean() / x[0].numel()  # logged: unweighted squared error of u per pixel
 
     shadow, stats = train_generative(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress,
-                                     shard=shard, snapshots=snapshots)
+                                     shard=shard, snapshots=snapshots, trunk_dir=trunk_dir)
     if shard is not None and not shard.writer:
         return {"role": "pmf", "training": stats}
     pmf = build_pmf(cfg_role, channels, res)  # plain GroupNorm, contiguous weights

@@ -15,6 +15,7 @@ updates as an uninterrupted one (on the CPU, at a fixed thread count).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,9 +27,17 @@ from tqdm.auto import tqdm
 
 from ..core.io import from_uint8
 from ..core.rng import step_generator, step_seed
-from .checkpoints import CHECKPOINT, data_fingerprint, fingerprint, load_resume_state, save_resume_state, save_snapshot
+from .checkpoints import (
+    CHECKPOINT,
+    data_fingerprint,
+    fingerprint,
+    load_resume_state,
+    save_resume_state,
+    save_snapshot,
+    set_aside,
+)
 from .distributed import Shard, args_of
-from .unet import require
+from .unet import RoleConfigError, require
 
 # ----------------------------------------------------------------------------- data helpers
 
@@ -116,12 +125,17 @@ TRAIN_SETTINGS: dict[str, Any] = {"steps": int, "batch_size": int, "lr": float, 
                                   "ema_decay": float, "grad_clip": float, "weight_decay": float,
                                   "checkpoint_every": int, "hflip": bool, "channels_last": bool,
                                   "seed": int, "weights": str | None, "format": str | None,
-                                  "amp": Literal["bf16", "none"]}
+                                  "amp": Literal["bf16", "none"], "lr_schedule": Literal["cosine", "wsd"],
+                                  "decay_fraction": float}
 # The generative roles' training defaults, read by :func:`train_generative` (``ddpm.DDPM_DEFAULTS`` and
 # ``pmf.PMF_DEFAULTS`` start from them). None: ``warmup_steps`` min(100, steps // 10), ``grad_clip`` no
 # clipping, ``channels_last`` on a GPU only, ``amp`` the device's default (``distributed.training_amp``).
+# ``lr_schedule`` (:func:`lr_at`): ``cosine`` over the whole run, or ``wsd`` (warm-up, stable, decay over the last
+# ``decay_fraction`` of the steps), whose stable trunk does not depend on the budget (``train_generative``'s
+# ``trunk_dir``: a longer budget continues a shorter one's trunk).
 TRAIN_DEFAULTS: dict[str, Any] = {"warmup_steps": None, "ema_decay": 0.999, "grad_clip": None, "weight_decay": 0.0,
-                                  "checkpoint_every": 200, "hflip": False, "channels_last": None, "amp": None}
+                                  "checkpoint_every": 200, "hflip": False, "channels_last": None, "amp": None,
+                                  "lr_schedule": "cosine", "decay_fraction": 0.2}
 
 
 def to_float_images(images_uint8: Tensor, what: str = "images") -> Tensor:
@@ -160,10 +174,32 @@ class EMA:
                 self.shadow[k].copy_(v)
 
 
-def lr_at(step: int, base: float, warmup: int, total: int) -> float:
-    """Linear warm-up, then cosine decay to 10% of the base rate."""
+def decay_start(total: int, decay_fraction: float) -> int:
+    """The first step of a ``wsd`` schedule's decay: the last ``decay_fraction`` of ``total`` steps decay."""
+    return int(total) - int(round(float(decay_fraction) * int(total)))
+
+
+def lr_at(step: int, base: float, warmup: int, total: int, schedule: str = "cosine",
+          decay_fraction: float = 0.2) -> float:
+    """The learning rate of optimiser step ``step`` (0-based) of a ``total``-step run: linear warm-up over
+    ``warmup`` steps, then to 10 % of ``base`` at the end,
+
+    - ``cosine``: a cosine decay over the whole run after the warm-up;
+    - ``wsd`` (warm-up, stable, decay; Hägele et al. 2024, "Scaling laws and compute-optimal training beyond
+      fixed training durations"): ``base`` until :func:`decay_start`, then linear over the last
+      ``decay_fraction`` of the steps. Up to the decay the rate does not depend on ``total``, so the runs
+      of several budgets share one trunk and each budget is a run that ended with its own decay.
+    """
     if step < warmup:
         return base * (step + 1) / warmup
+    if schedule == "wsd":
+        start = decay_start(total, decay_fraction)
+        if step < start:
+            return base
+        return base * (1.0 - 0.9 * (step - start + 1) / max(1, total - start))
+    if schedule != "cosine":
+        raise RoleConfigError(f"config key `models.<dataset>.<role>.lr_schedule` must be 'cosine' or 'wsd', "
+                          f"got {schedule!r}")
     p = (step - warmup) / max(1, total - warmup)
     return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
@@ -195,7 +231,8 @@ def train_generative(model: nn.Module,
                      loss_fn: Callable[[nn.Module, Tensor, torch.Generator, int], Tensor | tuple[Tensor, Tensor]],
                      cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True,
                      shard: Shard | None = None,
-                     snapshots: tuple[int, ...] = ()) -> tuple[dict[str, Tensor], dict[str, Any]]:
+                     snapshots: tuple[int, ...] = (),
+                     trunk_dir: Path | None = None) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Run ``cfg['steps']`` optimiser steps of ``loss_fn(model, x, generator, step)`` on uint8 ``images``;
     a training key ``cfg`` leaves out takes its value in :data:`TRAIN_DEFAULTS`.
 
@@ -217,6 +254,11 @@ def train_generative(model: nn.Module,
     ``snapshots``: after each of these steps the EMA weights are also written to
     ``out_dir/snapshots/step-NNNNNN.safetensors`` (the points of one run's training curve); they change
     nothing in the run.
+
+    ``trunk_dir`` (with ``lr_schedule: wsd`` only): the runs of several budgets of one recipe share their
+    stable trunk. The run writes its state at its :func:`decay_start` to ``trunk_dir/step-NNNNNN.pt``
+    (fingerprinted without ``steps``), and a run with nothing of its own to resume starts from the latest
+    such state at or before its own decay start: the same weights as training the trunk from step 0.
     (Over 60 lines only with this docstring: the body is one training loop, ~45 lines.)
     """
     steps, bs = int(require(cfg, "steps", role)), int(require(cfg, "batch_size", role))
@@ -239,8 +281,21 @@ def train_generative(model: nn.Module,
     ema = EMA(model, float(settings["ema_decay"]))
     # the role's block as given, not the merged settings: resume states written before TRAIN_DEFAULTS still match
     fp = fingerprint({"role": role, "seed": int(seed), "settings": cfg, "images": data_fingerprint(images)})
-    start, losses = _resume(model, opt, ema, shard.rank0_first(lambda: load_resume_state(ckpt, fp, f"train {role}")),
-                            shard)
+    schedule, fraction = str(settings["lr_schedule"]), float(settings["decay_fraction"])
+    trunk_end, trunk_fp = None, None
+    if trunk_dir is not None:
+        if schedule != "wsd":
+            raise RoleConfigError(f"a shared trunk needs `models.<dataset>.{role}.lr_schedule: wsd` (got "
+                                  f"{schedule!r}): under a cosine schedule every step depends on the budget")
+        trunk_end = decay_start(steps, fraction)
+        trunk_fp = fingerprint({"role": role, "seed": int(seed), "images": data_fingerprint(images),
+                                "settings": {k: v for k, v in cfg.items() if k != "steps"}})
+
+    def resume_state() -> dict | None:
+        own = load_resume_state(ckpt, fp, f"train {role}")
+        return own if own is not None or trunk_dir is None else trunk_state(trunk_dir, trunk_fp, trunk_end)
+
+    start, losses = _resume(model, opt, ema, shard.rank0_first(resume_state), shard)
     net = shard.wrap(model)
     model.train()
     t0 = time.perf_counter()
@@ -248,7 +303,7 @@ def train_generative(model: nn.Module,
                disable=not (progress and shard.writer), mininterval=2.0)
     for step in bar:
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, base_lr, warmup, steps)
+            group["lr"] = lr_at(step, base_lr, warmup, steps, schedule, fraction)
         g = step_generator(seed, step)
         x = batch_at(images, bs, g, hflip)
         if channels_last:
@@ -265,6 +320,8 @@ def train_generative(model: nn.Module,
                             img_s=f"{(step + 1 - start) * bs / max(time.perf_counter() - t0, 1e-9):.0f}")
         if (step + 1) % every == 0 and step + 1 < steps and shard.writer:
             _save(ckpt, model, opt, ema, step + 1, losses, fp)
+        if step + 1 == trunk_end and shard.writer:
+            _save(trunk_path(trunk_dir, trunk_end), model, opt, ema, trunk_end, losses, trunk_fp)
     shard.synchronize()
     seconds = time.perf_counter() - t0
     stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": seconds,
@@ -276,6 +333,31 @@ def train_generative(model: nn.Module,
 def snapshot_path(out_dir: str | Path, step: int) -> Path:
     """Where ``train_generative(..., snapshots=...)`` writes the EMA weights after ``step`` steps."""
     return Path(out_dir) / "snapshots" / f"step-{int(step):06d}.safetensors"
+
+
+def trunk_path(trunk_dir: str | Path, step: int) -> Path:
+    """Where a ``wsd`` run with ``trunk_dir`` writes its state at its decay start ``step``."""
+    return Path(trunk_dir) / f"step-{int(step):06d}.pt"
+
+
+def trunk_state(trunk_dir: str | Path, fp: str, until: int) -> dict | None:
+    """The latest shared-trunk state in ``trunk_dir`` written at or before step ``until`` with trunk
+    fingerprint ``fp`` (another recipe's states there are skipped, an unreadable one is set aside), or None."""
+    steps = sorted((int(p.stem.split("-")[1]) for p in Path(trunk_dir).glob("step-*.pt")
+                    if p.stem.split("-")[1].isdigit()), reverse=True)
+    for step in (s for s in steps if s <= until):
+        path = trunk_path(trunk_dir, step)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # a truncated / corrupt file: never a traceback, never resumed
+            dest = set_aside(path, "corrupt")
+            tqdm.write(f"[trunk] unreadable trunk state {path} ({type(e).__name__}); set aside as {dest.name}",
+                       file=sys.stderr)
+            continue
+        if isinstance(state, dict) and state.get("fingerprint") == fp and int(state["step"]) == step:
+            tqdm.write(f"[trunk] continuing the shared trunk from {path}", file=sys.stderr)
+            return state
+    return None
 
 
 def _place(model: nn.Module, channels_last: bool, shard: Shard) -> nn.Module:

@@ -32,9 +32,10 @@ POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample
             "eval_images", "checkpoint_every", "width", "blocks", "embed_dim", "dim", "pred_dim",
             "layers_per_block", "norm_num_groups", "fool_n", "time_scale", "sigma_data", "fd_eps"}
 NON_NEGATIVE = {"warmup_steps", "weight_decay", "grad_clip", "noise", "blur", "shift", "dropout", "adv_eps",
-                "adv_steps", "fool_steps", "t_std", "t_clip", "adaptive_eps", "seed", "max_blur", "max_noise"}
-UNIT_INTERVAL = {"ema_decay", "fm_warmup", "p_fm", "p_r0", "p_t1", "p_t_uniform", "adv_frac", "adv_start",
-                 "min_scale", "jitter", "beta_start", "beta_end"}
+                "adv_steps", "fool_steps", "t_std", "t_clip", "adaptive_eps", "seed", "max_blur", "max_noise",
+                "fm_warmup_steps"}
+UNIT_INTERVAL = {"ema_decay", "fm_warmup", "decay_fraction", "p_fm", "p_r0", "p_t1", "p_t_uniform", "adv_frac",
+                 "adv_start", "min_scale", "jitter", "beta_start", "beta_end"}
 
 
 def load_settings(paths: list[str | Path] | None = None, overrides: dict | None = None,

@@ -12,8 +12,12 @@ training), writes the EMA weights after each step count in ``at`` (``training.tr
   and KID, and its quality gate against the dataset's trained DDPM (when there is one).
 
 KID is the sample-quality number to read: unbiased at any n, where FID on a few dozen samples is not
-(64 samples rank colour noise above faces). The snapshots of one run share its cosine learning-rate
-schedule, so an early snapshot saw a higher rate than a run of that budget would have ended with; the
+(64 samples rank colour noise above faces). Under a ``cosine`` learning-rate schedule the snapshots of one
+run share its schedule, so an early snapshot saw a higher rate than a run of that budget would have ended
+with (the curve overstates the steps a plateau needs). Under ``wsd`` (``training.lr_at``) each budget in
+``at`` is its own run, trained in ascending order: each continues the previous one's stable trunk
+(``train_generative``'s ``trunk_dir``, ``out_dir/trunk``) and ends with its own decay, so every point is what
+a run of that budget gives, and a later, larger budget continues the trunk instead of starting over. The
 plateau rule (:func:`plateau`) reads the curve as it is.
 """
 
@@ -40,7 +44,7 @@ from ..models.checkpoints import fingerprint, weights_fingerprint
 from ..models.ddpm import sample_ddpm, train_ddpm, tweedie_at
 from ..models.generative_eval import batched, gate, generative_quality
 from ..models.pmf import build_pmf, evaluate_pmf, train_pmf
-from ..models.training import snapshot_path, to_float_images
+from ..models.training import TRAIN_DEFAULTS, snapshot_path, to_float_images
 from ..models.zoo import role_spec
 from .train import generative_references
 
@@ -189,13 +193,20 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
                           f"--task {task.name})")
     train = load_split(cfg, ds, "train", data_dir)
     val_u8 = load_split(cfg, ds, "val", data_dir).images[:n_val]
-    trained = out_dir / "train" / "metrics.json"
-    if not trained.exists() or not all(snapshot_path(out_dir / "train", a).exists() for a in at):
-        fn = train_ddpm if role == "ddpm" else train_pmf
-        kw = {k: v for k, v in refs.items() if role == "pmf" or k in ("feature_fn", "feature_name")}
-        fn(spec, train.images, out_dir / "train", int(spec.get("seed", cfg["seed"])),
-           val_images_uint8=val_u8, progress=progress, snapshots=tuple(at), **kw,
-           **({"shard": shard} if shard is not None else {}))
+    # cosine: one run, its EMA snapshots; wsd: one run per budget, ascending, each continuing the shared trunk
+    wsd = str({**TRAIN_DEFAULTS, **spec}["lr_schedule"]) == "wsd"
+    runs = {a: out_dir / (f"train-{a:06d}" if wsd else "train") for a in at}
+    fn = train_ddpm if role == "ddpm" else train_pmf
+    kw = {k: v for k, v in refs.items() if role == "pmf" or k in ("feature_fn", "feature_name")}
+    kw |= {"shard": shard} if shard is not None else {}
+    seed_ = int(spec.get("seed", cfg["seed"]))
+    for a in at if wsd else at[-1:]:
+        run = runs[a]
+        if not (run / "metrics.json").exists() or not all(snapshot_path(run, b).exists()
+                                                           for b in at if runs[b] == run):
+            fn({**spec, "steps": a}, train.images, run, seed_, val_images_uint8=val_u8, progress=progress,
+               snapshots=(a,) if wsd else tuple(at), **kw, **({"trunk_dir": out_dir / "trunk"} if wsd else {}))
+    trained = runs[at[-1]] / "metrics.json"
     if not score:
         return {"dataset": ds, "role": role, "recipe": spec, "trained": str(trained), "snapshots": at}
     val = to_float_images(val_u8, f"training curve {ds}/{role}: validation images")
@@ -211,7 +222,7 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
         if a in rows:
             continue
         t0 = time.perf_counter()
-        net = load_snapshot(role, spec, val.shape[1:], snapshot_path(out_dir / "train", a))
+        net = load_snapshot(role, spec, val.shape[1:], snapshot_path(runs[a], a))
         if role == "ddpm":
             row = score_ddpm(net, val, refs["feature_fn"], t_flow, n_samples, sample_steps, seed,
                              out_dir / "samples" / f"step-{a:06d}.npz")
