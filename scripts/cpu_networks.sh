@@ -1,28 +1,42 @@
 #!/bin/bash
-# Train the faces generators' plateau curves on the CPU (issue #24), in the background and resumable:
-#   bash scripts/cpu_networks.sh SET [ROLE ...]      SET: ref1 | ref2 (ref2: config/presets/ref2.yaml's seeds)
-# Each ROLE (default: ddpm pmf) trains in its own process with one thread (two at once on 2 cores), the budgets
-# 1600 3200 6400 12800 of the wsd recipes in config/presets/plateau.yaml, one run per budget on a shared trunk,
-# into runs/cpu-networks/SET/synthfaces/ROLE/ (log: ROLE.log there). The CPU's own kernels (cpu_isa: native):
-# the weights are trained once and shipped; the default run loads them on any machine.
+# Train generators' plateau curves on the CPU (issue #24), in the background and resumable:
+#   bash scripts/cpu_networks.sh SET [DATASET/ROLE ...]     SET: ref1 | ref2 (ref2: config/presets/ref2.yaml's seeds)
+# DATASET/ROLE defaults to synthfaces/ddpm synthfaces/pmf. Each trains in its own process with one thread (two at
+# once on 2 cores) the wsd recipe of config/presets/plateau.yaml at four budgets, its `steps` and the three halvings
+# below it, one run per budget on a shared trunk (vcebench/steps/curves.py), into
+# runs/cpu-networks/SET/DATASET/ROLE/ (log: ROLE.log beside it). The CPU's own kernels (cpu_isa: native): the
+# weights are trained once and shipped; the default run loads them on any machine.
 # After an interruption rerun the same command: each budget resumes from its checkpoint or the shared trunk.
-# Stop them with: pkill -f 'models curve'
-# Score the curves afterwards (the same command without --train-only): docs/networks.md "Training curves".
+# Stop them with: pkill -f 'models curve'. Score afterwards: docs/networks.md "Training curves".
 set -eu
-SET=${1:?usage: scripts/cpu_networks.sh ref1|ref2 [ROLE ...]}; shift
-ROLES=${*:-ddpm pmf}
+SET=${1:?usage: scripts/cpu_networks.sh ref1|ref2 [DATASET/ROLE ...]}; shift
+PAIRS=${*:-synthfaces/ddpm synthfaces/pmf}
 case "$SET" in
   ref1) EXTRA=() ;;
   ref2) EXTRA=(--config config/presets/ref2.yaml) ;;
   *) echo "unknown set '$SET' (ref1 or ref2)" >&2; exit 2 ;;
 esac
-OUT=runs/cpu-networks/$SET/synthfaces; mkdir -p "$OUT"
+OUT=runs/cpu-networks/$SET; mkdir -p "$OUT"
 printf 'train_threads: 1\ncpu_isa: native\n' > "$OUT/cpu.yaml"
-DATA=(); [ -d resources/data/synthfaces ] && DATA=(--data resources/data/synthfaces)
-for role in $ROLES; do
-  case "$role" in ddpm|pmf) ;; *) echo "unknown role '$role' (ddpm or pmf)" >&2; exit 2 ;; esac
-  setsid nohup .venv/bin/vcebench models curve --task synthfaces_smile --role "$role" --steps 12800 \
-    --at 1600 3200 6400 --train-only "${DATA[@]}" --config config/config.yaml "${EXTRA[@]}" \
-    --config config/presets/plateau.yaml --config "$OUT/cpu.yaml" --out "$OUT/$role" >> "$OUT/$role.log" 2>&1 &
-  echo "training $SET synthfaces/$role in the background (pid $!): $OUT/$role.log"
+CONFIGS=(--config config/config.yaml "${EXTRA[@]}" --config config/presets/plateau.yaml --config "$OUT/cpu.yaml")
+for pair in $PAIRS; do
+  ds=${pair%/*}; role=${pair#*/}
+  case "$ds/$role" in
+    synthfaces/ddpm|synthfaces/pmf) task=synthfaces_smile ;;
+    synthxray/ddpm|synthxray/pmf) task=synthxray_pacemaker ;;
+    *) echo "unknown DATASET/ROLE '$pair' (synthfaces or synthxray / ddpm or pmf)" >&2; exit 2 ;;
+  esac
+  steps=$(.venv/bin/python - "$ds" "$role" "${CONFIGS[@]}" <<'PY'
+import sys
+from vcebench.config.load import load_config
+ds, role, files = sys.argv[1], sys.argv[2], sys.argv[4::2]
+print(load_config(files)["models"][ds][role]["steps"])
+PY
+)
+  DATA=(); [ -d "resources/data/$ds" ] && DATA=(--data "resources/data/$ds")
+  mkdir -p "$OUT/$ds"
+  setsid nohup .venv/bin/vcebench models curve --task "$task" --role "$role" \
+    --at $((steps / 8)) $((steps / 4)) $((steps / 2)) --train-only "${DATA[@]}" "${CONFIGS[@]}" \
+    --out "$OUT/$ds/$role" >> "$OUT/$ds/$role.log" 2>&1 &
+  echo "training $SET $ds/$role ($steps steps and its halvings) in the background (pid $!): $OUT/$ds/$role.log"
 done

@@ -39,6 +39,8 @@ PARSES = [
      {"a": "x", "b": "y", "names": ["ref1", "ref2"]}),
     (["models", "curve", "--task", "t", "--role", "pmf", "--steps", "8", "--out", "o", "--train-only"], "run_curve",
      {"train_only": True, "steps": 8}),
+    (["models", "curve", "--task", "t", "--role", "ddpm", "--out", "o"], "run_curve",  # steps: the recipe's
+     {"train_only": False, "steps": None}),
     (["models", "check", "--models", "m", "--n", "5"], "run_check", {"models": "m", "n": 5}),
     (["models", "ship", "--models", "m", "--set", "s", "--out", "o", "--where", "w"], "run_ship",
      {"set_name": "s", "where": "w", "curves": None}),

@@ -34,9 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "(FID / KID of samples, Tweedie or one-step FID): where the budget plateaus")
     s.add_argument("--task", required=True, help="a task of the dataset, e.g. synthfaces_smile")
     s.add_argument("--role", required=True, choices=["ddpm", "pmf"])
-    s.add_argument("--steps", type=int, required=True, help="training steps of the run (its cosine schedule)")
-    s.add_argument("--at", type=int, nargs="+", default=[], help="snapshot steps (doublings: the plateau rule "
-                   "compares b with 2 b); --steps is always one")
+    s.add_argument("--steps", type=int, default=None, help="the largest budget (default: the recipe's `steps`)")
+    s.add_argument("--at", type=int, nargs="+", default=[], help="the smaller budgets (doublings: the plateau rule "
+                   "compares b with 2 b): snapshots of the one run (cosine recipe) or runs of their own on a "
+                   "shared trunk (wsd recipe); --steps is always one")
     s.add_argument("--data", default=None, help="rendered synthetic data folder (default: render in memory)")
     s.add_argument("--models", default="resources/models", help="the dataset's trained networks "
                    "(fid_features; for a pmf also ddpm and classifier) (default resources/models)")
@@ -103,19 +104,23 @@ def run_curve(args: argparse.Namespace) -> int:
     from ..config.tasks import get_task
     from ..core.runtime import setup_torch
     from ..models.distributed import training_processes
+    from ..models.unet import require
+    from ..models.zoo import role_spec
     from ..steps.curves import to_markdown, training_curve
     from ..workflow import train_threads
 
     cfg = load_config(args.config)
+    task = get_task(cfg, args.task)
+    steps = args.steps or int(require(role_spec(cfg, task.dataset, args.role), "steps", args.role))
     device = setup_torch(train_threads(cfg), cfg["device"] if args.train_only else "cpu", cfg["cuda"])
     kw = dict(n_val=args.n_val, n_samples=args.samples, sample_steps=args.sample_steps)
     if args.train_only:
         with training_processes(device) as shard:
-            done = training_curve(cfg, get_task(cfg, args.task), args.role, args.steps, args.at, args.out,
+            done = training_curve(cfg, task, args.role, steps, args.at, args.out,
                                   args.data, args.models, score=False, shard=shard, **kw)
         print(json.dumps(done, indent=1, default=str))
         return 0
-    curve = training_curve(cfg, get_task(cfg, args.task), args.role, args.steps, args.at, args.out, args.data,
+    curve = training_curve(cfg, task, args.role, steps, args.at, args.out, args.data,
                            args.models, **kw)
     md = to_markdown(curve)
     Path(args.out, "curve.md").write_text(md)
