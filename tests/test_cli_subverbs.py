@@ -40,7 +40,9 @@ PARSES = [
     (["models", "curve", "--task", "t", "--role", "pmf", "--steps", "8", "--out", "o", "--train-only"], "run_curve",
      {"train_only": True, "steps": 8}),
     (["models", "curve", "--task", "t", "--role", "ddpm", "--out", "o"], "run_curve",  # steps: the recipe's
-     {"train_only": False, "steps": None}),
+     {"train_only": False, "steps": None, "score_only": False}),
+    (["models", "curve", "--task", "t", "--role", "ddpm", "--out", "o", "--score-only"], "run_curve",
+     {"score_only": True}),
     (["models", "check", "--models", "m", "--n", "5"], "run_check", {"models": "m", "n": 5}),
     (["models", "ship", "--models", "m", "--set", "s", "--out", "o", "--where", "w"], "run_ship",
      {"set_name": "s", "where": "w", "curves": None}),

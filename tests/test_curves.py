@@ -142,3 +142,32 @@ def test_a_wsd_curve_trains_each_budget_on_the_shared_trunk(cfg, tmp_path):
     assert sorted(p.name for p in (out / "trunk").glob("step-*.pt")) == [
         "step-000001.pt", "step-000002.pt", "step-000004.pt"]
     assert done["trained"] == str(out / "train-000008" / "metrics.json")
+
+
+def test_score_only_trains_nothing_and_lists_the_budgets_still_training(cfg, tmp_path, monkeypatch):
+    """`--score-only` beside a background run: the trained budgets are scored, the others are pending, and
+    the curve is not finished (the card gets no curve) until none is."""
+    import copy
+
+    import vcebench.steps.curves as curves
+    from vcebench.config.tasks import get_task
+    from vcebench.steps.networks import _finished_curve
+
+    c = copy.deepcopy(cfg)
+    c["datasets"]["synthfaces"].update(n_identities=12, images_per_identity=8, resolution=16)
+    c["models"]["synthfaces"]["ddpm"] = {
+        "unet": {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4},
+        "num_train_timesteps": 50, "steps": 8, "batch_size": 4, "lr": 1e-3, "warmup_steps": 1,
+        "lr_schedule": "wsd", "decay_fraction": 0.5, "eval_images": 4, "n_samples": 2, "sample_steps": 2}
+    task, out = get_task(c, "synthfaces_smile"), tmp_path / "curve"
+    means = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())  # a stand-in feature network, no judge needed
+    monkeypatch.setattr(curves, "generative_references", lambda *a: {"feature_fn": means, "feature_name": "means"})
+    monkeypatch.setattr(curves, "score_ddpm", lambda net, *a: {"tweedie_t0.4_fid": 1.0})
+    with pytest.raises(curves.ConfigError, match="no budget"):
+        curves.training_curve(c, task, "ddpm", 8, [4], out, n_val=4, progress=False, train=False)
+    curves.training_curve(c, task, "ddpm", 4, [], out, n_val=4, progress=False, score=False)  # budget 4 only
+    got = curves.training_curve(c, task, "ddpm", 8, [4], out, n_val=4, progress=False, train=False)
+    assert got["pending"] == [8] and [r["step"] for r in got["rows"]] == [4]
+    assert not (out / "train-000008").exists()                      # nothing trained
+    assert "not trained yet: budgets 8" in curves.to_markdown(got)
+    assert _finished_curve(out / "curve.json") is None               # unfinished: no card curve

@@ -47,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", required=True, help="folder: train/ (the run, its snapshots), curve.json, curve.md")
     s.add_argument("--train-only", action="store_true", help="train (on the config's device) and write the "
                    "snapshots, score nothing: the same command without it scores them later, e.g. on a CPU")
+    s.add_argument("--score-only", action="store_true", help="train nothing: score the budgets already trained "
+                   "(e.g. while --train-only trains the larger ones in the background)")
     add_config_arg(s)
     s = add_subverb(subs, "check", run_check, "re-measure a trained network set with all of it present: the "
                     "generators' FID and the pmf gate, the embedding judge's truth vs regenerate levels")
@@ -121,7 +123,7 @@ def run_curve(args: argparse.Namespace) -> int:
         print(json.dumps(done, indent=1, default=str))
         return 0
     curve = training_curve(cfg, task, args.role, steps, args.at, args.out, args.data,
-                           args.models, **kw)
+                           args.models, train=not args.score_only, **kw)
     md = to_markdown(curve)
     Path(args.out, "curve.md").write_text(md)
     print(md)

@@ -172,13 +172,15 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
                    data_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
                    n_val: int = 1000, n_samples: int = 1000, sample_steps: int = 50,
                    t_flow: Sequence[float] = (0.2, 0.4), seed: int = 0, progress: bool = True,
-                   score: bool = True, shard=None) -> dict[str, Any]:
+                   score: bool = True, shard=None, train: bool = True) -> dict[str, Any]:
     """Train ``role`` of ``task``'s dataset for ``steps`` steps with snapshots ``at`` into ``out_dir/train``
     (resumes), score every snapshot (cached in ``out_dir/curve.json`` under a fingerprint of the recipe and
     the scoring settings: a rerun scores only new snapshots) and return the curve with its plateau.
 
     ``score=False`` only trains (on ``shard``'s device, e.g. a GPU machine without the judges): the same
-    call with ``score=True`` later finds the run and its snapshots and scores them on the CPU."""
+    call with ``score=True`` later finds the run and its snapshots and scores them on the CPU.
+    ``train=False`` trains nothing: it scores the budgets already trained (e.g. while a background run trains
+    the larger ones); the others are listed under ``pending`` and the curve is not finished until none is."""
 
     if role not in PRIMARY:
         raise ConfigError(f"training curves are for the generative roles {', '.join(PRIMARY)}; got {role!r}")
@@ -191,7 +193,7 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
         raise ConfigError(f"training curve of {ds}/{role}: the dataset's fid_features network is not in "
                           f"{model_dir}/{ds}/fid_features (train it first: vcebench train fid_features "
                           f"--task {task.name})")
-    train = load_split(cfg, ds, "train", data_dir)
+    train_split = load_split(cfg, ds, "train", data_dir)
     val_u8 = load_split(cfg, ds, "val", data_dir).images[:n_val]
     # cosine: one run, its EMA snapshots; wsd: one run per budget, ascending, each continuing the shared trunk
     wsd = str({**TRAIN_DEFAULTS, **spec}["lr_schedule"]) == "wsd"
@@ -200,11 +202,19 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
     kw = {k: v for k, v in refs.items() if role == "pmf" or k in ("feature_fn", "feature_name")}
     kw |= {"shard": shard} if shard is not None else {}
     seed_ = int(spec.get("seed", cfg["seed"]))
-    for a in at if wsd else at[-1:]:
+
+    def trained(a: int) -> bool:
+        return (runs[a] / "metrics.json").exists() and snapshot_path(runs[a], a).exists()
+
+    pending = [] if train else [a for a in at if not trained(a)]
+    if len(pending) == len(at):
+        raise ConfigError(f"training curve of {ds}/{role}: no budget of {at} is trained in {out_dir} yet "
+                          f"(train them first: the same command with --train-only)")
+    for a in (at if wsd else at[-1:]) if train else ():
         run = runs[a]
         if not (run / "metrics.json").exists() or not all(snapshot_path(run, b).exists()
                                                            for b in at if runs[b] == run):
-            fn({**spec, "steps": a}, train.images, run, seed_, val_images_uint8=val_u8, progress=progress,
+            fn({**spec, "steps": a}, train_split.images, run, seed_, val_images_uint8=val_u8, progress=progress,
                snapshots=(a,) if wsd else tuple(at), **kw, **({"trunk_dir": out_dir / "trunk"} if wsd else {}))
     trained = runs[at[-1]] / "metrics.json"
     if not score:
@@ -219,7 +229,7 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     rows = {int(r["step"]): r for r in cache.get("rows", [])} if cache.get("fingerprint") == key else {}
     for a in at:
-        if a in rows:
+        if a in rows or a in pending:
             continue
         t0 = time.perf_counter()
         net = load_snapshot(role, spec, val.shape[1:], snapshot_path(runs[a], a))
@@ -237,7 +247,7 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
         write_json(cache_path, {"fingerprint": key, "rows": [rows[s] for s in sorted(rows)]})
     ordered = [rows[s] for s in sorted(rows)]
     result = {"dataset": ds, "role": role, "recipe": spec, "scoring": scoring, "fingerprint": key,
-              "rows": ordered, "plateau": plateau(ordered, PRIMARY[role]),
+              "pending": pending, "rows": ordered, "plateau": plateau(ordered, PRIMARY[role]),
               "plateau_samples_kid": plateau(ordered, "sample_kid")}
     write_json(cache_path, result)
     return result
@@ -263,4 +273,6 @@ def to_markdown(curve: dict[str, Any]) -> str:
                    else "no plateau in the curve (train longer)")
         lines.append(f"- {p['key']}: {verdict} (a doubling that improves it by < {100 * p['gain']:.0f} %; "
                      f"doublings: {pairs or 'none measured'})")
+    if curve.get("pending"):
+        lines.append(f"- not trained yet: budgets {', '.join(map(str, curve['pending']))} (the curve is unfinished)")
     return "\n".join(lines) + "\n"

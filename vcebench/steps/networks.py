@@ -89,9 +89,9 @@ def _finished_curve(path: Path | None) -> dict[str, Any] | None:
     if path is None or not path.is_file():
         return None
     c = json.loads(path.read_text())
-    if "plateau" not in c:
-        print(f"vcebench models ship: {path} is still being scored (no plateau yet): the card gets no curve",
-              file=sys.stderr)
+    if "plateau" not in c or c.get("pending"):
+        print(f"vcebench models ship: {path} is still being scored (no plateau yet, or budgets "
+              f"{c.get('pending')} not trained yet): the card gets no curve", file=sys.stderr)
         return None
     from .curves import to_markdown
 
