@@ -88,9 +88,10 @@ def test_a_budget_continued_from_a_shorter_budgets_trunk_is_the_run_of_that_budg
            "decay_fraction": 0.25}
     trunk = tmp_path / "trunk"
     short, _ = _conv_run(tmp_path / "b8", images, {**cfg, "steps": 8}, trunk)
-    assert trunk_path(trunk, 6).is_file()                     # its state at its decay start
+    (fp,) = [d.name for d in trunk.iterdir()]                # one folder per recipe
+    assert trunk_path(trunk, fp, 6).is_file()                 # its state at its decay start
     long, stats = _conv_run(tmp_path / "b16", images, {**cfg, "steps": 16}, trunk)
-    assert stats["resumed_from_step"] == 6 and trunk_path(trunk, 12).is_file()
+    assert stats["resumed_from_step"] == 6 and trunk_path(trunk, fp, 12).is_file()
     alone, alone_stats = _conv_run(tmp_path / "alone", images, {**cfg, "steps": 16})
     assert alone_stats["resumed_from_step"] == 0
     assert all(torch.equal(long[k], alone[k]) for k in alone)  # bit for bit: the trunk is the same run
@@ -98,14 +99,18 @@ def test_a_budget_continued_from_a_shorter_budgets_trunk_is_the_run_of_that_budg
     # a trunk of another recipe is not continued; a cosine run cannot share one
     other, other_stats = _conv_run(tmp_path / "other", images, {**cfg, "steps": 16, "lr": 2e-2}, trunk)
     assert other_stats["resumed_from_step"] == 0
+    assert len(list(trunk.iterdir())) == 2 and trunk_path(trunk, fp, 6).is_file()  # nothing overwritten
+    no_warmup = {k: v for k, v in cfg.items() if k != "warmup_steps"}  # unset: a share of the budget
+    with pytest.raises(RoleConfigError, match="warmup_steps"):
+        _conv_run(tmp_path / "nw", images, {**no_warmup, "steps": 16}, trunk)
     with pytest.raises(RoleConfigError, match="wsd"):
         _conv_run(tmp_path / "cos", images, {**cfg, "steps": 16, "lr_schedule": "cosine"}, trunk)
     # a corrupt trunk state is set aside, the earlier one is continued (and the state written again)
-    trunk_path(trunk, 12).write_bytes(b"not a state")
+    trunk_path(trunk, fp, 12).write_bytes(b"not a state")
     again, again_stats = _conv_run(tmp_path / "b16b", images, {**cfg, "steps": 16}, trunk)
-    assert again_stats["resumed_from_step"] == 6 and (trunk / "step-000012.pt.corrupt").is_file()
+    assert again_stats["resumed_from_step"] == 6 and (trunk / fp / "step-000012.pt.corrupt").is_file()
     assert all(torch.equal(again[k], alone[k]) for k in alone)
-    assert torch.load(trunk_path(trunk, 12), weights_only=True)["step"] == 12
+    assert torch.load(trunk_path(trunk, fp, 12), weights_only=True)["step"] == 12
 
 
 def test_pmf_on_a_shared_trunk_needs_a_warm_up_in_steps(tmp_path):
@@ -139,7 +144,7 @@ def test_a_wsd_curve_trains_each_budget_on_the_shared_trunk(cfg, tmp_path):
         assert metrics["training"]["steps"] == budget
         assert metrics["training"]["resumed_from_step"] == trunk_from  # the previous budget's decay start
         assert snapshot_path(run, budget).is_file()
-    assert sorted(p.name for p in (out / "trunk").glob("step-*.pt")) == [
+    assert sorted(p.name for p in (out / "trunk").glob("*/step-*.pt")) == [
         "step-000001.pt", "step-000002.pt", "step-000004.pt"]
     assert done["trained"] == str(out / "train-000008" / "metrics.json")
 

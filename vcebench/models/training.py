@@ -199,7 +199,7 @@ def lr_at(step: int, base: float, warmup: int, total: int, schedule: str = "cosi
         return base * (1.0 - 0.9 * (step - start + 1) / max(1, total - start))
     if schedule != "cosine":
         raise RoleConfigError(f"config key `models.<dataset>.<role>.lr_schedule` must be 'cosine' or 'wsd', "
-                          f"got {schedule!r}")
+                              f"got {schedule!r}")
     p = (step - warmup) / max(1, total - warmup)
     return base * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
@@ -288,6 +288,9 @@ def train_generative(model: nn.Module,
             raise RoleConfigError(f"a shared trunk needs `models.<dataset>.{role}.lr_schedule: wsd` (got "
                                   f"{schedule!r}): under a cosine schedule every step depends on the budget")
         trunk_end = decay_start(steps, fraction)
+        if settings["warmup_steps"] is None:
+            raise RoleConfigError(f"a shared trunk needs `models.<dataset>.{role}.warmup_steps`: unset, the "
+                                  f"warm-up is a share of the budget and differs between the budgets")
         trunk_fp = fingerprint({"role": role, "seed": int(seed), "images": data_fingerprint(images),
                                 "settings": {k: v for k, v in cfg.items() if k != "steps"}})
 
@@ -321,7 +324,7 @@ def train_generative(model: nn.Module,
         if (step + 1) % every == 0 and step + 1 < steps and shard.writer:
             _save(ckpt, model, opt, ema, step + 1, losses, fp)
         if step + 1 == trunk_end and shard.writer:
-            _save(trunk_path(trunk_dir, trunk_end), model, opt, ema, trunk_end, losses, trunk_fp)
+            _save(trunk_path(trunk_dir, trunk_fp, trunk_end), model, opt, ema, trunk_end, losses, trunk_fp)
     shard.synchronize()
     seconds = time.perf_counter() - t0
     stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": seconds,
@@ -335,18 +338,18 @@ def snapshot_path(out_dir: str | Path, step: int) -> Path:
     return Path(out_dir) / "snapshots" / f"step-{int(step):06d}.safetensors"
 
 
-def trunk_path(trunk_dir: str | Path, step: int) -> Path:
-    """Where a ``wsd`` run with ``trunk_dir`` writes its state at its decay start ``step``."""
-    return Path(trunk_dir) / f"step-{int(step):06d}.pt"
+def trunk_path(trunk_dir: str | Path, fp: str, step: int) -> Path:
+    """Where a ``wsd`` run with ``trunk_dir`` and trunk fingerprint ``fp`` writes its state at its decay start
+    ``step`` (one folder per recipe: another recipe's trunk in the same ``trunk_dir`` is never overwritten)."""
+    return Path(trunk_dir) / fp / f"step-{int(step):06d}.pt"
 
 
 def trunk_state(trunk_dir: str | Path, fp: str, until: int) -> dict | None:
-    """The latest shared-trunk state in ``trunk_dir`` written at or before step ``until`` with trunk
-    fingerprint ``fp`` (another recipe's states there are skipped, an unreadable one is set aside), or None."""
-    steps = sorted((int(p.stem.split("-")[1]) for p in Path(trunk_dir).glob("step-*.pt")
-                    if p.stem.split("-")[1].isdigit()), reverse=True)
-    for step in (s for s in steps if s <= until):
-        path = trunk_path(trunk_dir, step)
+    """The latest shared-trunk state of trunk fingerprint ``fp`` in ``trunk_dir`` written at or before step
+    ``until`` (an unreadable one is set aside), or None."""
+    found = (p.stem.split("-", 1)[1] for p in Path(trunk_dir, fp).glob("step-*.pt"))
+    for step in sorted((int(s) for s in found if s.isdigit() and int(s) <= until), reverse=True):
+        path = trunk_path(trunk_dir, fp, step)
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # a truncated / corrupt file: never a traceback, never resumed
