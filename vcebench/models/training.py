@@ -34,7 +34,6 @@ from .checkpoints import (
     load_resume_state,
     save_resume_state,
     save_snapshot,
-    set_aside,
 )
 from .distributed import Shard, args_of
 from .unet import RoleConfigError, require
@@ -346,19 +345,12 @@ def trunk_path(trunk_dir: str | Path, fp: str, step: int) -> Path:
 
 def trunk_state(trunk_dir: str | Path, fp: str, until: int) -> dict | None:
     """The latest shared-trunk state of trunk fingerprint ``fp`` in ``trunk_dir`` written at or before step
-    ``until`` (an unreadable one is set aside), or None."""
+    ``until`` (read by ``checkpoints.load_resume_state``: an unreadable one is set aside), or None."""
     found = (p.stem.split("-", 1)[1] for p in Path(trunk_dir, fp).glob("step-*.pt"))
     for step in sorted((int(s) for s in found if s.isdigit() and int(s) <= until), reverse=True):
-        path = trunk_path(trunk_dir, fp, step)
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # a truncated / corrupt file: never a traceback, never resumed
-            dest = set_aside(path, "corrupt")
-            tqdm.write(f"[trunk] unreadable trunk state {path} ({type(e).__name__}); set aside as {dest.name}",
-                       file=sys.stderr)
-            continue
-        if isinstance(state, dict) and state.get("fingerprint") == fp and int(state["step"]) == step:
-            tqdm.write(f"[trunk] continuing the shared trunk from {path}", file=sys.stderr)
+        state = load_resume_state(trunk_path(trunk_dir, fp, step), fp, "trunk")
+        if state is not None and int(state["step"]) == step:
+            tqdm.write(f"[trunk] continuing the shared trunk from {trunk_path(trunk_dir, fp, step)}", file=sys.stderr)
             return state
     return None
 

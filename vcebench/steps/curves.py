@@ -211,14 +211,13 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
         raise ConfigError(f"training curve of {ds}/{role}: no budget of {at} is trained in {out_dir} yet "
                           f"(train them first: the same command with --train-only)")
     for a in (at if wsd else at[-1:]) if train else ():
-        run = runs[a]
-        if not (run / "metrics.json").exists() or not all(snapshot_path(run, b).exists()
-                                                           for b in at if runs[b] == run):
-            fn({**spec, "steps": a}, train_split.images, run, seed_, val_images_uint8=val_u8, progress=progress,
-               snapshots=(a,) if wsd else tuple(at), **kw, **({"trunk_dir": out_dir / "trunk"} if wsd else {}))
-    trained = runs[at[-1]] / "metrics.json"
+        if not all(trained(b) for b in at if runs[b] == runs[a]):
+            fn({**spec, "steps": a}, train_split.images, runs[a], seed_, val_images_uint8=val_u8,
+               progress=progress, snapshots=(a,) if wsd else tuple(at), **kw,
+               **({"trunk_dir": out_dir / "trunk"} if wsd else {}))
     if not score:
-        return {"dataset": ds, "role": role, "recipe": spec, "trained": str(trained), "snapshots": at}
+        return {"dataset": ds, "role": role, "recipe": spec, "trained": str(runs[at[-1]] / "metrics.json"),
+                "snapshots": at}
     val = to_float_images(val_u8, f"training curve {ds}/{role}: validation images")
 
     scoring = {"n_val": int(val.shape[0]), "n_samples": n_samples, "sample_steps": sample_steps,
