@@ -131,3 +131,15 @@ def test_ship_skips_a_curve_still_being_scored_and_swaps_the_folder_whole(shippe
     assert cards[0]["curve"] is None and "still being scored" in capsys.readouterr().err
     assert read_card(out, "synthxray", "perceptual")["set"] == "t2"
     assert not any(p.name.endswith(".shipping") for p in (out / "synthxray").iterdir())
+
+
+def test_reshipping_a_set_without_where_keeps_each_cards_own(shipped, tmp_path):
+    """A shipped set re-measured and shipped again (a generator replaced, the judges' metrics.json updated)
+    keeps where each judge was trained; a folder without a card needs --where."""
+    c, root, _ = shipped
+    out = tmp_path / "networks"
+    assert ship(c, root / "networks", out, "t", None, roles=["synthfaces/perceptual"]) == []
+    ship(c, root / "networks", out, "t", None, roles=["synthxray/perceptual"])
+    assert read_card(out, "synthxray", "perceptual")["trained"]["where"] == "a test machine"
+    with pytest.raises(ConfigError, match="--where"):
+        ship(c, root / "models", tmp_path / "other", "t", None)

@@ -61,9 +61,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--models", required=True, help="trained networks: <models>/<dataset>/<role>/")
     s.add_argument("--set", required=True, dest="set_name", help="the set's name, e.g. ref1")
     s.add_argument("--out", required=True, help="destination, e.g. networks/ref1")
-    s.add_argument("--where", required=True, help="where it was trained, for the cards (machine, date)")
+    s.add_argument("--where", default=None, help="where it was trained, for the cards (machine, date); "
+                   "omitted: each folder's own card says (a shipped set re-measured, not retrained)")
     s.add_argument("--curves", default=None, help="training curves: <curves>/<dataset>/<role>/curve.json")
-    s.add_argument("--roles", nargs="+", default=None, help="only these roles")
+    s.add_argument("--roles", nargs="+", default=None,
+                   help="only these roles (ROLE of every dataset, or DATASET/ROLE)")
     add_config_arg(s)
 
 

@@ -51,17 +51,19 @@ def trained_info(metrics: dict[str, Any], where: str) -> dict[str, Any]:
     return {"where": where, **{k: t[k] for k in keys if t.get(k) is not None}}
 
 
-def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: str,
+def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: str | None,
          curves: str | Path | None = None, roles: list[str] | None = None) -> list[dict[str, Any]]:
     """Copy every trained ``models/<dataset>/<role>`` (of the config's synthetic datasets) into
-    ``out/<dataset>/<role>`` with a card; returns the cards."""
+    ``out/<dataset>/<role>`` with a card; returns the cards. ``roles``: only these (``role`` for every dataset,
+    ``dataset/role`` for one). ``where=None`` keeps the ``trained.where`` of the
+    card already in each folder (a shipped network re-measured, not retrained)."""
     from ..config.tasks import SYNTHETIC_DATASETS
 
     cards = []
     for ds in SYNTHETIC_DATASETS:
         for folder in sorted(Path(models, ds).glob("*/metrics.json")):
             src, role = folder.parent, folder.parent.name
-            if roles and role not in roles:
+            if roles and role not in roles and f"{ds}/{role}" not in roles:
                 continue
             check_recipe(cfg, ds, role, src)
             metrics = json.loads(folder.read_text())
@@ -75,12 +77,24 @@ def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: s
                 if f.is_file() and not any(p in SKIP_PARTS for p in f.relative_to(src).parts):
                     (tmp / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(f, tmp / f.relative_to(src))
-            card = write_card(tmp, cfg, ds, role, set_name, trained_info(metrics, where), quality, curve)
+            card = write_card(tmp, cfg, ds, role, set_name, trained_info(metrics, where or _shipped_where(src)),
+                              quality, curve)
             if dst.exists():
                 shutil.rmtree(dst)
             tmp.rename(dst)
             cards.append(card)
     return cards
+
+
+def _shipped_where(folder: Path) -> str:
+    """Where the network in ``folder`` was trained, from the card it was shipped with."""
+    from ..models.shipped import CARD
+
+    try:
+        return json.loads((folder / CARD).read_text())["trained"]["where"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(f"{folder} has no shipped card saying where it was trained ({e}); "
+                          f"give it with --where") from None
 
 
 def _finished_curve(path: Path | None) -> dict[str, Any] | None:
