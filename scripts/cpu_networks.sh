@@ -6,6 +6,7 @@
 # below it, one run per budget on a shared trunk (vcebench/steps/curves.py), into
 # runs/cpu-networks/SET/DATASET/ROLE/ (log: ROLE.log beside it). The CPU's own kernels (cpu_isa: native): the
 # weights are trained once and shipped; the default run loads them on any machine.
+# FINAL_ONLY=1: only the recipe's `steps`, no halvings (the second set, once the budgets are chosen on the first).
 # After an interruption rerun the same command: each budget resumes from its checkpoint or the shared trunk.
 # Stop them with: pkill -f 'models curve'. Score afterwards: docs/networks.md "Training curves".
 set -eu
@@ -33,10 +34,11 @@ ds, role, files = sys.argv[1], sys.argv[2], sys.argv[4::2]
 print(load_config(files)["models"][ds][role]["steps"])
 PY
 )
+  AT=(--at $((steps / 8)) $((steps / 4)) $((steps / 2))); [ "${FINAL_ONLY:-0}" = 1 ] && AT=()
   DATA=(); [ -d "resources/data/$ds" ] && DATA=(--data "resources/data/$ds")
   mkdir -p "$OUT/$ds"
   setsid nohup .venv/bin/vcebench models curve --task "$task" --role "$role" \
-    --at $((steps / 8)) $((steps / 4)) $((steps / 2)) --train-only "${DATA[@]}" "${CONFIGS[@]}" \
+    "${AT[@]}" --train-only "${DATA[@]}" "${CONFIGS[@]}" \
     --out "$OUT/$ds/$role" >> "$OUT/$ds/$role.log" 2>&1 &
-  echo "training $SET $ds/$role ($steps steps and its halvings) in the background (pid $!): $OUT/$ds/$role.log"
+  echo "training $SET $ds/$role ($steps steps${AT[*]:+ and its halvings}) in the background (pid $!): $OUT/$ds/$role.log"
 done
