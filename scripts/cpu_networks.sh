@@ -27,13 +27,7 @@ for pair in $PAIRS; do
     synthxray/ddpm|synthxray/pmf) task=synthxray_pacemaker ;;
     *) echo "unknown DATASET/ROLE '$pair' (synthfaces or synthxray / ddpm or pmf)" >&2; exit 2 ;;
   esac
-  steps=$(.venv/bin/python - "$ds" "$role" "${CONFIGS[@]}" <<'PY'
-import sys
-from vcebench.config.load import load_config
-ds, role, files = sys.argv[1], sys.argv[2], sys.argv[4::2]
-print(load_config(files)["models"][ds][role]["steps"])
-PY
-)
+  steps=$(.venv/bin/python scripts/recipe_steps.py "$ds" "$role" "${CONFIGS[@]}")
   AT=(--at $((steps / 8)) $((steps / 4)) $((steps / 2))); [ "${FINAL_ONLY:-0}" = 1 ] && AT=()
   DATA=(); [ -d "resources/data/$ds" ] && DATA=(--data "resources/data/$ds")
   mkdir -p "$OUT/$ds"

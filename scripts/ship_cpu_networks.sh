@@ -33,20 +33,11 @@ for pair in $PAIRS; do
     synthfaces/ddpm|synthfaces/pmf|synthxray/ddpm|synthxray/pmf) ;;
     *) echo "unknown DATASET/ROLE '$pair' (synthfaces or synthxray / ddpm or pmf)" >&2; exit 2 ;;
   esac
-  steps=$(.venv/bin/python - "$ds" "$role" "${CONFIGS[@]}" <<'PY'
-import sys
-from vcebench.config.load import load_config
-ds, role, files = sys.argv[1], sys.argv[2], sys.argv[4::2]
-print(load_config(files)["models"][ds][role]["steps"])
-PY
-)
+  steps=$(.venv/bin/python scripts/recipe_steps.py "$ds" "$role" "${CONFIGS[@]}")
   run=$RUNS/$ds/$role/train-$(printf %06d "$steps")
   [ -f "$run/metrics.json" ] || { echo "$run is not trained (the config's $ds/$role steps: $steps): run" \
     "scripts/cpu_networks.sh $SET $ds/$role first" >&2; exit 1; }
-  rm -rf "${MODELS:?}.tmp/$ds/$role"; mkdir -p "$MODELS.tmp/$ds/$role"
-  for f in "$run"/*; do
-    case "$(basename "$f")" in snapshots|checkpoint*) ;; *) cp -r "$f" "$MODELS.tmp/$ds/$role/" ;; esac
-  done
+  rm -rf "${MODELS:?}.tmp/$ds/$role"; cp -r "$run" "$MODELS.tmp/$ds/$role"  # ship leaves its snapshots out
   echo "$ds/$role: $run"
 done
 rm -rf "$MODELS"; mv "$MODELS.tmp" "$MODELS"
