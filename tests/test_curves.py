@@ -176,3 +176,35 @@ def test_score_only_trains_nothing_and_lists_the_budgets_still_training(cfg, tmp
     assert not (out / "train-000008").exists()                      # nothing trained
     assert "not trained yet: budgets 8" in curves.to_markdown(got)
     assert _finished_curve(out / "curve.json") is None               # unfinished: no card curve
+
+
+def test_score_pmf_records_the_gate_as_training_measures_it():
+    """A curve row carries the gate of models.generative_eval.gate with the tasks' FiRe levels: its verdict,
+    the failed checks, and the labels kept at each task's level (evaluated there even off the curve's t)."""
+    from vcebench.models.ddpm import build_ddpm
+    from vcebench.models.generative_eval import gate
+    from vcebench.models.pmf import build_pmf, evaluate_pmf
+    from vcebench.steps.curves import score_pmf
+
+    torch.manual_seed(0)
+    unet = {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4}
+    pmf = build_pmf({"unet": unet}, 3, 8).eval()
+    ddpm = build_ddpm({"unet": unet, "num_train_timesteps": 50, "sample_steps": 5}, 3, 8)
+    val = torch.rand(16, 3, 8, 8) * 2 - 1
+
+    def feats(x):
+        return torch.cat([x.mean((2, 3)), x.std((2, 3))], 1)
+
+    def bright(x):
+        m = x.mean((1, 2, 3))
+        return torch.stack([-m, m], 1)
+
+    row = score_pmf(pmf, val, feats, (0.2, 0.4), 8, 0, ddpm, {"Bright": bright}, {"Bright": 0.3})
+    ev, _ = evaluate_pmf(pmf, val, 0, n_samples=2, feature_fn=feats, ddpm=ddpm, t_flow=(0.2, 0.3, 0.4),
+                         classifiers={"Bright": bright})
+    g = gate(ev, fire_t={"Bright": 0.3})
+    assert g["checks"] == ["mse_within_2x", "label_kept_vs_tweedie", "fid_lower"]
+    assert row["gate_passed"] == g["passed"] and row["gate_failed"] == g["failed"]
+    assert row["gate_label_kept_at_fire_t"] == g["label_kept_at_fire_t"]
+    assert set(row["gate_label_kept_at_fire_t"]) == {"Bright"} and "predict_clean_t0.3_fid" not in row
+    assert "gate_passed" not in score_pmf(pmf, val, feats, (0.4,), 8, 0)  # no DDPM: no gate

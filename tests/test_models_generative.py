@@ -280,13 +280,14 @@ def test_bad_config_names_key():
 
 
 def test_pmf_quality_gate_checks_fid_mse_and_labels(trained: dict):
-    """The pmf metrics.json carries the gate: MSE within 2x of Tweedie and the classifier's labels kept by
-    G(z_0.4, 0.4) at least as often as by Tweedie less 2 points; at <= 32 px the FID comparison is reported,
-    not enforced; `passed` is exactly the AND of the checks."""
+    """The pmf metrics.json carries the gate: MSE within 2x of Tweedie, the classifier's labels kept by
+    G(z_0.4, 0.4) at least as often as by Tweedie less 2 points, one-step FID below Tweedie's (at every
+    resolution); `passed` is exactly the AND of the checks, `failed` the checks that did not pass."""
     m = json.loads((trained["pmf"] / "metrics.json").read_text())
     g = m["quality_gate"]
-    assert g["evaluated"] and g["checks"] == ["mse_within_2x", "label_kept_vs_tweedie"] and not g["fid_enforced"]
+    assert g["evaluated"] and g["checks"] == ["mse_within_2x", "label_kept_vs_tweedie", "fid_lower"]
     assert g["passed"] == all(g[k] for k in g["checks"])
+    assert g["failed"] == [k for k in g["checks"] if not g[k]]
     kept = m["eval"]["predict_clean"]["t0.4"]["label_kept"]["Bright"]
     assert 0.0 <= kept <= 1.0 and g["label_kept"] == {"Bright": kept}
     assert g["label_kept_95"] == (kept >= 0.95)
@@ -303,11 +304,18 @@ def test_evaluate_generative_adds_fid_with_a_feature_function(trained: dict):
         return torch.cat([x.mean((2, 3)), x.std((2, 3))], 1)
 
     imgs = trained["images"]
+    trained_gate = json.loads((trained["pmf"] / "metrics.json").read_text())["quality_gate"]
     new = evaluate_generative("pmf", trained["pmf"], imgs, feats, "dummy", reference_ddpm_dir=trained["ddpm"],
                               n_samples=8)
     row = new["eval_fid"]["predict_clean"]["t0.4"]
     assert row["fid"] >= 0 and row["ddpm_tweedie"]["fid"] >= 0 and row["fid_features"] == "dummy"
-    assert "fid_pmf" in new["quality_gate"]
+    assert "fid_pmf" in new["quality_gate"] and new["quality_gate"]["checks"] == ["mse_within_2x", "fid_lower"]
+    # with the classifiers and the tasks' FiRe levels it checks what training checks
+    full = evaluate_generative("pmf", trained["pmf"], imgs, feats, "dummy", reference_ddpm_dir=trained["ddpm"],
+                               n_samples=8, write=False, classifiers={"Bright": _bright}, fire_t={"Bright": 0.3})
+    assert full["quality_gate"]["checks"] == trained_gate["checks"]
+    assert set(full["quality_gate"]["label_kept_at_fire_t"]) == {"Bright"}
+    assert "t0.3" in full["eval_fid"]["predict_clean"]
     saved = json.loads((trained["pmf"] / "metrics.json").read_text())
     assert saved["eval_fid"]["samples_1step"]["fid"] == new["eval_fid"]["samples_1step"]["fid"]
     assert "training" in saved  # merged, not replaced
@@ -349,12 +357,15 @@ def test_gate_judges_labels_kept_against_tweedie_at_each_tasks_fire_t():
     assert gate(m, fire_t={"Smiling": 0.2})["passed"] is False  # 3 points below Tweedie
 
 
-def test_gate_fid_is_reported_not_enforced_when_asked():
+def test_gate_enforces_fid_and_names_the_failed_checks():
     from vcebench.models.generative_eval import gate
 
     row = {"mse": 1.0, "sharpness_ratio": 0.9, "fid": 3.0, "mse_ratio_vs_tweedie": 1.0,
            "ddpm_tweedie": {"mse": 1.0, "sharpness_ratio": 0.5, "fid": 2.0}}
     m = {"predict_clean": {"t0.4": row}}
-    assert gate(m)["passed"] is False and "fid_lower" in gate(m)["checks"]
-    g = gate(m, enforce_fid=False)
-    assert g["passed"] is True and g["fid_lower"] is False and "fid_lower" not in g["checks"]
+    g = gate(m)
+    assert g["passed"] is False and g["checks"] == ["mse_within_2x", "fid_lower"] and g["failed"] == ["fid_lower"]
+    row["mse_ratio_vs_tweedie"] = 2.5
+    assert gate(m)["failed"] == ["mse_within_2x", "fid_lower"]
+    row.update(fid=1.0, mse_ratio_vs_tweedie=2.0)  # 2x is within
+    assert gate(m)["passed"] is True and gate(m)["failed"] == []

@@ -38,12 +38,16 @@ TRAINABLE = (*TRAINERS, *GENERATIVE)
 def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tensor,
                         feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
                         reference_ddpm_dir: str | Path | None = None, seed: int = 0, n_images: int | None = None,
-                        n_samples: int | None = None, write: bool = True) -> dict[str, Any]:
+                        n_samples: int | None = None, write: bool = True,
+                        classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None,
+                        fire_t: dict[str, float] | None = None) -> dict[str, Any]:
     """Re-evaluate a trained ``ddpm`` / ``pmf`` folder with a feature network (FID) and, for the pmf,
     against the dataset's DDPM (the pmf quality gate); merged into ``model_dir/metrics.json``
     under ``"eval_fid"`` (and ``"quality_gate"``) when ``write``. Returns the new entries.
     ``n_images`` / ``n_samples`` (None: the role's ``eval_images`` / ``n_samples`` defaults, as its training
-    evaluated): validation images and generated samples.
+    evaluated): validation images and generated samples. ``classifiers`` ({attribute: classifier}) and
+    ``fire_t`` ({attribute: the task's FiRe noise level}): the pmf gate's label check, as training measures it
+    (``steps.train.generative_references`` gives all four references).
 
     For the zoo: call it once ``fid_features`` (and the ``ddpm``) of the dataset exist, e.g.
     ``evaluate_generative("pmf", dir, val.images, fidnet, name, reference_ddpm_dir=ddpm_dir)``.
@@ -66,9 +70,10 @@ def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tens
 
         model = PixelMeanFlow.load(model_dir)
         ref = DiffusersDDPM.from_pretrained_dir(reference_ddpm_dir) if reference_ddpm_dir else None
+        t_flow = tuple(sorted({0.2, 0.4, 0.6, 0.8} | set((fire_t or {}).values())))
         ev, _ = evaluate_pmf(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name,
-                             ddpm=ref)
-        new = {"eval_fid": ev, "quality_gate": gate(ev)}
+                             ddpm=ref, t_flow=t_flow, classifiers=classifiers)
+        new = {"eval_fid": ev, "quality_gate": gate(ev, fire_t=fire_t)}
     if write:
         path = model_dir / "metrics.json"
         old = json.loads(path.read_text()) if path.is_file() else {}

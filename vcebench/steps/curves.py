@@ -124,13 +124,15 @@ def _cached_samples(cache: Path | None, n: int, draw: Callable[[], Tensor]) -> T
 
 
 def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: int, seed: int,
-              reference_ddpm=None, classifiers=None) -> dict[str, Any]:
-    """One PMF snapshot: one-step prediction FID at each flow time (with the gate against ``reference_ddpm``),
-    one-step sample FID / KID."""
+              reference_ddpm=None, classifiers=None, fire_t: dict[str, float] | None = None) -> dict[str, Any]:
+    """One PMF snapshot: one-step prediction FID at each flow time, one-step sample FID / KID, and with
+    ``reference_ddpm`` the quality gate as training measures it (``models.generative_eval.gate``; its label
+    check at each task's ``fire_t`` with ``classifiers``): ``gate_passed`` and the checks in ``gate_failed``."""
 
     pmf.eval()
+    t_eval = tuple(sorted(set(t_flow) | set((fire_t or {}).values())))
     ev, _ = evaluate_pmf(pmf, val, seed, n_samples=2, feature_fn=feature_fn, ddpm=reference_ddpm,
-                         t_flow=tuple(t_flow), classifiers=classifiers)
+                         t_flow=t_eval, classifiers=classifiers)
     row: dict[str, Any] = {}
     for t in t_flow:
         e = ev["predict_clean"][f"t{t:g}"]
@@ -140,7 +142,10 @@ def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: 
         if "label_kept" in e:
             row[f"label_kept_t{t:g}"] = e["label_kept"]
     if reference_ddpm is not None:
-        row["gate_passed"] = bool(gate(ev).get("passed"))
+        g = gate(ev, fire_t=fire_t)
+        row["gate_passed"], row["gate_failed"] = bool(g.get("passed")), g.get("failed", [])
+        if "label_kept_at_fire_t" in g:
+            row["gate_label_kept_at_fire_t"] = g["label_kept_at_fire_t"]
     g = torch.Generator().manual_seed(seed)
     eps = torch.randn((n_samples, *val.shape[1:]), generator=g)
     with torch.no_grad():
@@ -223,6 +228,8 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
     scoring = {"n_val": int(val.shape[0]), "n_samples": n_samples, "sample_steps": sample_steps,
                "t_flow": list(t_flow), "seed": seed, "feature": refs.get("feature_name"),
                "feature_weights": weights_fingerprint(refs["feature_fn"])}
+    if role == "pmf":  # the gate's definition (models.generative_eval.gate): rows scored under another are redone
+        scoring["gate"] = "mse_within_2x+label_kept_vs_tweedie@fire_t+fid_lower"
     key = fingerprint({"role": role, "recipe": spec, "scoring": scoring})
     cache_path = out_dir / "curve.json"
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
@@ -237,7 +244,7 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
                              out_dir / "samples" / f"step-{a:06d}.npz")
         else:
             row = score_pmf(net, val, refs["feature_fn"], t_flow, n_samples, seed,
-                            refs.get("reference_ddpm"), refs.get("classifiers"))
+                            refs.get("reference_ddpm"), refs.get("classifiers"), refs.get("fire_t"))
         rows[a] = {"step": a, "images_seen": a * int(spec["batch_size"]), **row,
                    "score_seconds": round(time.perf_counter() - t0, 1)}
         if progress:

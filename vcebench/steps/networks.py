@@ -166,16 +166,17 @@ def batched_embed(judge, images_uint8, batch: int = 256):
 
 def check_networks(cfg: dict, model_dir: str | Path, data_root: str | Path, n: int = 100) -> dict[str, Any]:
     """Re-measure a trained set's quality with the whole set present, into each network's ``metrics.json``:
-    the generators' FID (``fid_features``) and the pmf's quality gate against the set's ddpm
-    (``models.recipes.evaluate_generative``), and per task the embedding judge's truth vs regenerate levels
-    (``truth_vs_regenerate``, key ``truth_vs_regenerate``). Returns what it wrote."""
+    the generators' FID (``fid_features``) and the pmf's quality gate against the set's ddpm and
+    classifiers, as training measures it (``models.recipes.evaluate_generative``), and per task the embedding
+    judge's truth vs regenerate levels (``truth_vs_regenerate``, key ``truth_vs_regenerate``). Returns what it
+    wrote."""
     from ..config.tasks import SYNTHETIC_DATASETS, get_task
     from ..core.io import write_json
     from ..data import load_split
     from ..models.recipes import evaluate_generative
     from ..models.truth_checks import truth_agreement, truth_similarity
     from ..models.zoo import load_role, load_trained_net
-    from .train import counterfactual_renderer
+    from .train import counterfactual_renderer, generative_references
 
     out: dict[str, Any] = {}
     for ds in SYNTHETIC_DATASETS:
@@ -185,8 +186,10 @@ def check_networks(cfg: dict, model_dir: str | Path, data_root: str | Path, n: i
         val = load_split(cfg, ds, "val", Path(data_root) / ds).images
         fid, name = load_role(cfg, tasks[0], "fid_features", model_dir)
         out[f"{ds}/ddpm"] = evaluate_generative("ddpm", Path(model_dir, ds, "ddpm"), val, fid.eval(), name)
+        refs = generative_references(cfg, tasks[0], "pmf", Path(model_dir))  # the gate's label check
         out[f"{ds}/pmf"] = evaluate_generative("pmf", Path(model_dir, ds, "pmf"), val, fid.eval(), name,
-                                               reference_ddpm_dir=Path(model_dir, ds, "ddpm"))
+                                               reference_ddpm_dir=Path(model_dir, ds, "ddpm"),
+                                               classifiers=refs.get("classifiers"), fire_t=refs.get("fire_t"))
         role = "identity" if tasks[0].kind == "faces" else "simsiam"
         levels = {t.name: truth_vs_regenerate(cfg, t, model_dir, Path(data_root) / ds, n) for t in tasks}
         judge = load_role(cfg, tasks[0], role, model_dir)[0].eval()
