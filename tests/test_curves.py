@@ -184,7 +184,7 @@ def test_score_pmf_records_the_gate_as_training_measures_it():
     from vcebench.models.ddpm import build_ddpm
     from vcebench.models.generative_eval import gate
     from vcebench.models.pmf import build_pmf, evaluate_pmf
-    from vcebench.steps.curves import score_pmf
+    from vcebench.steps.curves import score_pmf, to_markdown
 
     torch.manual_seed(0)
     unet = {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4}
@@ -208,3 +208,8 @@ def test_score_pmf_records_the_gate_as_training_measures_it():
     assert row["gate_label_kept_at_fire_t"] == g["label_kept_at_fire_t"]
     assert set(row["gate_label_kept_at_fire_t"]) == {"Bright"} and "predict_clean_t0.3_fid" not in row
     assert "gate_passed" not in score_pmf(pmf, val, feats, (0.4,), 8, 0)  # no DDPM: no gate
+    md = to_markdown({"dataset": "d", "role": "pmf", "recipe": {"steps": 8, "batch_size": 4},
+                      "scoring": {"n_val": 16, "n_samples": 8}, "rows": [{"step": 8, **row}],
+                      "plateau": plateau([], "x"), "plateau_samples_kid": plateau([], "y")})
+    lab = row["gate_label_kept_at_fire_t"]["Bright"]
+    assert f"Bright (t 0.3, pmf {lab['pmf']:.4g}, tweedie {lab['tweedie']:.4g})" in md

@@ -265,8 +265,14 @@ def to_markdown(curve: dict[str, Any]) -> str:
     cols = [c for c in rows[0] if c not in ("step", "score_seconds", "sample_n")] if rows else []
     head = "| step | " + " | ".join(cols) + " |\n|---:|" + "---:|" * len(cols) + "\n"
 
-    def fmt(v):
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
+    def fmt(v):  # numbers to 4 digits, also inside the per-attribute columns (labels kept, the gate's)
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        if isinstance(v, dict):
+            return ", ".join(f"{k} ({fmt(x)})" if isinstance(x, dict) else f"{k} {fmt(x)}" for k, x in v.items())
+        if isinstance(v, list):
+            return ", ".join(map(str, v)) or "-"
+        return str(v)
 
     body = "".join(f"| {r['step']} | " + " | ".join(fmt(r.get(c)) for c in cols) + " |\n" for r in rows)
     lines = [f"Training curve of {curve['dataset']} {curve['role']} (recipe steps {curve['recipe']['steps']}, "
