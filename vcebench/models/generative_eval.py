@@ -71,6 +71,11 @@ def label_kept(classifiers: dict[str, Callable[[Tensor], Tensor]], pred: Tensor,
             for attr, lab in predicted_labels(classifiers, pred).items()}
 
 
+def with_fire_t(t_flow, fire_t: dict[str, float] | None) -> tuple[float, ...]:
+    """The flow times a PMF is evaluated at for its gate: ``t_flow`` and each task's FiRe level, ascending."""
+    return tuple(sorted(set(t_flow) | set((fire_t or {}).values())))
+
+
 LABEL_MARGIN = 0.02  # the PMF may keep up to 2 points fewer labels than the DDPM's Tweedie estimate
 
 

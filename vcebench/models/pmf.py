@@ -42,6 +42,7 @@ from .generative_eval import (
     label_kept,
     predicted_labels,
     sharpness_ratio,
+    with_fire_t,
     write_pmf_grids,
 )
 from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, to_float_images, train_generative
@@ -364,7 +365,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
                                "jvp": jvp_mode, "training": stats, "ema": True}
     val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
     val = to_float_images(val_u8[: int(settings["eval_images"])], "train_pmf: val_images_uint8")
-    t_flow = tuple(sorted({0.2, 0.4, 0.6, 0.8} | set((fire_t or {}).values())))
+    t_flow = with_fire_t((0.2, 0.4, 0.6, 0.8), fire_t)
     ev, grids = evaluate_pmf(pmf, val, seed + 1, int(settings["n_samples"]), feature_fn, feature_name,
                              ddpm=reference_ddpm, t_flow=t_flow, classifiers=classifiers)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}

@@ -42,7 +42,7 @@ from ..core.io import from_uint8, quantize, write_json
 from ..data import load_split
 from ..models.checkpoints import fingerprint, weights_fingerprint
 from ..models.ddpm import sample_ddpm, train_ddpm, tweedie_at
-from ..models.generative_eval import batched, gate, generative_quality
+from ..models.generative_eval import batched, gate, generative_quality, with_fire_t
 from ..models.pmf import build_pmf, evaluate_pmf, train_pmf
 from ..models.training import TRAIN_DEFAULTS, snapshot_path, to_float_images
 from ..models.zoo import role_spec
@@ -130,7 +130,7 @@ def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: 
     check at each task's ``fire_t`` with ``classifiers``): ``gate_passed`` and the checks in ``gate_failed``."""
 
     pmf.eval()
-    t_eval = tuple(sorted(set(t_flow) | set((fire_t or {}).values())))
+    t_eval = with_fire_t(t_flow, fire_t)
     ev, _ = evaluate_pmf(pmf, val, seed, n_samples=2, feature_fn=feature_fn, ddpm=reference_ddpm,
                          t_flow=t_eval, classifiers=classifiers)
     row: dict[str, Any] = {}
