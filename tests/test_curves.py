@@ -167,7 +167,8 @@ def test_score_only_trains_nothing_and_lists_the_budgets_still_training(cfg, tmp
     task, out = get_task(c, "synthfaces_smile"), tmp_path / "curve"
     means = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())  # a stand-in feature network, no judge needed
     monkeypatch.setattr(curves, "generative_references", lambda *a: {"feature_fn": means, "feature_name": "means"})
-    monkeypatch.setattr(curves, "score_ddpm", lambda net, *a: {"tweedie_t0.4_fid": 1.0})
+    scored = []
+    monkeypatch.setattr(curves, "score_ddpm", lambda net, *a: scored.append(1) or {"tweedie_t0.4_fid": 1.0})
     with pytest.raises(curves.ConfigError, match="no budget"):
         curves.training_curve(c, task, "ddpm", 8, [4], out, n_val=4, progress=False, train=False)
     curves.training_curve(c, task, "ddpm", 4, [], out, n_val=4, progress=False, score=False)  # budget 4 only
@@ -176,6 +177,8 @@ def test_score_only_trains_nothing_and_lists_the_budgets_still_training(cfg, tmp
     assert not (out / "train-000008").exists()                      # nothing trained
     assert "not trained yet: budgets 8" in curves.to_markdown(got)
     assert _finished_curve(out / "curve.json") is None               # unfinished: no card curve
+    longer = curves.training_curve(c, task, "ddpm", 16, [4], out, n_val=4, progress=False, train=False)
+    assert longer["pending"] == [16] and len(scored) == 1           # a larger wsd budget keeps the scored row
 
 
 def test_score_pmf_records_the_gate_as_training_measures_it():

@@ -230,7 +230,9 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
                "feature_weights": weights_fingerprint(refs["feature_fn"])}
     if role == "pmf":  # the gate's definition (models.generative_eval.gate): rows scored under another are redone
         scoring["gate"] = "mse_within_2x+label_kept_vs_tweedie@fire_t+fid_lower"
-    key = fingerprint({"role": role, "recipe": spec, "scoring": scoring})
+    # wsd: a budget's run does not depend on the largest budget, so extending the curve keeps its scored rows
+    key = fingerprint({"role": role, "recipe": {k: v for k, v in spec.items() if not (wsd and k == "steps")},
+                       "scoring": scoring})
     cache_path = out_dir / "curve.json"
     cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
     rows = {int(r["step"]): r for r in cache.get("rows", [])} if cache.get("fingerprint") == key else {}
