@@ -117,6 +117,16 @@ def test_a_learning_rate_schedule_typo_is_named_before_training(recipe, msg):
     assert str(e.value).startswith(msg) and "\n" not in str(e.value)
 
 
+def test_a_pmf_warm_start_longer_than_its_run_is_named_at_load():
+    """A preset that lowers the pmf's steps below an inherited fm_warmup_steps would train flow matching only."""
+    with pytest.raises(ConfigError) as e:
+        load_settings(overrides={"models": {"synthfaces": {"pmf": {"steps": 24, "fm_warmup_steps": 800}}}})
+    assert str(e.value).startswith("config key `models.synthfaces.pmf`: `models.<dataset>.pmf.fm_warmup_steps` "
+                                   "leaves no MeanFlow step: 800 flow-matching steps of 24")
+    assert "\n" not in str(e.value)
+    load_settings(overrides={"models": {"synthfaces": {"pmf": {"steps": 24, "fm_warmup_steps": 6}}}})
+
+
 def test_resolutions_the_networks_take_pass():
     load_settings(overrides={"datasets": {"synthfaces": {"resolution": 36}}})  # 3-level UNets, autoencoder: 4
     load_settings(overrides={"datasets": {"synthxray": {"resolution": 40}},

@@ -63,6 +63,21 @@ PMF_DEFAULTS: dict[str, Any] = {
     "t_std": 1.0, "p_t_uniform": 0.1, "p_t1": 0.05, "adaptive_p": 1.0, "adaptive_eps": 0.01, "t_clip": 0.05,
     "time_scale": 50.0, "precond": "edm", "sigma_data": 0.5, "eval_images": 256, "n_samples": 64,
 }
+
+
+def flow_matching_steps(settings: dict, steps: int) -> int:
+    """The flow-matching-only steps (r = t) that start a ``steps``-step run: ``fm_warmup_steps`` when set, else
+    the ``fm_warmup`` share of ``steps``. A warm start as long as the run would leave it no MeanFlow step (a
+    preset that lowers ``steps`` below an inherited ``fm_warmup_steps``): a :class:`RoleConfigError`."""
+    warm = (int(float(settings["fm_warmup"]) * steps) if settings.get("fm_warmup_steps") is None
+            else int(settings["fm_warmup_steps"]))
+    if warm >= steps:
+        key = "fm_warmup" if settings.get("fm_warmup_steps") is None else "fm_warmup_steps"
+        raise RoleConfigError(f"`models.<dataset>.pmf.{key}` leaves no MeanFlow step: {warm} flow-matching steps "
+                              f"of {steps} (set `fm_warmup_steps` below `steps`)")
+    return warm
+
+
 # A saved pmf folder's ``config.json`` ``architecture`` without these keys (written before they were recorded) was
 # trained with these values: the folder format's defaults, not the recipe's (no preconditioning then: "none").
 SAVED_ARCHITECTURE_DEFAULTS: dict[str, Any] = {"t_clip": 0.05, "time_scale": 50.0, "precond": "none",
@@ -340,8 +355,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     if jvp_mode == "exact":
         use_explicit_groupnorm(pmf.net)
     steps = int(require(cfg_role, "steps", "pmf"))
-    warm = (int(float(settings["fm_warmup"]) * steps) if settings["fm_warmup_steps"] is None
-            else int(settings["fm_warmup_steps"]))
+    warm = flow_matching_steps(settings, steps)
     if trunk_dir is not None and settings["fm_warmup_steps"] is None:
         raise RoleConfigError("a pmf trained on a shared trunk needs `models.<dataset>.pmf.fm_warmup_steps`: "
                               "`fm_warmup`, a share of the budget, differs between the budgets")

@@ -275,6 +275,20 @@ def check_model_settings(cfg: dict) -> None:
             if isinstance(spec.get("unet"), dict):
                 _typed_settings(f"{section}.unet", spec["unet"], UNET_SETTINGS)
             _check_resolution(cfg, ds, role, spec)
+            if role == "pmf" and "steps" in spec:
+                _check_fm_warmup(section, spec)
+
+
+def _check_fm_warmup(section: str, spec: dict) -> None:
+    """The pmf's flow-matching warm start leaves MeanFlow steps (``pmf.flow_matching_steps``): a preset that lowers
+    ``steps`` below an inherited ``fm_warmup_steps`` fails when the config is loaded, not after training."""
+    from ..models.pmf import PMF_DEFAULTS, flow_matching_steps
+    from ..models.unet import RoleConfigError
+
+    try:
+        flow_matching_steps({**PMF_DEFAULTS, **spec}, int(spec["steps"]))
+    except RoleConfigError as e:
+        raise ConfigError(f"config key `{section}`: {e}") from None
 
 
 def _check_resolution(cfg: dict, ds: str, role: str, spec: dict) -> None:
