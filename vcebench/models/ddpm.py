@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from ..core.io import write_json
 from .checkpoints import remove_checkpoint, replace_dir
 from .distributed import Shard
-from .generative_eval import batched, generative_quality, save_grid
+from .generative_eval import EVAL_T_FLOW, batched, generative_quality, save_grid
 from .guided_diffusers import to_diffusers
 from .guided_unet import GuidedUNet, betas_for
 from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, to_float_images, train_generative
@@ -274,7 +274,7 @@ def tweedie_at(ddpm: DiffusersDDPM, x: Tensor, t_flow: float, generator: torch.G
 def evaluate_ddpm(ddpm: DiffusersDDPM, val: Tensor, seed: int, n_samples: int = DDPM_DEFAULTS["n_samples"],
                   sample_steps: int = DDPM_DEFAULTS["sample_steps"],
                   feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
-                  t_flow: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)) -> tuple[dict[str, Any], Tensor]:
+                  t_flow: tuple[float, ...] = EVAL_T_FLOW) -> tuple[dict[str, Any], Tensor]:
     """Quality numbers of a DDPM on float validation images ``val`` in [-1, 1]; returns (metrics, samples).
 
     Tweedie MSE and sharpness at the SNRs of flow times ``t_flow`` (for the PMF comparison), and

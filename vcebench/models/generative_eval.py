@@ -71,6 +71,10 @@ def label_kept(classifiers: dict[str, Callable[[Tensor], Tensor]], pred: Tensor,
             for attr, lab in predicted_labels(classifiers, pred).items()}
 
 
+# The flow times at which the generators are evaluated (the DDPM's Tweedie and the PMF's one-step prediction).
+EVAL_T_FLOW: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
+
+
 def with_fire_t(t_flow, fire_t: dict[str, float] | None) -> tuple[float, ...]:
     """The flow times a PMF is evaluated at for its gate: ``t_flow`` and each task's FiRe level, ascending."""
     return tuple(sorted(set(t_flow) | set((fire_t or {}).values())))

@@ -36,6 +36,7 @@ from .checkpoints import remove_checkpoint
 from .ddpm import matched_timestep
 from .distributed import Shard, full_precision, unwrap
 from .generative_eval import (
+    EVAL_T_FLOW,
     batched,
     gate,
     generative_quality,
@@ -69,10 +70,10 @@ def flow_matching_steps(settings: dict, steps: int) -> int:
     """The flow-matching-only steps (r = t) that start a ``steps``-step run: ``fm_warmup_steps`` when set, else
     the ``fm_warmup`` share of ``steps``. A warm start as long as the run would leave it no MeanFlow step (a
     preset that lowers ``steps`` below an inherited ``fm_warmup_steps``): a :class:`RoleConfigError`."""
-    warm = (int(float(settings["fm_warmup"]) * steps) if settings.get("fm_warmup_steps") is None
-            else int(settings["fm_warmup_steps"]))
+    explicit = settings.get("fm_warmup_steps")
+    warm = int(float(settings["fm_warmup"]) * steps) if explicit is None else int(explicit)
     if warm >= steps:
-        key = "fm_warmup" if settings.get("fm_warmup_steps") is None else "fm_warmup_steps"
+        key = "fm_warmup" if explicit is None else "fm_warmup_steps"
         raise RoleConfigError(f"`models.<dataset>.pmf.{key}` leaves no MeanFlow step: {warm} flow-matching steps "
                               f"of {steps} (set `fm_warmup_steps` below `steps`)")
     return warm
@@ -280,7 +281,7 @@ def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
 @torch.no_grad()
 def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = PMF_DEFAULTS["n_samples"],
                  feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
-                 ddpm: Any = None, t_flow: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8),
+                 ddpm: Any = None, t_flow: tuple[float, ...] = EVAL_T_FLOW,
                  classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None) -> tuple[dict[str, Any], dict]:
     """Quality of a PMF on float validation images in [-1, 1]; returns (metrics, images for grids).
 
@@ -379,7 +380,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
                                "jvp": jvp_mode, "training": stats, "ema": True}
     val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
     val = to_float_images(val_u8[: int(settings["eval_images"])], "train_pmf: val_images_uint8")
-    t_flow = with_fire_t((0.2, 0.4, 0.6, 0.8), fire_t)
+    t_flow = with_fire_t(EVAL_T_FLOW, fire_t)
     ev, grids = evaluate_pmf(pmf, val, seed + 1, int(settings["n_samples"]), feature_fn, feature_name,
                              ddpm=reference_ddpm, t_flow=t_flow, classifiers=classifiers)
     metrics["eval"] = {"split": "val" if val_images_uint8 is not None else "train", "n_images": val.shape[0], **ev}

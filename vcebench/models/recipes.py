@@ -66,11 +66,11 @@ def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tens
         ev, _ = evaluate_ddpm(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name)
         new: dict[str, Any] = {"eval_fid": ev}
     else:
-        from .generative_eval import gate, with_fire_t
+        from .generative_eval import EVAL_T_FLOW, gate, with_fire_t
 
         model = PixelMeanFlow.load(model_dir)
         ref = DiffusersDDPM.from_pretrained_dir(reference_ddpm_dir) if reference_ddpm_dir else None
-        t_flow = with_fire_t((0.2, 0.4, 0.6, 0.8), fire_t)
+        t_flow = with_fire_t(EVAL_T_FLOW, fire_t)
         ev, _ = evaluate_pmf(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name,
                              ddpm=ref, t_flow=t_flow, classifiers=classifiers)
         new = {"eval_fid": ev, "quality_gate": gate(ev, fire_t=fire_t)}
