@@ -1,16 +1,36 @@
 #!/bin/bash
-# On a GPU machine (e.g. the `device` tool's H100), from the project root: train the synthetic benchmark's
-# generators with their training curves (scripts/gpu_networks.py) within BUDGET seconds of training.
-#   OUT=<folder> bash scripts/gpu_networks.sh [BUDGET]
-# Expects .gpu/whl/ (the wheels the machine's Python lacks: diffusers, jsonschema and their needs) and
-# .gpu/data/<dataset>/{train,val}.npz (rendered here: `vcebench data render <dataset>`).
+# On a GPU machine (the `device` tool's H100 / H200), from the project root: the generators' plateau runs of
+# scripts/gpu_networks.py (both network sets, in the background) within a lease of a few minutes.
+#   bash scripts/gpu_networks.sh start SECONDS   install, check CUDA-graph training against eager training
+#                                                (tests/test_step_graphs.py), start the runs, pack what finished
+#                                                after SECONDS into $OUT; the runs go on (setsid)
+#   bash scripts/gpu_networks.sh finish SECONDS  (a later call on the same machine) wait up to SECONDS, stop the
+#                                                runs, pack again
+# Expects .gpu/whl/ (the wheels the machine's Python lacks: diffusers less its pipelines, jsonschema and their
+# needs) and .gpu/data/<dataset>/{train,val}.npz (rendered here: `vcebench data render <dataset>`). Back here:
+# python scripts/gpu_networks.py unpack <files_at>/networks.tar.part* --into runs/gpu-networks
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-runs/gpu-networks}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
-  >"$OUT/pip.log" 2>&1 || { tail -5 "$OUT/pip.log"; exit 3; }
+WORK=/tmp/gpunets; mkdir -p "$WORK"
+T0=$(date +%s)
+verb=${1:?start|finish}; secs=${2:?seconds}
+if [ "$verb" = start ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .gpu/whl/*.whl >"$OUT/pip.log" 2>&1 || { tail -5 "$OUT/pip.log"; exit 3; }
+fi
 export PYTHONPATH=/tmp/site:$PWD
-nvidia-smi -L; nproc
-python3 -c "import torch, diffusers, numpy, scipy; print('torch', torch.__version__, 'diffusers', diffusers.__version__, 'numpy', numpy.__version__, 'scipy', scipy.__version__, torch.cuda.get_device_name())"
-python3 scripts/gpu_networks.py --budget "${1:-300}" --out "$OUT" "${@:2}" 2>&1 | grep -v "it/s" | tee "$OUT/driver.log"
-exit "${PIPESTATUS[0]}"
+if [ "$verb" = start ]; then
+  nvidia-smi -L; nproc
+  python3 -c "import torch, diffusers, numpy; print('torch', torch.__version__, 'diffusers', diffusers.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name())"
+  graphs=1
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_step_graphs.py 2>&1 | tail -15 | tee "$OUT/graphs_test.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || { graphs=0; echo "CUDA-graph training check failed: the runs train eagerly"; }
+  echo "graphs=$graphs after $(( $(date +%s) - T0 )) s"
+  setsid nohup python3 scripts/gpu_networks.py train --graphs "$graphs" --work "$WORK" >"$WORK/driver.log" 2>&1 &
+fi
+while [ $(( $(date +%s) - T0 )) -lt "$secs" ] && [ ! -f "$WORK/done.json" ]; do sleep 5; done
+[ "$verb" = finish ] && python3 scripts/gpu_networks.py stop --work "$WORK"
+nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv
+python3 scripts/gpu_networks.py pack --work "$WORK" --out "$OUT"
+echo "packed after $(( $(date +%s) - T0 )) s"

@@ -26,7 +26,7 @@ from .distributed import Shard
 from .generative_eval import EVAL_T_FLOW, batched, generative_quality, save_grid
 from .guided_diffusers import to_diffusers
 from .guided_unet import GuidedUNet, betas_for
-from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, to_float_images, train_generative
+from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, to_float_images, train_generative
 from .unet import build_unet, check_role_keys, require, unet_kwargs
 
 DDPM_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "num_train_timesteps": int, "beta_start": float,
@@ -313,16 +313,18 @@ def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: 
     abar = ddpm.alphas_cumprod.float()
     T = ddpm.num_train_timesteps
 
-    def loss_fn(unet: nn.Module, x: Tensor, g: torch.Generator, step: int, shard: Shard | None = None) -> Tensor:
+    def draw(x: Tensor, g: torch.Generator, step: int) -> tuple[Tensor, ...]:
         t = torch.randint(0, T, (x.shape[0],), generator=g)
         eps = torch.randn(x.shape, generator=g)
-        a = abar[t].reshape(-1, 1, 1, 1)
-        if shard is not None:  # this rank's rows, on its device
-            x, t, eps, a = shard.take(x, t, eps, a)
+        return x, t, eps, abar[t].reshape(-1, 1, 1, 1)
+
+    def compute(unet: nn.Module, drawn: tuple[Tensor, ...], mode: object) -> Tensor:
+        x, t, eps, a = drawn
         z = a.sqrt() * x + (1 - a).sqrt() * eps
         return F.mse_loss(unet(z, t).sample.float(), eps)
 
-    shadow, stats = train_generative(ddpm.unet, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "ddpm", progress,
+    shadow, stats = train_generative(ddpm.unet, GenerativeLoss(draw, compute), cfg_role, train_images_uint8,
+                                     out_dir, seed, "ddpm", progress,
                                      shard=shard, snapshots=snapshots, trunk_dir=trunk_dir)
     if shard is not None and not shard.writer:
         return {"role": "ddpm", "training": stats}

@@ -49,12 +49,14 @@ def full_precision(device_type: str) -> contextlib.AbstractContextManager:
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
-    """One training process: ``rank`` of ``world`` on ``device`` with autocast ``amp``."""
+    """One training process: ``rank`` of ``world`` on ``device`` with autocast ``amp``; ``cuda_graphs``: its
+    generative training steps are replayed as CUDA graphs (config key ``cuda.train_graphs``)."""
 
     rank: int = 0
     world: int = 1
     device: torch.device = torch.device("cpu")
     amp: str = "none"
+    cuda_graphs: bool = False
 
     @property
     def writer(self) -> bool:
@@ -88,10 +90,11 @@ class Shard:
             out.append(t.to(self.device, non_blocking=True))
         return tuple(out)
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """The forward / loss region: bf16 autocast when ``amp == "bf16"``, else nothing."""
+    def autocast(self, cache: bool = True) -> contextlib.AbstractContextManager:
+        """The forward / loss region: bf16 autocast when ``amp == "bf16"``, else nothing (``cache=False``
+        inside a captured CUDA graph, which must not keep casts cached between replays)."""
         if self.amp == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=cache)
         return contextlib.nullcontext()
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -141,13 +144,17 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
-def start_processes(device: torch.device | str) -> Shard:
+def start_processes(device: torch.device | str, cuda_graphs: bool = False) -> Shard:
     """This process's :class:`Shard`: joins the process group when torchrun started several processes
-    (NCCL on CUDA, gloo on the CPU) and picks GPU ``LOCAL_RANK``. Amp is resolved per recipe later."""
+    (NCCL on CUDA, gloo on the CPU) and picks GPU ``LOCAL_RANK``. Amp is resolved per recipe later.
+    ``cuda_graphs`` (config key ``cuda.train_graphs``) applies to one process on a GPU; a CPU run ignores it."""
     device = torch.device(device)
     world = world_size()
     if world == 1:
-        return Shard(device=device)
+        return Shard(device=device, cuda_graphs=bool(cuda_graphs) and device.type == "cuda")
+    if cuda_graphs and device.type == "cuda":
+        raise ConfigError("config key `cuda.train_graphs` replays one process's training steps; it needs "
+                          f"`gpus_per_train: 1` (torchrun started {world} processes)")
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0))
     if device.type == "cuda":
         if local >= torch.cuda.device_count():
@@ -167,9 +174,9 @@ def stop_processes() -> None:
 
 
 @contextlib.contextmanager
-def training_processes(device: torch.device | str) -> Iterator[Shard]:
+def training_processes(device: torch.device | str, cuda_graphs: bool = False) -> Iterator[Shard]:
     """:func:`start_processes` ... :func:`stop_processes` around a block."""
-    shard = start_processes(device)
+    shard = start_processes(device, cuda_graphs)
     try:
         yield shard
     finally:

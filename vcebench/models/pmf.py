@@ -46,7 +46,7 @@ from .generative_eval import (
     with_fire_t,
     write_pmf_grids,
 )
-from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, to_float_images, train_generative
+from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, to_float_images, train_generative
 from .unet import RoleConfigError, build_unet, check_role_keys, require, unet_kwargs, use_explicit_groupnorm
 
 PMF_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "jvp": Literal["fd", "exact"], "fd_eps": float,
@@ -238,12 +238,23 @@ def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict
     DistributedDataParallel; with ``shard`` the noise is drawn for the whole batch ``x`` and the
     rank's rows are kept (``vcebench.models.distributed``). ``cfg``: a ``pmf`` block (keys it leaves out:
     :data:`PMF_DEFAULTS`)."""
-    cfg = {**PMF_DEFAULTS, **cfg}
-    n = x.shape[0]
-    t, r = sample_tr(n, g, cfg, flow_matching_only)
-    eps = torch.randn(x.shape, generator=g)
+    drawn = meanflow_draw(x, g, cfg, flow_matching_only)
     if shard is not None:
-        x, t, r, eps = shard.take(x, t, r, eps)
+        drawn = shard.take(*drawn)
+    return meanflow_compute(model, drawn, cfg, flow_matching_only)
+
+
+def meanflow_draw(x: Tensor, g: torch.Generator, cfg: dict, flow_matching_only: bool) -> tuple[Tensor, ...]:
+    """The randomness of one MeanFlow step on the CPU: (x, t, r, eps) for the whole batch ``x``."""
+    t, r = sample_tr(x.shape[0], g, {**PMF_DEFAULTS, **cfg}, flow_matching_only)
+    return x, t, r, torch.randn(x.shape, generator=g)
+
+
+def meanflow_compute(model: PixelMeanFlow, drawn: tuple[Tensor, ...], cfg: dict,
+                     flow_matching_only: bool) -> tuple[Tensor, Tensor]:
+    """The MeanFlow loss of :func:`meanflow_loss` on drawn (x, t, r, eps) on the model's device."""
+    cfg = {**PMF_DEFAULTS, **cfg}
+    x, t, r, eps = drawn
     pmf = unwrap(model)
     tt = t.reshape(-1, 1, 1, 1)
     z = (1 - tt) * x + tt * eps
@@ -361,11 +372,14 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
         raise RoleConfigError("a pmf trained on a shared trunk needs `models.<dataset>.pmf.fm_warmup_steps`: "
                               "`fm_warmup`, a share of the budget, differs between the budgets")
 
-    def loss_fn(model: nn.Module, x: Tensor, g: torch.Generator, step: int,
-                shard: Shard | None = None) -> tuple[Tensor, Tensor]:
-        loss, per_sample = meanflow_loss(model, x, g, settings, flow_matching_only=step < warm, shard=shard)
-        return loss, per_sample.mean() / x[0].numel()  # logged: unweighted squared error of u per pixel
+    def draw(x: Tensor, g: torch.Generator, step: int) -> tuple[Tensor, ...]:
+        return meanflow_draw(x, g, settings, flow_matching_only=step < warm)
 
+    def compute(model: nn.Module, drawn: tuple[Tensor, ...], flow_matching_only: bool) -> tuple[Tensor, Tensor]:
+        loss, per_sample = meanflow_compute(model, drawn, settings, flow_matching_only)
+        return loss, per_sample.mean() / drawn[0][0].numel()  # logged: unweighted squared error of u per pixel
+
+    loss_fn = GenerativeLoss(draw, compute, mode=lambda step: step < warm)  # mode: the flow-matching warm start
     shadow, stats = train_generative(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress,
                                      shard=shard, snapshots=snapshots, trunk_dir=trunk_dir)
     if shard is not None and not shard.writer:

@@ -3,9 +3,10 @@
 - :func:`train_loop`: the small networks (classifier family, oracle, identity, perceptual, simsiam):
   ``step_fn(step) -> loss``, cosine learning rate; the global torch RNG is reseeded from
   ``rng.step_seed(seed, step)`` at every step.
-- :func:`train_generative`: the two generative roles (``ddpm``, ``pmf``): ``loss_fn(model, x, g, step)``
-  on batches drawn with ``rng.step_generator(seed, step)``, AdamW with linear warm-up and cosine decay,
-  EMA weights, gradient clipping, channels-last.
+- :func:`train_generative`: the two generative roles (``ddpm``, ``pmf``): a :class:`GenerativeLoss` on
+  batches drawn with ``rng.step_generator(seed, step)``, AdamW with linear warm-up and cosine or ``wsd``
+  decay, EMA weights, gradient clipping, channels-last; on a GPU optionally replayed as CUDA graphs
+  (``vcebench.models.step_graphs``).
 
 Both resume from an atomic checkpoint (``vcebench.models.checkpoints``) only when it was written with
 the same settings, so a run interrupted at step k and resumed takes exactly the same batches and
@@ -14,10 +15,11 @@ updates as an uninterrupted one (on the CPU, at a fixed thread count).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -163,14 +165,54 @@ class EMA:
         self.decay = float(decay)
         self.shadow = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
+    def decay_at(self, step: int) -> float:
+        """The decay of the update after optimiser step ``step`` (0-based)."""
+        return min(self.decay, (1 + step) / (10 + step))
+
     @torch.no_grad()
     def update(self, model: nn.Module, step: int) -> None:
-        d = min(self.decay, (1 + step) / (10 + step))
+        d = self.decay_at(step)
         for k, v in model.state_dict().items():
             if v.dtype.is_floating_point:
                 self.shadow[k].mul_(d).add_(v.detach(), alpha=1 - d)
             else:
                 self.shadow[k].copy_(v)
+
+    @torch.no_grad()
+    def update_with(self, model: nn.Module, decay: Tensor, keep: Tensor) -> None:
+        """The same update with the decay and ``keep = 1 - decay`` as device tensors (a captured CUDA graph
+        reads them at each replay; ``step_graphs``)."""
+        for k, v in model.state_dict().items():
+            if v.dtype.is_floating_point:
+                self.shadow[k].mul_(decay).add_(v.detach() * keep)
+            else:
+                self.shadow[k].copy_(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerativeLoss:
+    """A generative objective, split where a CUDA graph needs it (``step_graphs``):
+
+    - ``draw(x, g, step)``: the step's randomness for the whole CPU batch ``x`` from the step's generator
+      ``g``, on the CPU (the same numbers on any device, any number of processes): a tuple of tensors whose
+      first dimension is the batch, ``x`` (or what is computed from it) among them;
+    - ``compute(model, drawn, mode)``: the loss on the device, or (that loss, the number to log), e.g. when an
+      adaptive weight makes the minimised loss uninformative;
+    - ``mode(step)``: steps whose computation differs (the pmf's flow-matching warm start, then MeanFlow)
+      have different modes; one mode, one captured graph.
+    """
+
+    draw: Callable[[Tensor, torch.Generator, int], tuple[Tensor, ...]]
+    compute: Callable[[nn.Module, tuple[Tensor, ...], Hashable], Tensor | tuple[Tensor, Tensor]]
+    mode: Callable[[int], Hashable] = lambda step: 0
+
+    def __call__(self, model: nn.Module, x: Tensor, g: torch.Generator, step: int,
+                 shard: Shard | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """The loss of one step, eagerly: draw, move ``shard``'s rows to its device (when given), compute."""
+        drawn = self.draw(x, g, step)
+        if shard is not None:
+            drawn = shard.take(*drawn)
+        return self.compute(model, drawn, self.mode(step))
 
 
 def decay_start(total: int, decay_fraction: float) -> int:
@@ -226,17 +268,13 @@ def _optimiser_step(model: nn.Module, opt: torch.optim.Optimizer, ema: EMA, loss
     ema.update(model, step)
 
 
-def train_generative(model: nn.Module,
-                     loss_fn: Callable[[nn.Module, Tensor, torch.Generator, int], Tensor | tuple[Tensor, Tensor]],
-                     cfg: dict, images: Tensor, out_dir: Path, seed: int, role: str, progress: bool = True,
+def train_generative(model: nn.Module, loss_fn: GenerativeLoss, cfg: dict, images: Tensor, out_dir: Path,
+                     seed: int, role: str, progress: bool = True,
                      shard: Shard | None = None,
                      snapshots: tuple[int, ...] = (),
                      trunk_dir: Path | None = None) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    """Run ``cfg['steps']`` optimiser steps of ``loss_fn(model, x, generator, step)`` on uint8 ``images``;
+    """Run ``cfg['steps']`` optimiser steps of ``loss_fn`` (a :class:`GenerativeLoss`) on uint8 ``images``;
     a training key ``cfg`` leaves out takes its value in :data:`TRAIN_DEFAULTS`.
-
-    ``loss_fn`` returns the loss to minimise, or (that loss, the number to log), e.g. when an adaptive
-    weight makes the minimised loss uninformative.
 
     Resumes from ``out_dir/checkpoint/state.pt`` (written atomically every ``checkpoint_every``
     steps) only if it was written with the same settings, seed, role and training images (a settings
@@ -245,10 +283,11 @@ def train_generative(model: nn.Module,
     images per second, loss curve; on CUDA the peak GPU memory).
 
     ``shard`` (``vcebench.models.distributed``): the device, the rank and the number of processes. On
-    a GPU or with several processes, ``loss_fn`` is called with ``shard=`` as well: it draws its noise
-    for the whole batch ``x`` (on the CPU), then keeps ``shard.take(...)`` of it; the forward and loss run
-    under the recipe's ``amp`` (bf16 autocast by default on CUDA); the optimiser, EMA and gradient
-    clipping stay fp32. Without one (or on the CPU in one process) nothing differs from a plain run.
+    a GPU or with several processes, the loss's noise is drawn for the whole batch ``x`` (on the CPU), then
+    ``shard.take(...)`` keeps this rank's rows on its device; the forward and loss run under the recipe's
+    ``amp`` (bf16 autocast by default on CUDA); the optimiser, EMA and gradient clipping stay fp32. Without
+    one (or on the CPU in one process) nothing differs from a plain run. ``shard.cuda_graphs``: each step
+    is replayed as a CUDA graph (``step_graphs.GraphedSteps``; one process, the same draws).
 
     ``snapshots``: after each of these steps the EMA weights are also written to
     ``out_dir/snapshots/step-NNNNNN.safetensors`` (the points of one run's training curve); they change
@@ -300,35 +339,57 @@ def train_generative(model: nn.Module,
     start, losses = _resume(model, opt, ema, shard.rank0_first(resume_state), shard)
     net = shard.wrap(model)
     model.train()
+    graphs = None
+    if shard.cuda_graphs:
+        from .step_graphs import GraphedSteps
+
+        graphs = GraphedSteps(model, opt, ema, loss_fn.compute, settings["grad_clip"], shard.device,
+                              lambda: shard.autocast(cache=False))
+    pending: list[Tensor] = []  # logged numbers not read yet: read every 20 steps, not one host sync per step
+
+    def read_losses() -> list[float]:
+        if pending:
+            losses.extend(torch.stack(pending).tolist())
+            pending.clear()
+        return losses
+
     t0 = time.perf_counter()
     bar = tqdm(range(start, steps), initial=start, total=steps, desc=f"train {role}",
                disable=not (progress and shard.writer), mininterval=2.0)
     for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, base_lr, warmup, steps, schedule, fraction)
+        lr = lr_at(step, base_lr, warmup, steps, schedule, fraction)
         g = step_generator(seed, step)
         x = batch_at(images, bs, g, hflip)
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        with shard.autocast():
-            loss = loss_fn(net, x, g, step, **args_of(shard))
-        loss, logged = loss if isinstance(loss, tuple) else (loss, loss)
-        _optimiser_step(model, opt, ema, loss, settings["grad_clip"], step)
-        losses.append(float(shard.mean(logged.detach())))
+        if graphs is not None:
+            pending.append(graphs.step(loss_fn.mode(step), loss_fn.draw(x, g, step), lr, ema.decay_at(step)))
+        else:
+            for group in opt.param_groups:
+                group["lr"] = lr
+            with shard.autocast():
+                loss = loss_fn(net, x, g, step, **args_of(shard))
+            loss, logged = loss if isinstance(loss, tuple) else (loss, loss)
+            _optimiser_step(model, opt, ema, loss, settings["grad_clip"], step)
+            pending.append(shard.mean(logged.detach()))
         if step + 1 in snapshots and shard.writer:
             save_snapshot(snapshot_path(out_dir, step + 1), ema.shadow, step + 1)
         if step % 20 == 0:
-            bar.set_postfix(loss=f"{sum(losses[-20:]) / len(losses[-20:]):.4f}",
+            recent = read_losses()[-20:]
+            bar.set_postfix(loss=f"{sum(recent) / len(recent):.4f}",
                             img_s=f"{(step + 1 - start) * bs / max(time.perf_counter() - t0, 1e-9):.0f}")
         if (step + 1) % every == 0 and step + 1 < steps and shard.writer:
-            _save(ckpt, model, opt, ema, step + 1, losses, fp)
+            _save(ckpt, model, opt, ema, step + 1, read_losses(), fp)
         if step + 1 == trunk_end and shard.writer:
-            _save(trunk_path(trunk_dir, trunk_fp, trunk_end), model, opt, ema, trunk_end, losses, trunk_fp)
+            _save(trunk_path(trunk_dir, trunk_fp, trunk_end), model, opt, ema, trunk_end, read_losses(), trunk_fp)
+    read_losses()
     shard.synchronize()
     seconds = time.perf_counter() - t0
     stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": seconds,
              "resumed_from_step": start, "threads": torch.get_num_threads(),
              **throughput(steps - start, bs, seconds, shard), **_loss_stats(losses, steps)}
+    if graphs is not None:
+        stats["cuda_graphs"] = graphs.captured
     return _ema_on_cpu(model, ema, shard), stats
 
 
@@ -366,8 +427,13 @@ def _place(model: nn.Module, channels_last: bool, shard: Shard) -> nn.Module:
 
 def _save(ckpt: Path, model: nn.Module, opt: torch.optim.Optimizer, ema: EMA, step: int, losses: list[float],
           fp: str) -> None:
-    """Write the resume state after ``step`` steps (atomically; ``checkpoints.save_resume_state``)."""
-    save_resume_state(ckpt, {"model": model.state_dict(), "ema": ema.shadow, "opt": opt.state_dict(),
+    """Write the resume state after ``step`` steps (atomically; ``checkpoints.save_resume_state``). The
+    optimiser's groups as an eager run has them (a float rate, not capturable): a state written by a run
+    replayed as CUDA graphs resumes anywhere."""
+    opt_state = opt.state_dict()
+    opt_state["param_groups"] = [{**group, "lr": float(group["lr"]), "capturable": False}
+                                 for group in opt_state["param_groups"]]
+    save_resume_state(ckpt, {"model": model.state_dict(), "ema": ema.shadow, "opt": opt_state,
                              "step": torch.tensor(step), "losses": torch.tensor(losses, dtype=torch.float64),
                              "fingerprint": fp})
 
