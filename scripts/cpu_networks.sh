@@ -7,6 +7,7 @@
 # runs/cpu-networks/SET/DATASET/ROLE/ (log: ROLE.log beside it). The CPU's own kernels (cpu_isa: native): the
 # weights are trained once and shipped; the default run loads them on any machine.
 # FINAL_ONLY=1: only the recipe's `steps`, no halvings (the second set, once the budgets are chosen on the first).
+# AT_STEPS="12800": these budgets below the recipe's `steps` instead of the three halvings.
 # After an interruption rerun the same command: each budget resumes from its checkpoint or the shared trunk.
 # Stop them with: pkill -f 'models curve'. Score afterwards: docs/networks.md "Training curves".
 set -eu
@@ -29,6 +30,7 @@ for pair in $PAIRS; do
   esac
   steps=$(.venv/bin/python scripts/recipe_steps.py "$ds" "$role" "${CONFIGS[@]}")
   AT=(--at $((steps / 8)) $((steps / 4)) $((steps / 2))); [ "${FINAL_ONLY:-0}" = 1 ] && AT=()
+  [ -n "${AT_STEPS:-}" ] && read -r -a AT <<< "--at $AT_STEPS"
   DATA=(); [ -d "resources/data/$ds" ] && DATA=(--data "resources/data/$ds")
   mkdir -p "$OUT/$ds"
   setsid nohup .venv/bin/vcebench models curve --task "$task" --role "$role" \

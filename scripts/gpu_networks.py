@@ -7,15 +7,19 @@ splits in ``--data``). The recipes are ``config/presets/plateau.yaml``'s (``wsd`
 a run of its own on the shared trunk, ``vcebench/steps/curves.py``), set 2 with ``config/presets/ref2.yaml``'s
 seeds. Verbs:
 
-- ``train``: every job of ``PLAN`` at once (``vcebench models curve --train-only``, one process each,
-  ``cuda.train_graphs`` as ``--graphs`` says); writes ``<work>/driver.json`` and returns when all ended;
+- ``probe``: one graphed faces DDPM alone for a short run; prints its steps per second;
+- ``train``: the jobs of ``PLAN``, ``--parallel`` at once in its order (``vcebench models curve --train-only``,
+  one process each, ``cuda.train_graphs`` as ``--graphs`` says); writes ``<work>/driver.json`` and returns when
+  all ended. On an H200, 8 graphed processes at once ran 12-16 steps/s each, about 110 together (the GPU
+  time-shares processes); ``probe`` tells whether one process alone runs faster than that;
 - ``pack``: what exists now (it may run while ``train`` goes on) into ``--out``: each finished budget's
   network folder (its snapshot is the same weights: ``unpack`` writes it back), and, for a run not finished,
   its resume state (or the trunk it would resume from), by ``PLAN``'s order, within ``--max-mib``; a tar in
   15 MiB parts and ``progress.json`` (each job's last logged step);
 - ``stop``: end the training processes (each resumes from its last checkpoint);
-- ``unpack PARTS --into DIR`` (here, after the lease): the tar into ``DIR/<set>/<dataset>/<role>/`` and the
-  snapshots written back from the network folders, so that ``vcebench models curve --score-only`` scores them.
+- ``unpack [PARTS] --into DIR`` (here, after the lease): the tar into ``DIR/<set>/<dataset>/<role>/`` and the
+  snapshots written back from the network folders, so that ``vcebench models curve --score-only`` scores them
+  (without PARTS: only the snapshots, e.g. after ``scripts/training_states.sh restore``).
 """
 
 from __future__ import annotations
@@ -58,21 +62,55 @@ def train(args) -> int:
     overlay = work / "gpu.yaml"
     overlay.write_text(f"device: {args.device}\nthreads: {args.threads}\ntrain_threads: {args.threads}\n"
                        f"cuda: {{train_graphs: {'true' if args.graphs else 'false'}}}\n")
-    procs = {}
-    for s, ds, task, role, at in PLAN:
-        sets = ["--config", "config/presets/ref2.yaml"] if s == "ref2" else []
-        cmd = [*CLI, "models", "curve", "--task", task, "--role", role, "--at", *map(str, at), "--train-only",
-               "--data", str(Path(args.data) / ds), "--config", "config/config.yaml", *sets,
-               "--config", "config/presets/plateau.yaml", "--config", str(overlay),
-               *(c for extra in args.config for c in ("--config", extra)),
-               "--out", str(job_dir(work, s, ds, role))]
-        log = (work / "logs" / f"{s}-{ds}-{role}.log").open("w")
-        procs[f"{s}/{ds}/{role}"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    (work / "driver.json").write_text(json.dumps({"started": time.time(), "graphs": args.graphs,
-                                                  "pids": {k: p.pid for k, p in procs.items()}}))
-    rcs = {k: p.wait() for k, p in procs.items()}
+    procs, rcs, queue = {}, {}, list(PLAN)
+    started = time.time()
+    while queue or procs:  # at most --parallel jobs at once, in PLAN's order
+        while queue and len(procs) < args.parallel:
+            s, ds, task, role, at = queue.pop(0)
+            sets = ["--config", "config/presets/ref2.yaml"] if s == "ref2" else []
+            cmd = [*CLI, "models", "curve", "--task", task, "--role", role, "--at", *map(str, at), "--train-only",
+                   "--data", str(Path(args.data) / ds), "--config", "config/config.yaml", *sets,
+                   "--config", "config/presets/plateau.yaml", "--config", str(overlay),
+                   *(c for extra in args.config for c in ("--config", extra)),
+                   "--out", str(job_dir(work, s, ds, role))]
+            log = (work / "logs" / f"{s}-{ds}-{role}.log").open("w")
+            procs[f"{s}/{ds}/{role}"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            (work / "driver.json").write_text(json.dumps({
+                "started": started, "graphs": args.graphs, "parallel": args.parallel,
+                "pids": {k: p.pid for k, p in procs.items()}}))
+        for k, p in list(procs.items()):
+            if p.poll() is not None:
+                rcs[k] = p.returncode
+                del procs[k]
+        time.sleep(1)
     (work / "done.json").write_text(json.dumps({"ended": time.time(), "rc": rcs}))
     return 0 if not any(rcs.values()) else 1
+
+
+def probe(args) -> int:
+    """One graphed faces DDPM alone for ``--probe-steps`` steps: its steps per second (printed), to choose
+    how many jobs share the GPU (several processes time-share one GPU)."""
+    work = Path(args.work) / "probe"
+    overlay = work / "gpu.yaml"
+    work.mkdir(parents=True, exist_ok=True)
+    overlay.write_text(f"device: {args.device}\nthreads: {args.threads}\ntrain_threads: {args.threads}\n"
+                       f"cuda: {{train_graphs: {'true' if args.graphs else 'false'}}}\n"
+                       # the evaluation after the first run falls between the two snapshots: keep it negligible
+                       "models: {synthfaces: {ddpm: {n_samples: 4, sample_steps: 2, eval_images: 16}}}\n")
+    n = args.probe_steps
+    cmd = [*CLI, "models", "curve", "--task", "synthfaces_smile", "--role", "ddpm", "--steps", str(n),
+           "--at", str(n // 4), "--train-only", "--data", str(Path(args.data) / "synthfaces"),
+           "--config", "config/config.yaml", "--config", "config/presets/plateau.yaml", "--config", str(overlay),
+           *(c for extra in args.config for c in ("--config", extra)), "--out", str(work / "run")]
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    a, b = (work / "run" / f"train-{m:06d}" / "snapshots" / f"step-{m:06d}.safetensors" for m in (n // 4, n))
+    # wsd: the n // 4 budget is its own run, then the n run continues its trunk: the n run's steps after the
+    # trunk over the time between the two snapshots
+    from vcebench.models.training import decay_start
+
+    rate = (n - decay_start(n // 4, 0.2)) / max(b.stat().st_mtime - a.stat().st_mtime, 1e-3)
+    print(f"{rate:.1f}")
+    return 0
 
 
 def last_step(log: Path) -> int | None:
@@ -166,9 +204,10 @@ def unpack(args) -> int:
     from vcebench.models.training import snapshot_path
 
     into = Path(args.into)
-    data = b"".join(Path(p).read_bytes() for p in sorted(args.parts))
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(into, filter="data")
+    if args.parts:
+        data = b"".join(Path(p).read_bytes() for p in sorted(args.parts))
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            tar.extractall(into, filter="data")
     for run in sorted(into.glob("*/*/*/train-*")):
         role, step = run.parent.name, int(run.name.split("-")[1])
         weights = run / WEIGHTS[role]
@@ -180,7 +219,7 @@ def unpack(args) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("verb", choices=["train", "pack", "stop", "unpack"])
+    ap.add_argument("verb", choices=["probe", "train", "pack", "stop", "unpack"])
     ap.add_argument("parts", nargs="*", help="unpack: the networks.tar.part* files")
     ap.add_argument("--data", default=".gpu/data", help="rendered splits: <data>/<dataset>/{train,val}.npz")
     ap.add_argument("--work", default="/tmp/gpunets")
@@ -188,11 +227,13 @@ def main() -> int:
     ap.add_argument("--into", default="runs/gpu-networks")
     ap.add_argument("--graphs", type=int, default=1, help="cuda.train_graphs (1: replay CUDA graphs)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads per job (8 jobs, 16 cores)")
+    ap.add_argument("--parallel", type=int, default=len(PLAN), help="train: jobs at once (default: all)")
+    ap.add_argument("--probe-steps", type=int, default=2000, help="probe: steps of the one-process run")
     ap.add_argument("--device", default="cuda", help="cuda; cpu to try the script here")
     ap.add_argument("--config", action="append", default=[], help="train: a config merged last (a trial's steps)")
     ap.add_argument("--max-mib", type=float, default=58.0, help="pack at most this much")
     args = ap.parse_args()
-    return {"train": train, "pack": pack, "stop": stop, "unpack": unpack}[args.verb](args)
+    return {"probe": probe, "train": train, "pack": pack, "stop": stop, "unpack": unpack}[args.verb](args)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,13 @@ if [ "$verb" = start ]; then
   graphs=1
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_step_graphs.py 2>&1 | tail -15 | tee "$OUT/graphs_test.log"
   [ "${PIPESTATUS[0]}" = 0 ] || { graphs=0; echo "CUDA-graph training check failed: the runs train eagerly"; }
-  echo "graphs=$graphs after $(( $(date +%s) - T0 )) s"
-  setsid nohup python3 scripts/gpu_networks.py train --graphs "$graphs" --work "$WORK" >"$WORK/driver.log" 2>&1 &
+  # one graphed process alone: if it runs more than twice the ~110 steps/s that 8 processes sharing an H200 ran
+  # together, 2 jobs at a time (one computes while the other writes or evaluates), else all 8 at once
+  rate=$(timeout 90 python3 scripts/gpu_networks.py probe --graphs "$graphs" --work "$WORK" 2>"$OUT/probe.log" || echo 0)
+  parallel=8; awk "BEGIN{exit !($rate > 220)}" && parallel=2
+  echo "graphs=$graphs, one process alone $rate steps/s: $parallel jobs at a time, after $(( $(date +%s) - T0 )) s"
+  setsid nohup python3 scripts/gpu_networks.py train --graphs "$graphs" --parallel "$parallel" --work "$WORK" \
+    >"$WORK/driver.log" 2>&1 &
 fi
 while [ $(( $(date +%s) - T0 )) -lt "$secs" ] && [ ! -f "$WORK/done.json" ]; do sleep 5; done
 [ "$verb" = finish ] && python3 scripts/gpu_networks.py stop --work "$WORK"
