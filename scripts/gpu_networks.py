@@ -56,12 +56,17 @@ def job_dir(work: Path, s: str, ds: str, role: str) -> Path:
     return work / s / ds / role
 
 
+def write_overlay(path: Path, args, extra: str = "") -> Path:
+    """The config merged over the recipes: device, threads, CUDA graphs (and ``extra`` YAML)."""
+    path.write_text(f"device: {args.device}\nthreads: {args.threads}\ntrain_threads: {args.threads}\n"
+                    f"cuda: {{train_graphs: {'true' if args.graphs else 'false'}}}\n{extra}")
+    return path
+
+
 def train(args) -> int:
     work = Path(args.work)
     (work / "logs").mkdir(parents=True, exist_ok=True)
-    overlay = work / "gpu.yaml"
-    overlay.write_text(f"device: {args.device}\nthreads: {args.threads}\ntrain_threads: {args.threads}\n"
-                       f"cuda: {{train_graphs: {'true' if args.graphs else 'false'}}}\n")
+    overlay = write_overlay(work / "gpu.yaml", args)
     procs, rcs, queue = {}, {}, list(PLAN)
     started = time.time()
     while queue or procs:  # at most --parallel jobs at once, in PLAN's order
@@ -91,12 +96,10 @@ def probe(args) -> int:
     """One graphed faces DDPM alone for ``--probe-steps`` steps: its steps per second (printed), to choose
     how many jobs share the GPU (several processes time-share one GPU)."""
     work = Path(args.work) / "probe"
-    overlay = work / "gpu.yaml"
     work.mkdir(parents=True, exist_ok=True)
-    overlay.write_text(f"device: {args.device}\nthreads: {args.threads}\ntrain_threads: {args.threads}\n"
-                       f"cuda: {{train_graphs: {'true' if args.graphs else 'false'}}}\n"
-                       # the evaluation after the first run falls between the two snapshots: keep it negligible
-                       "models: {synthfaces: {ddpm: {n_samples: 4, sample_steps: 2, eval_images: 16}}}\n")
+    # the evaluation after the first run falls between the two snapshots: keep it negligible
+    overlay = write_overlay(work / "gpu.yaml", args,
+                            "models: {synthfaces: {ddpm: {n_samples: 4, sample_steps: 2, eval_images: 16}}}\n")
     n = args.probe_steps
     cmd = [*CLI, "models", "curve", "--task", "synthfaces_smile", "--role", "ddpm", "--steps", str(n),
            "--at", str(n // 4), "--train-only", "--data", str(Path(args.data) / "synthfaces"),
