@@ -119,7 +119,7 @@ def run_curve(args: argparse.Namespace) -> int:
     device = setup_torch(train_threads(cfg), cfg["device"] if args.train_only else "cpu", cfg["cuda"])
     kw = dict(n_val=args.n_val, n_samples=args.samples, sample_steps=args.sample_steps)
     if args.train_only:
-        with training_processes(device, cfg["cuda"].get("train_graphs", False)) as shard:
+        with training_processes(device, cfg["cuda"]["train_graphs"]) as shard:
             done = training_curve(cfg, task, args.role, steps, args.at, args.out,
                                   args.data, args.models, score=False, shard=shard, **kw)
         print(json.dumps(done, indent=1, default=str))

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_settings(args.config, only=(args.task, None))  # a network: its model settings
     device = setup_torch(train_threads(cfg), cfg["device"], cfg["cuda"])  # cuda without a GPU: ConfigError
-    with training_processes(device, cfg["cuda"].get("train_graphs", False)) as shard:
+    with training_processes(device, cfg["cuda"]["train_graphs"]) as shard:
         metrics = train_role(cfg, args.role, args.task, data_dir=args.data, out_dir=args.out,
                              model_dir=args.model_dir, progress=not args.no_progress, shard=shard,
                              networks=networks_arg(args.networks, cfg))
