@@ -101,3 +101,14 @@ def test_footer_states_the_kernels_of_the_rows():
     lines = task_footer(df, {"fire": {"kernels": rec}, "dime": {"kernels": {**rec, "cpu_isa": "native"}}})
     assert any("CPU kernels differ between rows" in line for line in lines)
 
+
+
+def test_record_names_the_kind_of_cpu():
+    """metrics.json's `kernels` names the CPU (vendor and model): the kind a regression reference is kept for."""
+    from vcebench.config.kernels import cpu_identity, cpu_kind, record
+
+    cpu, kind = cpu_identity(), cpu_kind()
+    assert record()["cpu"] == kind and kind
+    assert kind == " ".join(v for v in (cpu["vendor"], cpu["model"]) if v) or not (cpu["vendor"] or cpu["model"])
+    if os.path.exists("/proc/cpuinfo") and platform.machine() in ("x86_64", "AMD64"):
+        assert cpu["vendor"] and cpu["model"]  # vendor_id and model name are read

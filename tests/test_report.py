@@ -327,3 +327,48 @@ def test_the_paper_tables_put_ace_l1_and_l2_beside_their_reported_rows():
     cfg = load_config()
     assert set(PAPER_TABLE_ROWS) <= set(cfg["paper_methods"])  # `snakemake paper` runs what the tables show
     assert "ace" in cfg["methods"] and "pixel_attack" in cfg["methods"] and "ace_paper" in cfg["paper_methods"]
+
+
+def test_each_cpu_kind_keeps_its_own_regression_reference(table, tmp_path, monkeypatch, capsys):
+    """Networks trained on another kind of CPU round differently even under the kernel pin: `report accept`
+    writes the tables of a second kind beside the first (cpu/<kind>/), and `report regression` compares with
+    the tables of the kind it runs on, naming the fallback when there are none."""
+    from vcebench.cli import main
+    from vcebench.config import kernels
+    from vcebench.report.regression import kind_slug, reference_kind, reference_tables
+
+    df, _ = table
+    task = "synthxray_pacemaker"
+    ref, out = tmp_path / "ref", tmp_path / "out"
+    out.mkdir()
+    (ref / "cpu").mkdir(parents=True)
+    (ref / "tolerances.yaml").write_text("FID: 0.1\nFR: 1.0\n")
+
+    def write_current(fid_of_fire: float) -> None:
+        cur = df.copy()
+        cur.loc[cur.method == "fire", "FID"] = fid_of_fire
+        cur.to_csv(out / f"{task}.csv", index=False)
+        (out / f"{task}.md").write_text("table\n")
+
+    def run(verb: str, kind: str, *extra: str) -> int:
+        monkeypatch.setattr(kernels, "cpu_kind", lambda: kind)
+        results = ["--results", str(tmp_path)] if verb == "regression" else []
+        return main(["report", verb, "--reference", str(ref), "--out-dir", str(out), *results, "--tasks", task,
+                     *extra])
+
+    write_current(1.0)
+    assert run("accept", "GenuineIntel Xeon") == 0  # an empty reference: its own tables
+    assert reference_kind(ref) == "GenuineIntel Xeon" and (ref / f"{task}.csv").exists()
+    write_current(2.0)  # another CPU kind trains other networks: fire's FID moves by 1.0
+    assert run("regression", "AuthenticAMD EPYC") == 1  # no reference of its own: compared with the Intel one
+    assert "no reference made on this CPU (AuthenticAMD EPYC)" in capsys.readouterr().err
+    assert run("accept", "AuthenticAMD EPYC") == 0
+    amd = ref / "cpu" / kind_slug("AuthenticAMD EPYC")
+    assert amd.name == "authenticamd-epyc" and reference_kind(amd) == "AuthenticAMD EPYC"
+    assert pd.read_csv(ref / f"{task}.csv").set_index("method").loc["fire", "FID"] == 1.0  # Intel's kept
+    assert reference_tables(ref, "AuthenticAMD EPYC") == (amd, None)
+    assert run("regression", "AuthenticAMD EPYC", "--out", str(tmp_path / "r.md")) == 0
+    assert f"against {amd}" in (tmp_path / "r.md").read_text()
+    assert run("regression", "GenuineIntel Xeon") == 1  # the Intel kind still holds Intel's numbers
+    write_current(2.5)  # a real regression on the AMD kind is still caught
+    assert run("regression", "AuthenticAMD EPYC") == 1

@@ -218,7 +218,9 @@ def run_regression(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from .. import report
+    from ..config.kernels import cpu_kind
     from ..config.tasks import get_task
+    from ..report.regression import reference_kind, reference_tables
 
     cfg = _config(args)
     ref_dir = Path(args.reference)
@@ -227,10 +229,12 @@ def run_regression(args: argparse.Namespace) -> int:
         raise UserError(f"no tolerances at {tol_file}; derive them with `vcebench report tolerances "
                         f"--reference {ref_dir}` (after `snakemake seeds`)")
     tolerances = read_yaml(tol_file) or {}
+    kind = cpu_kind()
+    tables_dir, note = reference_tables(ref_dir, kind)
     all_rows, failures = [], []
     for t in args.tasks or cfg["run_tasks"]:
         task = get_task(cfg, t)
-        ref = pd.read_csv(ref_dir / f"{t}.csv")
+        ref = pd.read_csv(tables_dir / f"{t}.csv")
         cur = pd.read_csv(Path(args.out_dir) / f"{t}.csv")
         _, higher = report.load_task_table(Path(args.results), t, list(cur["method"]), task.kind, task.synthetic)
         rows, fails = report.regression_check(cur, ref, tolerances, higher, t)
@@ -239,7 +243,11 @@ def run_regression(args: argparse.Namespace) -> int:
     text = report.regression_markdown(all_rows)
     status = (f"{len(failures)} metric(s) regressed past tolerance" if failures
               else f"no regression ({len(all_rows)} metrics within tolerance)")
-    text = f"# Metric regression against {ref_dir}\n\n{status}\n\n" + text
+    made_on = reference_kind(tables_dir) or "a CPU it does not name"
+    text = (f"# Metric regression against {tables_dir}\n\nReference made on {made_on}; this CPU: {kind}.\n\n"
+            + (f"Note: {note}\n\n" if note else "") + f"{status}\n\n" + text)
+    if note:
+        print(f"vcebench report regression: {note}", file=sys.stderr)
     if args.out:
         report.write_text(Path(args.out), text)
     print(text)
@@ -343,14 +351,24 @@ def run_tolerances(args: argparse.Namespace) -> int:
 
 
 def run_accept(args: argparse.Namespace) -> int:
-    """Accepts the current results as the reference: copies <out-dir>/<task>.{csv,md} into --reference."""
+    """Accepts the current results as the reference of this kind of CPU: copies <out-dir>/<task>.{csv,md} into
+    --reference (or its cpu/<kind>/ when --reference was made on another kind) with a machine.json."""
+    import torch
+
+    from ..config.kernels import cpu_kind, record
+    from ..core.io import write_json
+    from ..report.regression import MACHINE_FILE, accept_dir, machine_record
+
     cfg = _config(args)
-    ref_dir = Path(args.reference)
+    kind = cpu_kind()
+    ref_dir = accept_dir(Path(args.reference), kind)
     ref_dir.mkdir(parents=True, exist_ok=True)
     for t in args.tasks or cfg["run_tasks"]:
         for ext in ("csv", "md"):
             src = Path(args.out_dir) / f"{t}.{ext}"
             shutil.copyfile(src, ref_dir / src.name)
             print(f"reference updated: {ref_dir / src.name}")
+    write_json(ref_dir / MACHINE_FILE, machine_record(kind, record(), torch.__version__))
+    print(f"reference of this CPU kind ({kind}): {ref_dir}")
     return 0
 

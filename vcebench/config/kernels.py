@@ -102,9 +102,36 @@ def pin_for_argv(argv: list[str]) -> None:
     pin_environment(isa)
 
 
+def cpu_identity() -> dict[str, str]:
+    """This CPU's ``vendor`` (``vendor_id``: ``GenuineIntel``, ``AuthenticAMD``, ...) and ``model`` (``model
+    name``) from /proc/cpuinfo; ``platform.processor()`` (or empty strings) where there is no such file."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("vendor_id", "model name") and key not in found:
+                    found[key] = value.strip()
+                if len(found) == 2:
+                    break
+    except OSError:
+        pass
+    return {"vendor": found.get("vendor_id", ""), "model": found.get("model name", platform.processor())}
+
+
+def cpu_kind() -> str:
+    """One line naming this kind of CPU, ``vendor model`` (e.g. ``AuthenticAMD AMD EPYC``): the pin makes the
+    instruction sets equal, but not every reduction order (module docstring), so training from scratch can
+    still round differently on another kind (``vcebench.report.regression`` keeps a reference per kind)."""
+    cpu = cpu_identity()
+    return " ".join(v for v in (cpu["vendor"], cpu["model"]) if v) or platform.machine() or "unknown"
+
+
 def record() -> dict[str, object]:
-    """What this process's kernels run: the requested pin, the variables, and the capability torch chose
-    (``torch.backends.cpu.get_cpu_capability()``, e.g. ``AVX2``), for metrics.json and the timing files."""
+    """What this process's kernels run: the requested pin, the variables, the capability torch chose
+    (``torch.backends.cpu.get_cpu_capability()``, e.g. ``AVX2``) and the CPU, for metrics.json and the
+    timing files."""
     import torch
 
     return {
@@ -112,6 +139,7 @@ def record() -> dict[str, object]:
         "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
         **{k: os.environ.get(k) for k in PIN_ENV["avx2"]},
         "machine": platform.machine(),
+        "cpu": cpu_kind(),
     }
 
 

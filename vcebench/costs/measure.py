@@ -25,6 +25,8 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..config.kernels import cpu_identity
+
 FLOP_CONVENTION = (
     "FLOPs = 2 x multiply-accumulates of matmul / convolution / attention ops (forward and backward "
     "as executed), counted by torch.utils.flop_counter.FlopCounterMode with the math SDPA backend; "
@@ -316,13 +318,7 @@ def device_name(device: torch.device | str) -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
-    model = ""
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
+    model = cpu_identity()["model"]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return f"cpu ({model or 'unknown'}, {cores} cores visible)"
 
