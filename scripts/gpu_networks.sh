@@ -33,6 +33,9 @@ if [ "$verb" = start ]; then
   echo "graphs=$graphs, one process alone $rate steps/s: $parallel jobs at a time, after $(( $(date +%s) - T0 )) s"
   setsid nohup python3 scripts/gpu_networks.py train --graphs "$graphs" --parallel "$parallel" --work "$WORK" \
     >"$WORK/driver.log" 2>&1 &
+  # this machine's CPU against the committed fingerprints (docs/internals.md: which kernels round differently)
+  timeout 90 python3 scripts/kernel_fingerprint.py --out "$OUT/kernels.json" $(printf -- '--compare %s ' docs/kernels/*.json) \
+    >"$OUT/kernels.log" 2>&1 || true
 fi
 while [ $(( $(date +%s) - T0 )) -lt "$secs" ] && [ ! -f "$WORK/done.json" ]; do sleep 5; done
 [ "$verb" = finish ] && python3 scripts/gpu_networks.py stop --work "$WORK"

@@ -112,3 +112,22 @@ def test_record_names_the_kind_of_cpu():
     assert kind == " ".join(v for v in (cpu["vendor"], cpu["model"]) if v) or not (cpu["vendor"] or cpu["model"])
     if os.path.exists("/proc/cpuinfo") and platform.machine() in ("x86_64", "AMD64"):
         assert cpu["vendor"] and cpu["model"]  # vendor_id and model name are read
+
+
+def test_kernel_fingerprint_repeats_and_names_what_differs(tmp_path):
+    """scripts/kernel_fingerprint.py: every probe hashes the same in a second process (pinned), and a
+    comparison names exactly the probes whose hash differs (exit 1)."""
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "kernel_fingerprint.py")
+    env = _clean_env()
+    first = tmp_path / "a.json"
+    subprocess.run([sys.executable, script, "--out", str(first)], env=env, check=True, capture_output=True)
+    data = json.loads(first.read_text())
+    assert data["kernels"]["cpu_isa"] == "avx2" and len(data["probes"]) >= 30
+    assert {"conv2d_fwd[aten_im2col]", "matmul_256x512x384", "net_ddpm_unet_input_grad"} <= set(data["probes"])
+    same = subprocess.run([sys.executable, script, "--compare", str(first)], env=env, capture_output=True, text=True)
+    assert same.returncode == 0 and f"0 of {len(data['probes'])} probes differ" in same.stdout
+    data["probes"]["sdpa"] = "0" * 16
+    other = tmp_path / "b.json"
+    other.write_text(json.dumps(data))
+    diff = subprocess.run([sys.executable, script, "--compare", str(other)], env=env, capture_output=True, text=True)
+    assert diff.returncode == 1 and diff.stdout.strip().endswith("sdpa") and "1 of" in diff.stdout
