@@ -362,7 +362,9 @@ def test_each_cpu_kind_keeps_its_own_regression_reference(table, tmp_path, monke
     write_current(2.0)  # another CPU kind trains other networks: fire's FID moves by 1.0
     assert run("regression", "AuthenticAMD EPYC") == 1  # no reference of its own: compared with the Intel one
     assert "no reference made on this CPU (AuthenticAMD EPYC)" in capsys.readouterr().err
+    capsys.readouterr()
     assert run("accept", "AuthenticAMD EPYC") == 0
+    assert f"also kept: {ref} (GenuineIntel Xeon)" in capsys.readouterr().out  # the other kind may be stale now
     amd = ref / "cpu" / kind_slug("AuthenticAMD EPYC")
     assert amd.name == "authenticamd-epyc" and reference_kind(amd) == "AuthenticAMD EPYC"
     assert pd.read_csv(ref / f"{task}.csv").set_index("method").loc["fire", "FID"] == 1.0  # Intel's kept

@@ -357,7 +357,7 @@ def run_accept(args: argparse.Namespace) -> int:
 
     from ..config.kernels import cpu_kind, record
     from ..core.io import write_json
-    from ..report.regression import MACHINE_FILE, accept_dir, machine_record
+    from ..report.regression import MACHINE_FILE, accept_dir, machine_record, reference_kind
 
     cfg = _config(args)
     kind = cpu_kind()
@@ -370,5 +370,10 @@ def run_accept(args: argparse.Namespace) -> int:
             print(f"reference updated: {ref_dir / src.name}")
     write_json(ref_dir / MACHINE_FILE, machine_record(kind, record(), torch.__version__))
     print(f"reference of this CPU kind ({kind}): {ref_dir}")
+    top = Path(args.reference)
+    others = [d for d in [top, *sorted((top / "cpu").glob("*"))] if d != ref_dir and reference_kind(d)]
+    for d in others:
+        print(f"also kept: {d} ({reference_kind(d)}); if this change moved the numbers, delete its tables "
+              "(stale) and accept again on that kind of CPU (docs/ci.md)")
     return 0
 
