@@ -65,7 +65,8 @@ def probes(networks: Path) -> dict[str, str]:
     v = rand(4096, 256)
     for name, fn in (("exp", torch.exp), ("log", lambda t: torch.log(t.abs() + 1e-3)), ("tanh", torch.tanh),
                      ("sigmoid", torch.sigmoid), ("erf", torch.erf), ("gelu", F.gelu), ("silu", F.silu),
-                     ("softplus", F.softplus), ("pow_1.5", lambda t: t.abs() ** 1.5), ("sqrt", lambda t: t.abs().sqrt()),
+                     ("softplus", F.softplus), ("pow_1.5", lambda t: t.abs() ** 1.5),
+                     ("sqrt", lambda t: t.abs().sqrt()),
                      ("sin_cos", lambda t: torch.sin(t) + torch.cos(t))):
         out[f"unary_{name}"] = _digest(fn(v))
     out["sum_all"] = _digest(v.sum().reshape(1))

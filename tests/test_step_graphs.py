@@ -2,6 +2,8 @@
 steps on the same GPU, up to floating-point order; one graph per loss mode. The GPU tests run where a GPU is
 (scripts/gpu_networks.py runs them before it trains); the CPU ones everywhere."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -44,7 +46,7 @@ def test_graphs_are_for_one_process_on_a_gpu(monkeypatch):
         start_processes("cuda", cuda_graphs=True)
     with pytest.raises(ValueError, match="CUDA device"):
         GraphedSteps(torch.nn.Linear(2, 2), torch.optim.AdamW(torch.nn.Linear(2, 2).parameters()), None,
-                     lambda m, d, k: d[0].sum(), None, torch.device("cpu"))
+                     lambda m, d, k: d[0].sum(), None, torch.device("cpu"), contextlib.nullcontext)
 
 
 def test_ema_update_with_tensors_is_the_update():

@@ -24,6 +24,7 @@ eager ones (``training._save``). One process per GPU (``gpus_per_train: 1``), ch
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -54,7 +55,7 @@ class GraphedSteps:
     def __init__(self, model: nn.Module, optimiser: torch.optim.Optimizer, ema: Any,
                  compute: Callable[[nn.Module, tuple[Tensor, ...], Hashable], Tensor | tuple[Tensor, Tensor]],
                  grad_clip: float | None, device: torch.device,
-                 autocast: Callable[[], Any] | None = None):
+                 autocast: Callable[[], contextlib.AbstractContextManager]):
         if device.type != "cuda":
             raise ValueError(f"CUDA graphs need a CUDA device, got {device}")
         self.model, self.opt, self.ema, self.compute = model, optimiser, ema, compute
@@ -74,8 +75,7 @@ class GraphedSteps:
         self.captured = 0
 
     def _body(self, mode: Hashable, inputs: tuple[Tensor, ...]) -> Tensor:
-        ctx = self.autocast() if self.autocast is not None else torch.autocast("cuda", enabled=False)
-        with ctx:
+        with self.autocast():
             out = self.compute(self.model, inputs, mode)
         loss, logged = out if isinstance(out, tuple) else (out, out)
         self.opt.zero_grad(set_to_none=True)
