@@ -102,7 +102,7 @@ def network_probes(networks: Path) -> dict[str, str]:
     clf, _ = load_trained_net("classifier", root / "classifier")
     xi = x.clone().requires_grad_(True)
     logits = clf(xi)
-    out["net_classifier_fwd"] = hashlib.sha256(logits.detach().numpy().tobytes()).hexdigest()[:16]
+    out["net_classifier_fwd"] = _digest(logits)
     logits[:, 0].sum().backward()
     out["net_classifier_input_grad"] = _digest(xi.grad)
     ddpm = DiffusersDDPM.from_pretrained_dir(root / "ddpm")

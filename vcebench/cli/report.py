@@ -371,9 +371,10 @@ def run_accept(args: argparse.Namespace) -> int:
     write_json(ref_dir / MACHINE_FILE, machine_record(kind, record(), torch.__version__))
     print(f"reference of this CPU kind ({kind}): {ref_dir}")
     top = Path(args.reference)
-    others = [d for d in [top, *sorted((top / "cpu").glob("*"))] if d != ref_dir and reference_kind(d)]
-    for d in others:
-        print(f"also kept: {d} ({reference_kind(d)}); if this change moved the numbers, delete its tables "
-              "(stale) and accept again on that kind of CPU (docs/ci.md)")
+    for d in [top, *sorted((top / "cpu").glob("*"))]:
+        other = reference_kind(d) if d != ref_dir else None
+        if other:
+            print(f"also kept: {d} ({other}); if this change moved the numbers, delete its tables "
+                  "(stale) and accept again on that kind of CPU (docs/ci.md)")
     return 0
 
