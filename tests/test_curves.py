@@ -13,7 +13,7 @@ from torch import nn
 from vcebench.models.pmf import train_pmf
 from vcebench.models.training import decay_start, lr_at, snapshot_path, train_generative, trunk_path
 from vcebench.models.unet import RoleConfigError
-from vcebench.steps.curves import plateau
+from vcebench.steps.curves import plateau, to_markdown
 
 
 def _rows(values: dict[int, float]) -> list[dict]:
@@ -34,7 +34,21 @@ def test_plateau_needs_the_last_doubling_flat():
     assert plateau(_rows({300: 5.0, 600: 5.2}), "fid")["budget"] == 300
     # budgets that are not doublings of each other are not compared
     assert plateau(_rows({300: 20.0, 1000: 5.0}), "fid") == {"budget": None, "key": "fid", "gain": 0.1,
-                                                              "pairs": []}
+                                                              "pairs": [], "cap": 25_600, "at_cap": False}
+
+
+def test_a_curve_still_falling_at_the_budget_cap_is_trained_to_the_cap():
+    # the faces DDPM's shape: the last doubling still gains 16 %, and it ends at the cap
+    p = plateau(_rows({6400: 4.6, 12800: 3.97, 25600: 3.34}), "fid", cap=25_600)
+    assert p["budget"] is None and p["at_cap"]
+    assert not plateau(_rows({6400: 4.6, 12800: 3.97}), "fid", cap=25_600)["at_cap"]  # short of it: train longer
+    assert not plateau(_rows({6400: 4.6, 12800: 4.5, 25600: 4.4}), "fid", cap=25_600)["at_cap"]  # a plateau
+    md = to_markdown({"dataset": "d", "role": "ddpm", "recipe": {"steps": 25600, "batch_size": 4},
+                      "scoring": {"n_val": 16, "n_samples": 8}, "rows": _rows({12800: 3.97, 25600: 3.34}),
+                      "plateau": plateau(_rows({12800: 3.97, 25600: 3.34}), "fid"),
+                      "plateau_samples_kid": plateau([], "sample_kid")})
+    assert "fid: no plateau up to the budget cap (25600 steps): trained to the cap" in md
+    assert "sample_kid: no plateau in the curve (train longer)" in md
 
 
 def test_snapshots_hold_the_ema_weights_and_change_nothing(tmp_path):

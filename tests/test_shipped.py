@@ -133,6 +133,25 @@ def test_ship_skips_a_curve_still_being_scored_and_swaps_the_folder_whole(shippe
     assert not any(p.name.endswith(".shipping") for p in (out / "synthxray").iterdir())
 
 
+def test_a_shipped_curve_gets_its_verdict_by_todays_rule(shipped, tmp_path):
+    """A curve.json scored before the budget cap existed (its plateau without ``at_cap``) ships with the verdict
+    recomputed from its rows: still falling at the cap reads as trained to the cap, not as 'train longer'."""
+    c, root, _ = shipped
+    curves = tmp_path / "curves" / "synthxray" / "perceptual"
+    curves.mkdir(parents=True)
+    rows = [{"step": 12800, "f": 3.97, "k": 0.046}, {"step": 25600, "f": 3.34, "k": 0.050}]
+    old = {"budget": None, "gain": 0.1, "pairs": []}
+    (curves / "curve.json").write_text(json.dumps({
+        "dataset": "synthxray", "role": "perceptual", "recipe": {"steps": 25600, "batch_size": 128},
+        "scoring": {"n_val": 16, "n_samples": 8}, "rows": rows,
+        "plateau": {**old, "key": "f"}, "plateau_samples_kid": {**old, "key": "k"}}))
+    cards = ship(c, root / "models", tmp_path / "networks", "t2", "here", curves=tmp_path / "curves")
+    curve = cards[0]["curve"]
+    assert curve["plateau"]["at_cap"] and curve["plateau"]["budget"] is None
+    assert curve["plateau_samples_kid"]["budget"] == 12800  # -8.7 %: flat
+    assert "f: no plateau up to the budget cap (25600 steps): trained to the cap" in curve["markdown"]
+
+
 def test_reshipping_a_set_without_where_keeps_each_cards_own(shipped, tmp_path):
     """A shipped set re-measured and shipped again (a generator replaced, the judges' metrics.json updated)
     keeps where each judge was trained; a folder without a card needs --where."""

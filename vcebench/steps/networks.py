@@ -107,8 +107,11 @@ def _finished_curve(path: Path | None) -> dict[str, Any] | None:
         print(f"vcebench models ship: {path} is still being scored (no plateau yet, or budgets "
               f"{c.get('pending')} not trained yet): the card gets no curve", file=sys.stderr)
         return None
-    from .curves import to_markdown
+    from .curves import plateau, to_markdown
 
+    # the verdicts again from the rows, by today's rule (a curve scored before the budget cap has no `at_cap`)
+    c["plateau"], c["plateau_samples_kid"] = (plateau(c["rows"], c[k]["key"])
+                                              for k in ("plateau", "plateau_samples_kid"))
     return {"rows": c["rows"], "plateau": c["plateau"], "plateau_samples_kid": c["plateau_samples_kid"],
             "scoring": c["scoring"], "markdown": to_markdown(c)}
 
