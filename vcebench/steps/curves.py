@@ -291,7 +291,7 @@ def to_markdown(curve: dict[str, Any]) -> str:
         p = curve[name]
         pairs = ", ".join(f"{q['from']}->{q['to']}: {100 * q['relative_gain']:.1f} %" for q in p["pairs"])
         verdict = (f"plateau at {p['budget']} steps" if p["budget"] is not None
-                   else f"no plateau up to the budget cap ({p['cap']} steps): trained to the cap" if p.get("at_cap")
+                   else f"no plateau up to the budget cap ({p['cap']} steps): trained to the cap" if p["at_cap"]
                    else "no plateau in the curve (train longer)")
         lines.append(f"- {p['key']}: {verdict} (a doubling that improves it by < {100 * p['gain']:.0f} %; "
                      f"doublings: {pairs or 'none measured'})")
