@@ -2,7 +2,7 @@
 # Train generators' plateau curves on the CPU (issue #24), in the background and resumable:
 #   bash scripts/cpu_networks.sh SET [DATASET/ROLE ...]     SET: ref1 | ref2 (ref2: config/presets/ref2.yaml's seeds)
 # DATASET/ROLE defaults to synthfaces/ddpm synthfaces/pmf. Each trains in its own process with one thread (two at
-# once on 2 cores) the wsd recipe of config/presets/plateau.yaml at four budgets, its `steps` and the three halvings
+# once on 2 cores) the wsd recipe of config/config.yaml at four budgets, its `steps` and the three halvings
 # below it, one run per budget on a shared trunk (vcebench/steps/curves.py), into
 # runs/cpu-networks/SET/DATASET/ROLE/ (log: ROLE.log beside it). The CPU's own kernels (cpu_isa: native): the
 # weights are trained once and shipped; the default run loads them on any machine.
@@ -20,7 +20,7 @@ case "$SET" in
 esac
 OUT=runs/cpu-networks/$SET; mkdir -p "$OUT"
 printf 'train_threads: 1\ncpu_isa: native\n' > "$OUT/cpu.yaml"
-CONFIGS=(--config config/config.yaml "${EXTRA[@]}" --config config/presets/plateau.yaml --config "$OUT/cpu.yaml")
+CONFIGS=(--config config/config.yaml "${EXTRA[@]}" --config "$OUT/cpu.yaml")
 for pair in $PAIRS; do
   ds=${pair%/*}; role=${pair#*/}
   case "$ds/$role" in

@@ -3,7 +3,7 @@
 sets at once, and bring back what finished within the lease.
 
 Run by ``scripts/gpu_networks.sh`` on the GPU machine (the package importable, the rendered train / val
-splits in ``--data``). The recipes are ``config/presets/plateau.yaml``'s (``wsd``: each budget of ``PLAN`` is
+splits in ``--data``). The recipes are ``config/config.yaml``'s (``wsd``: each budget of ``PLAN`` is
 a run of its own on the shared trunk, ``vcebench/steps/curves.py``), set 2 with ``config/presets/ref2.yaml``'s
 seeds. Verbs:
 
@@ -43,9 +43,9 @@ PLAN = [
     ("ref1", "synthfaces", "synthfaces_smile", "pmf", [12800]),
     ("ref2", "synthfaces", "synthfaces_smile", "ddpm", [12800]),
     ("ref2", "synthfaces", "synthfaces_smile", "pmf", [12800]),
-    ("ref1", "synthxray", "synthxray_pacemaker", "pmf", [3200, 6400]),
+    ("ref1", "synthxray", "synthxray_pacemaker", "pmf", []),
     ("ref1", "synthxray", "synthxray_pacemaker", "ddpm", [1200, 2400]),
-    ("ref2", "synthxray", "synthxray_pacemaker", "pmf", [6400]),
+    ("ref2", "synthxray", "synthxray_pacemaker", "pmf", []),
     ("ref2", "synthxray", "synthxray_pacemaker", "ddpm", [2400]),
 ]
 CLI = [sys.executable, "-c", "import sys; from vcebench.cli import main; sys.exit(main())"]
@@ -73,9 +73,10 @@ def train(args) -> int:
         while queue and len(procs) < args.parallel:
             s, ds, task, role, at = queue.pop(0)
             sets = ["--config", "config/presets/ref2.yaml"] if s == "ref2" else []
-            cmd = [*CLI, "models", "curve", "--task", task, "--role", role, "--at", *map(str, at), "--train-only",
+            cmd = [*CLI, "models", "curve", "--task", task, "--role", role, *(["--at", *map(str, at)] if at else []),
+                   "--train-only",
                    "--data", str(Path(args.data) / ds), "--config", "config/config.yaml", *sets,
-                   "--config", "config/presets/plateau.yaml", "--config", str(overlay),
+                   "--config", str(overlay),
                    *(c for extra in args.config for c in ("--config", extra)),
                    "--out", str(job_dir(work, s, ds, role))]
             log = (work / "logs" / f"{s}-{ds}-{role}.log").open("w")
@@ -103,7 +104,7 @@ def probe(args) -> int:
     n = args.probe_steps
     cmd = [*CLI, "models", "curve", "--task", "synthfaces_smile", "--role", "ddpm", "--steps", str(n),
            "--at", str(n // 4), "--train-only", "--data", str(Path(args.data) / "synthfaces"),
-           "--config", "config/config.yaml", "--config", "config/presets/plateau.yaml", "--config", str(overlay),
+           "--config", "config/config.yaml", "--config", str(overlay),
            *(c for extra in args.config for c in ("--config", extra)), "--out", str(work / "run")]
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     a, b = (work / "run" / f"train-{m:06d}" / "snapshots" / f"step-{m:06d}.safetensors" for m in (n // 4, n))

@@ -19,8 +19,8 @@ case "$SET" in
   *) echo "unknown set '$SET' (ref1 or ref2)" >&2; exit 2 ;;
 esac
 RUNS=runs/cpu-networks/$SET
-MODELS=$RUNS/models
-OUT=${OUT:-networks/$SET}   # OUT=<folder>: ship there instead (a trial run)
+OUT=${OUT:-networks/$SET}   # OUT=<folder>: ship there instead (a trial run, checked in a folder of its own)
+MODELS=$RUNS/models; [ "$OUT" = "networks/$SET" ] || MODELS=$RUNS/models-trial
 read -r -a CONFIGS <<< "${CONFIGS:---config config/config.yaml}"
 CONFIGS+=("${EXTRA[@]}")
 [ -d "networks/$SET" ] || { echo "no networks/$SET to start from" >&2; exit 2; }
@@ -45,7 +45,8 @@ rm -rf "$MODELS"; mv "$MODELS.tmp" "$MODELS"
 DATA=(); [ -d resources/data/synthfaces ] && DATA=(--data-root resources/data)
 .venv/bin/vcebench models check --models "$MODELS" "${DATA[@]}" "${CONFIGS[@]}"
 TORCH=$(.venv/bin/python -c 'import torch; print(torch.__version__)')
-WHERE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, torch $TORCH (CPU), 1 thread, cpu_isa native, $(date -u +%F), scripts/cpu_networks.sh"
+# WHERE=<text>: where the generators were trained, when not all on this machine (e.g. a GPU's first steps)
+WHERE=${WHERE:-"$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, torch $TORCH (CPU), 1 thread, cpu_isa native, $(date -u +%F), scripts/cpu_networks.sh"}
 .venv/bin/vcebench models ship --models "$MODELS" --set "$SET" --out "$OUT" --curves "$RUNS" \
   --roles $PAIRS --where "$WHERE" "${CONFIGS[@]}"
 # the judges: their weights and where they trained unchanged (their cards say it), their metrics.json re-measured
