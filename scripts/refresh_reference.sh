@@ -10,6 +10,9 @@
 # Each step is a snakemake target, so an interrupted phase resumes where it stopped when run again (the clone is
 # kept). Wall times go to runs/refresh/<commit>/times.tsv. On 2 cores: tune about 35 min; tables about 2.5 h
 # (default 3 x 14 min, Pareto 41, paper 11, ref2 19, sets 1).
+# STEPS (default "default pareto paper ref2 sets") runs some of the tables' steps only, e.g. across sessions that
+# lose runs/: each step's outputs are copied as soon as it ends. The jobs are 1-thread (config `threads: 1`), so
+# CORES=1 gives the same tables, slower; only REPEATS x `default` on free cores gives the README's timing.
 set -eu
 PHASE=${1:?usage: scripts/refresh_reference.sh tune|tables}
 CORES=${CORES:-2}
@@ -35,25 +38,39 @@ case "$PHASE" in
     cd "$DIR"; TIMES=$DIR/times.tsv
     [ -x .venv/bin/python ] || make install
     export PATH="$DIR/.venv/bin:$PATH"
+    STEPS=" ${STEPS:-default pareto paper ref2 sets} "; OUT=$ROOT/results/reference/default
+    want() { case "$STEPS" in *" $1 "*) return 0 ;; esac; return 1; }
     # the default run REPEATS times from a clean tree (make clean: no rendered data, no installed networks), for
     # the README's median; an interrupted run does not count and starts over
     runs_done() { local n; n=$(grep -c '^default' "$TIMES" 2>/dev/null) || true; echo "${n:-0}"; }
-    while [ "$(runs_done)" -lt "${REPEATS:-3}" ]; do
-      make clean >/dev/null
-      timed default snakemake --cores "$CORES"
-    done
-    timed pareto snakemake --cores "$CORES" pareto
-    timed paper snakemake --cores "$CORES" paper
-    timed ref2 snakemake --cores "$CORES" --configfile config/presets/ref2.yaml
-    for csv in results/*.csv; do
-      case "$csv" in *_pareto.csv) continue ;; esac
-      task=$(basename "$csv" .csv)
-      timed "sets $task" vcebench report sets --task "$task" --a results --b runs/ref2/results --out "results/${task}_sets.md"
-    done
-    OUT=$ROOT/results/reference/default
-    cp results/*.md results/*.csv results/*.tex results/*.png results/*.json "$OUT/"
-    mkdir -p "$OUT/paper"; cp results/paper/tables.md results/paper/figure2.png "$OUT/paper/"
-    echo "copied into $OUT (made by $SHA; wall times: $TIMES). Update its README.md and docs/results.md."
+    if want default; then
+      while [ "$(runs_done)" -lt "${REPEATS:-3}" ]; do
+        make clean >/dev/null
+        timed default snakemake --cores "$CORES"
+      done
+      for task in $(ls results/*.csv | sed -n 's#^results/\(.*\)\.csv$#\1#p' | grep -v -e _pareto -e _sets); do
+        cp "results/$task".{md,csv,tex} "results/${task}"_{qualitative,efficiency}.png "results/${task}_validity.json" "$OUT/"
+      done
+    fi
+    if want pareto; then
+      timed pareto snakemake --cores "$CORES" pareto
+      cp results/*_pareto.csv results/*_pareto.png results/*_pareto_snr.png "$OUT/"
+    fi
+    if want paper; then
+      timed paper snakemake --cores "$CORES" paper
+      mkdir -p "$OUT/paper"; cp results/paper/tables.md results/paper/figure2.png "$OUT/paper/"
+    fi
+    if want ref2; then timed ref2 snakemake --cores "$CORES" --configfile config/presets/ref2.yaml; fi
+    if want sets; then
+      for csv in runs/ref2/results/*.csv; do
+        task=$(basename "$csv" .csv)
+        case "$task" in *_pareto|*_sets) continue ;; esac
+        timed "sets $task" vcebench report sets --task "$task" --a "$OUT" --b runs/ref2/results \
+          --out "results/${task}_sets.md"
+        cp "results/${task}_sets.md" "results/${task}_sets.json" "$OUT/"
+      done
+    fi
+    echo "copied into $OUT (made by $SHA, steps:$STEPS; wall times: $TIMES). Update its README.md and docs/results.md."
     cat "$TIMES" ;;
   *) echo "unknown phase '$PHASE' (tune or tables)" >&2; exit 2 ;;
 esac
