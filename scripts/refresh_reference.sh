@@ -9,7 +9,7 @@
 #                                               compared; the outputs copied into results/reference/default/
 # Each step is a snakemake target, so an interrupted phase resumes where it stopped when run again (the clone is
 # kept). Wall times go to runs/refresh/<commit>/times.tsv. On 2 cores: tune about 35 min; tables about 2.5 h
-# (default 3 x 14 min, Pareto 41, paper 11, ref2 19, sets 1).
+# (default 3 x 10-14 min, Pareto 41, paper 11-24, ref2 19, sets 1).
 # STEPS (default "default pareto paper ref2 sets") runs some of the tables' steps only, e.g. across sessions that
 # lose runs/: each step's outputs are copied as soon as it ends. The jobs are 1-thread (config `threads: 1`), so
 # CORES=1 gives the same tables, slower; only REPEATS x `default` on free cores gives the README's timing.
@@ -31,6 +31,10 @@ case "$PHASE" in
     echo "re-tuned: review config/tuned/ (git diff config/tuned), commit, then: bash scripts/refresh_reference.sh tables" ;;
   tables)
     cd "$ROOT"
+    STEPS=" ${STEPS:-default pareto paper ref2 sets} "; OUT=$ROOT/results/reference/default
+    for step in $STEPS; do
+      case "$step" in default|pareto|paper|ref2|sets) ;; *) echo "unknown step '$step' in STEPS" >&2; exit 2 ;; esac
+    done
     [ -z "$(git status --porcelain -- config networks vcebench methods workflow)" ] \
       || { echo "commit config/, networks/ and the code first: the tables are made from a clone of HEAD" >&2; exit 1; }
     SHA=$(git rev-parse --short HEAD); DIR=$ROOT/runs/refresh/$SHA
@@ -38,7 +42,6 @@ case "$PHASE" in
     cd "$DIR"; TIMES=$DIR/times.tsv
     [ -x .venv/bin/python ] || make install
     export PATH="$DIR/.venv/bin:$PATH"
-    STEPS=" ${STEPS:-default pareto paper ref2 sets} "; OUT=$ROOT/results/reference/default
     want() { case "$STEPS" in *" $1 "*) return 0 ;; esac; return 1; }
     # the default run REPEATS times from a clean tree (make clean: no rendered data, no installed networks), for
     # the README's median; an interrupted run does not count and starts over
@@ -48,7 +51,9 @@ case "$PHASE" in
         make clean >/dev/null
         timed default snakemake --cores "$CORES"
       done
-      for task in $(ls results/*.csv | sed -n 's#^results/\(.*\)\.csv$#\1#p' | grep -v -e _pareto -e _sets); do
+      for csv in results/*.csv; do
+        task=$(basename "$csv" .csv)
+        case "$task" in *_pareto|*_sets) continue ;; esac
         cp "results/$task".{md,csv,tex} "results/${task}"_{qualitative,efficiency}.png "results/${task}_validity.json" "$OUT/"
       done
     fi
