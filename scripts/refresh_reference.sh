@@ -9,7 +9,7 @@
 #                                               compared; the outputs copied into results/reference/default/
 # Each step is a snakemake target, so an interrupted phase resumes where it stopped when run again (the clone is
 # kept). Wall times go to runs/refresh/<commit>/times.tsv. On 2 cores: tune about 35 min; tables about 2.5 h
-# (default 3 x 10-14 min, Pareto 41, paper 11-24, ref2 19, sets 1).
+# (default 3 x 10-14 min, Pareto 41 (65 on one core), paper 11-24, ref2 11-19, sets 1).
 # STEPS (default "default pareto paper ref2 sets") runs some of the tables' steps only, e.g. across sessions that
 # lose runs/: each step's outputs are copied as soon as it ends. The jobs are 1-thread (config `threads: 1`), so
 # CORES=1 gives the same tables, slower; only REPEATS x `default` on free cores gives the README's timing.
