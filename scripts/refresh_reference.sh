@@ -35,7 +35,7 @@ case "$PHASE" in
     for step in $STEPS; do
       case "$step" in default|pareto|paper|ref2|sets) ;; *) echo "unknown step '$step' in STEPS" >&2; exit 2 ;; esac
     done
-    [ -z "$(git status --porcelain -- config networks vcebench methods workflow)" ] \
+    [ -z "$(git status --porcelain -- config networks vcebench methods metrics workflows Snakefile pyproject.toml)" ] \
       || { echo "commit config/, networks/ and the code first: the tables are made from a clone of HEAD" >&2; exit 1; }
     SHA=$(git rev-parse --short HEAD); DIR=$ROOT/runs/refresh/$SHA
     [ -d "$DIR" ] || git clone -q "$ROOT" "$DIR"
