@@ -1,7 +1,7 @@
 """The true counterfactual as a row (method name ``truth``, label *Ground truth*): the synthetic renderer's image
 of each input with only the query attribute changed (``SyntheticDataset.render_with``).
 
-The sibling of the do-nothing row (methods/identity.py): it runs through the same explain / evaluate / report
+The sibling of the do-nothing row (methods/no_edit.py): it runs through the same explain / evaluate / report
 path, so every metric column gets the value of the right edit next to the value of no edit, and a column
 that scores the truth no better than the input, or a method better than the truth, is marked in the task's
 table (vcebench/report/validity.py).

@@ -90,8 +90,8 @@ def network_probes(networks: Path) -> dict[str, str]:
     """The shipped classifier and DDPM UNet of synthfaces: a forward pass and the input gradient."""
     import torch
 
-    from vcebench.models.ddpm import DiffusersDDPM
-    from vcebench.models.zoo import load_trained_net
+    from vcebench.models.generative.ddpm import DiffusersDDPM
+    from vcebench.models.synthetic.load import load_trained_net
 
     out: dict[str, str] = {}
     root = networks / "synthfaces"

@@ -119,9 +119,15 @@ def make_released_weights(out: str | Path, kind: str = "faces", seed: int = 0) -
     """
     import torch
 
-    from vcebench.models.canonical_nets import ACEOracle, DiMEDenseNet, fid_inception, simsiam_encoder, vgg19_features
-    from vcebench.models.fastdime_unet import FastDiMEUNet
-    from vcebench.models.guided_unet import GuidedUNet
+    from vcebench.models.released.canonical_nets import (
+        ACEOracle,
+        DiMEDenseNet,
+        fid_inception,
+        simsiam_encoder,
+        vgg19_features,
+    )
+    from vcebench.models.released.fastdime_unet import FastDiMEUNet
+    from vcebench.models.released.guided_unet import GuidedUNet
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -206,8 +206,8 @@ def test_remaining_type_and_value_errors_name_the_settings(monkeypatch, tmp_path
 
 def _pmf_run(cfg_role: dict, out: Path, stop_at: int | None = None):
     from tests.test_models_generative import _images
-    from vcebench.models.pmf import build_pmf, meanflow_loss
-    from vcebench.models.training import train_generative as train_loop
+    from vcebench.models.generative.pmf import build_pmf, meanflow_loss
+    from vcebench.models.training.loops import train_generative as train_loop
 
     torch.manual_seed(0)
     pmf = build_pmf(cfg_role, 3, 8)
@@ -437,7 +437,7 @@ def test_frechet_distance_on_old_and_new_scipy(monkeypatch):
     import scipy.linalg
 
     from vcebench.core import frechet
-    from vcebench.models import features
+    from vcebench.models.synthetic import fid_features as features
 
     real = scipy.linalg.sqrtm
     rng = np.random.default_rng(0)
@@ -482,7 +482,7 @@ def test_diffusers_weights_load_as_safetensors_only(tmp_path, monkeypatch):
     import diffusers
 
     from tests.test_models_generative import _ddpm_cfg
-    from vcebench.models.ddpm import DiffusersDDPM, build_ddpm
+    from vcebench.models.generative.ddpm import DiffusersDDPM, build_ddpm
 
     build_ddpm(_ddpm_cfg(), 3, 8).save_pretrained(tmp_path / "ddpm")
     assert DiffusersDDPM.from_pretrained_dir(tmp_path / "ddpm").num_train_timesteps == 50

@@ -20,7 +20,7 @@ PACKAGES = ("vcebench", "methods", "metrics")
 # (file, key): why this `.get(key, literal)` is not a config default
 NOT_CONFIG: dict[tuple[str, str], str] = {
     ("vcebench/paper/timing.py", "early_stop"): "a timing row of any method: only FiRe's params have it",
-    ("vcebench/models/training.py", "batch"): "train_loop's throughput line for any settings mapping",
+    ("vcebench/models/training/loops.py", "batch"): "train_loop's throughput line for any settings mapping",
     ("vcebench/steps/evaluate.py", "fid_features"): "TaskModels.names (role -> network name), not the config",
     ("metrics/builders.py", "fid_features"): "TaskModels.names (role -> network name), not the config",
     ("vcebench/steps/profile.py", "n"): "a profile.json's own fields, printed in a message",

@@ -10,9 +10,9 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from vcebench.models.pmf import train_pmf
-from vcebench.models.training import decay_start, lr_at, snapshot_path, train_generative, trunk_path
-from vcebench.models.unet import RoleConfigError
+from vcebench.models.generative.pmf import train_pmf
+from vcebench.models.training.loops import decay_start, lr_at, snapshot_path, train_generative, trunk_path
+from vcebench.models.training.settings import RoleConfigError
 from vcebench.steps.curves import plateau, to_markdown
 
 
@@ -196,11 +196,11 @@ def test_score_only_trains_nothing_and_lists_the_budgets_still_training(cfg, tmp
 
 
 def test_score_pmf_records_the_gate_as_training_measures_it():
-    """A curve row carries the gate of models.generative_eval.gate with the tasks' FiRe levels: its verdict,
+    """A curve row carries the gate of models.generative.quality.gate with the tasks' FiRe levels: its verdict,
     the failed checks, and the labels kept at each task's level (evaluated there even off the curve's t)."""
-    from vcebench.models.ddpm import build_ddpm
-    from vcebench.models.generative_eval import gate
-    from vcebench.models.pmf import build_pmf, evaluate_pmf
+    from vcebench.models.generative.ddpm import build_ddpm
+    from vcebench.models.generative.pmf import build_pmf, evaluate_pmf
+    from vcebench.models.generative.quality import gate
     from vcebench.steps.curves import score_pmf, to_markdown
 
     torch.manual_seed(0)

@@ -9,8 +9,8 @@ def _user_error_classes():
     from metrics.base import InsufficientSamples, MetricError
     from vcebench.data.base import DatasetError
     from vcebench.models.checkpoints import CheckpointError
-    from vcebench.models.unet import RoleConfigError
-    from vcebench.models.zoo import MissingModelError
+    from vcebench.models.task_models import MissingModelError
+    from vcebench.models.training.settings import RoleConfigError
     from vcebench.steps.explain import ShardError
     from vcebench.steps.import_cf import ImportFolderError
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from vcebench.config.tasks import Task
-from vcebench.models.canonical import load_canonical
 from vcebench.models.checkpoints import CheckpointError
-from vcebench.models.ddpm import UNetDDPM
-from vcebench.models.fastdime_unet import FastDiMEUNet, UnsafePickleError, read_plain_pickle
+from vcebench.models.released.canonical import load_canonical
+from vcebench.models.released.fastdime_unet import FastDiMEUNet, UnsafePickleError, read_plain_pickle
+from vcebench.models.released.unet_ddpm import UNetDDPM
 
 TASK = Task(name="chexpert_pacemaker", dataset="chexpert", attribute="Pacemaker")
 KEY = "models.chexpert.ddpm"

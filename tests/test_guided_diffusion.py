@@ -13,10 +13,11 @@ import torch.nn.functional as F
 from methods.ddpm import Schedule
 from vcebench.config.load import ConfigError
 from vcebench.config.tasks import Task
-from vcebench.models.canonical import load_canonical
 from vcebench.models.checkpoints import CheckpointError
-from vcebench.models.ddpm import EpsDDPM, UNetDDPM
-from vcebench.models.guided_unet import AttentionBlock, GuidedUNet, betas_for, resolve_flags
+from vcebench.models.generative.ddpm import EpsDDPM
+from vcebench.models.released.canonical import load_canonical
+from vcebench.models.released.guided_unet import AttentionBlock, GuidedUNet, betas_for, resolve_flags
+from vcebench.models.released.unet_ddpm import UNetDDPM
 
 FIXTURE = Path(__file__).parent / "fixtures" / "dime_celeba_ddpm_keys.json"
 SMALL = {"image_size": 32, "num_channels": 32, "num_res_blocks": 1, "channel_mult": "1,2",
@@ -215,7 +216,7 @@ def _with_ddpm(cfg, **spec):
 
 
 def test_dime_model_flags_pasted_into_the_config_load_the_released_layout(cfg, tmp_path):
-    from vcebench.models.zoo import load_role
+    from vcebench.models.task_models import load_role
     from vcebench.protocol.settings import check_settings
 
     ref = json.loads(FIXTURE.read_text())["keys"]
@@ -285,7 +286,7 @@ def test_training_only_flags_are_accepted(tmp_path):
 
 def test_the_noise_protocol_reads_the_schedule_from_the_pasted_flags(cfg, tmp_path):
     """The start step is derived from the schedule the flags state, and the loaded network must match it."""
-    from vcebench.models.zoo import load_role
+    from vcebench.models.task_models import load_role
     from vcebench.protocol.noise import check_ddpm_schedule, ddpm_schedule
 
     torch.save(GuidedUNet(**SMALL, learn_sigma=True).state_dict(), tmp_path / "small.pt")

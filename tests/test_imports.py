@@ -32,6 +32,19 @@ LAYERS = [
 ]
 
 
+# Inside vcebench.models, by duty (docs/architecture.md), lowest first: a module imports only modules of its
+# own floor or a lower one. The face (base, checkpoints) is the ground; what ships and how training runs come
+# next; the two kinds of networks trained here; the authors' released formats (which reuse them); the top
+# resolves a task's networks and names each role's trainer.
+MODEL_LAYERS = [
+    ("vcebench.models.base", "vcebench.models.checkpoints", "vcebench.models.shipping"),
+    ("vcebench.models.training",),
+    ("vcebench.models.synthetic", "vcebench.models.generative"),
+    ("vcebench.models.released",),
+    ("vcebench.models.task_models", "vcebench.models.recipes", "vcebench.models.accelerate", "vcebench.models"),
+]
+
+
 def module_files() -> dict[str, Path]:
     files = {}
     for pkg in PACKAGES:
@@ -125,7 +138,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_graph_sees_imports():
     graph = import_graph()
     assert "vcebench.core.io" in graph["vcebench.models.checkpoints"]  # `from ..io import ...` (relative)
-    assert "vcebench.models.ddpm" in graph["vcebench.models.recipes"]  # inside a function
+    assert "vcebench.models.generative.ddpm" in graph["vcebench.models.recipes"]  # inside a function
     assert "vcebench.steps.evaluate" in graph["vcebench.steps.tune"]  # a step may use another step
     assert len(graph) > 50
 
@@ -247,3 +260,46 @@ def test_import_style_checker_sees_an_absolute_import_inside_its_package():
         "vcebench.steps.x: `vcebench.core` absolute inside its own package (write it relative)"]
     assert import_style_errors("methods.x", "import methods.base\nfrom .base import A\n") == [
         "methods.x: `methods.base` absolute inside its own package (write it relative)"]
+
+
+def model_floor(module: str) -> int | None:
+    """The index in MODEL_LAYERS of a ``vcebench.models`` module (``None`` outside vcebench.models)."""
+    best = None
+    for i, floor in enumerate(MODEL_LAYERS):
+        for p in floor:
+            if module == p or (p != "vcebench.models" and module.startswith(p + ".")):
+                best = i
+    return best
+
+
+def test_models_folder_is_the_duty_folders():
+    """Only the face files and the duty folders sit directly in vcebench/models/."""
+    top = sorted(p.stem for p in (ROOT / "vcebench/models").glob("*.py"))
+    assert top == ["__init__", "accelerate", "base", "checkpoints", "recipes", "task_models"]
+    folders = sorted(p.name for p in (ROOT / "vcebench/models").iterdir() if (p / "__init__.py").exists())
+    assert folders == ["generative", "released", "shipping", "synthetic", "training"]
+    loose = sorted(m for m in module_files() if m.startswith("vcebench.models") and model_floor(m) is None)
+    assert not loose, f"vcebench.models modules outside MODEL_LAYERS: {loose}"
+
+
+def upward_model_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{m} (floor {model_floor(m)}) -> {t} (floor {model_floor(t)})" for m, targets in sorted(graph.items())
+            for t in sorted(targets) if model_floor(m) is not None and model_floor(t) is not None
+            and model_floor(t) > model_floor(m)]
+
+
+def test_models_imports_run_down_the_duty_floors():
+    up = upward_model_imports(import_graph())
+    assert not up, "imports inside vcebench.models against MODEL_LAYERS:\n" + "\n".join(up)
+
+
+def test_model_floor_checker_sees_a_planted_upward_import():
+    """A trainer that imported the task loader (what oracle.py once did) is reported."""
+    graph = import_graph()
+    graph["vcebench.models.synthetic.oracle"] = graph["vcebench.models.synthetic.oracle"] | {
+        "vcebench.models.task_models"}
+    graph["vcebench.models.generative.ddpm"] = graph["vcebench.models.generative.ddpm"] | {
+        "vcebench.models.released.guided_unet"}
+    up = upward_model_imports(graph)
+    assert any(u.startswith("vcebench.models.synthetic.oracle (floor 2) -> vcebench.models.task_models") for u in up)
+    assert any(u.startswith("vcebench.models.generative.ddpm (floor 2) -> vcebench.models.released") for u in up)

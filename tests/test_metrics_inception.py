@@ -1,7 +1,7 @@
 """FID features from a pytorch-fid Inception weights file equal clean-fid's `legacy_pytorch` features.
 
 A random-weight FID Inception is saved in the canonical format (a pytorch-fid state dict, no
-download) and read through `vcebench.models.canonical`; clean-fid's own extractor gets the same
+download) and read through `vcebench.models.released.canonical`; clean-fid's own extractor gets the same
 file in place of its download. Inputs are uint8 images as on disk: ours go in as [-1, 1] at
 32 x 32 (the wrapper resizes), clean-fid's as [0, 255] resized with its `legacy_pytorch` resizer.
 """
@@ -20,8 +20,8 @@ def test_inception_features_match_cleanfid_legacy_pytorch(tmp_path, monkeypatch)
     from vcebench.config.load import load_config
     from vcebench.config.tasks import get_task
     from vcebench.core.io import from_uint8
-    from vcebench.models.canonical import load_canonical
-    from vcebench.models.canonical_nets import fid_inception
+    from vcebench.models.released.canonical import load_canonical
+    from vcebench.models.released.canonical_nets import fid_inception
 
     torch.manual_seed(0)
     path = tmp_path / "pt_inception-2015-12-05-6726825d.pth"

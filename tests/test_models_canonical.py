@@ -9,8 +9,14 @@ import torchvision
 
 from vcebench.config.load import deep_merge
 from vcebench.models import CheckpointError, load_task_models
-from vcebench.models.canonical import CELEBA_ATTRIBUTES
-from vcebench.models.canonical_nets import ACEOracle, DiMEDenseNet, fid_inception, simsiam_encoder, vgg19_features
+from vcebench.models.released.canonical import CELEBA_ATTRIBUTES
+from vcebench.models.released.canonical_nets import (
+    ACEOracle,
+    DiMEDenseNet,
+    fid_inception,
+    simsiam_encoder,
+    vgg19_features,
+)
 
 
 def _cfg(cfg, dataset, role, **spec):
@@ -172,8 +178,8 @@ def test_uninitialised_networks_load_to_the_same_outputs():
     import torch
     from torch import nn
 
-    from vcebench.models.canonical_nets import ACEOracle, vgg19_features
     from vcebench.models.checkpoints import load_state_strict, uninitialised
+    from vcebench.models.released.canonical_nets import ACEOracle, vgg19_features
 
     torch.manual_seed(0)
     ref = vgg19_features()[:4].eval()

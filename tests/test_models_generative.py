@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from vcebench.models.ddpm import DiffusersDDPM, build_ddpm, matched_timestep, train_ddpm
-from vcebench.models.pmf import PixelMeanFlow, build_pmf, du_dt, meanflow_loss, sample_tr, train_pmf
-from vcebench.models.unet import ExplicitGroupNorm, use_explicit_groupnorm
+from vcebench.models.generative.ddpm import DiffusersDDPM, build_ddpm, matched_timestep, train_ddpm
+from vcebench.models.generative.pmf import PixelMeanFlow, build_pmf, du_dt, meanflow_loss, sample_tr, train_pmf
+from vcebench.models.generative.unet import ExplicitGroupNorm, use_explicit_groupnorm
 
 UNET = {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4}
 TRAIN = {"steps": 4, "batch_size": 8, "lr": 2e-3, "warmup_steps": 1, "ema_decay": 0.9, "grad_clip": 1.0,
@@ -244,7 +244,7 @@ def test_sample_tr_covers_fire_use():
 
 def test_training_is_deterministic_and_resumes(tmp_path: Path):
     """Two runs with one seed give identical weights; an interrupted run resumes to the same weights."""
-    from vcebench.models.training import train_generative as train_loop
+    from vcebench.models.training.loops import train_generative as train_loop
 
     imgs = _images(24)
     cfg = _pmf_cfg(steps=4, checkpoint_every=2)
@@ -325,7 +325,7 @@ def test_evaluate_generative_adds_fid_with_a_feature_function(trained: dict):
 
 def test_label_kept_is_one_for_a_constant_classifier():
     """A classifier that ignores its input keeps every label: the rate is exactly 1."""
-    from vcebench.models.pmf import evaluate_pmf
+    from vcebench.models.generative.pmf import evaluate_pmf
 
     pmf = build_pmf(_pmf_cfg(), 3, 8)
     val = _images(8).float() / 127.5 - 1
@@ -340,7 +340,7 @@ def test_label_kept_is_one_for_a_constant_classifier():
 def test_gate_judges_labels_kept_against_tweedie_at_each_tasks_fire_t():
     """`fire_t` adds, per attribute, the labels kept by G and by Tweedie at that task's FiRe level; the label
     check passes when G keeps at least Tweedie's rate less 2 points there; the 95 % bar is only reported."""
-    from vcebench.models.generative_eval import gate
+    from vcebench.models.generative.quality import gate
 
     def row(pmf_kept: float, tw_kept: float) -> dict:
         return {"mse": 1.0, "sharpness_ratio": 0.9, "fid": 1.0, "mse_ratio_vs_tweedie": 1.0,
@@ -358,7 +358,7 @@ def test_gate_judges_labels_kept_against_tweedie_at_each_tasks_fire_t():
 
 
 def test_gate_enforces_fid_and_names_the_failed_checks():
-    from vcebench.models.generative_eval import gate
+    from vcebench.models.generative.quality import gate
 
     row = {"mse": 1.0, "sharpness_ratio": 0.9, "fid": 3.0, "mse_ratio_vs_tweedie": 1.0,
            "ddpm_tweedie": {"mse": 1.0, "sharpness_ratio": 0.5, "fid": 2.0}}

@@ -13,16 +13,16 @@ from vcebench.config.load import ConfigError, deep_merge
 from vcebench.core.frechet import feature_frechet_distance as frechet_distance
 from vcebench.data.base import Split
 from vcebench.models import CheckpointError, MissingModelError, load_task_models, load_trained_net
-from vcebench.models.augment import augment, gaussian_blur, pgd
 from vcebench.models.checkpoints import save_trained
-from vcebench.models.classifier import train_classifier
-from vcebench.models.features import train_fid_features
-from vcebench.models.identity import train_identity, verification_pairs
-from vcebench.models.nets import SyntheticNet
-from vcebench.models.oracle import train_oracle
-from vcebench.models.perceptual import train_perceptual
-from vcebench.models.simsiam import train_simsiam
-from vcebench.models.training import train_loop
+from vcebench.models.synthetic.augment import augment, gaussian_blur, pgd
+from vcebench.models.synthetic.classifier import train_classifier
+from vcebench.models.synthetic.face_identity import train_identity, verification_pairs
+from vcebench.models.synthetic.fid_features import train_fid_features
+from vcebench.models.synthetic.nets import SyntheticNet
+from vcebench.models.synthetic.oracle import train_oracle
+from vcebench.models.synthetic.perceptual import train_perceptual
+from vcebench.models.synthetic.simsiam import train_simsiam
+from vcebench.models.training.loops import train_loop
 
 FACE_ATTRS = ["Smiling", "Young", "Male"]
 TINY = {"width": 4, "blocks": 1, "steps": 24, "batch": 16, "lr": 1e-2}

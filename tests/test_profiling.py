@@ -190,7 +190,7 @@ def test_ddpm_family_nfe_follows_the_reference_loops():
 
 def test_paper_scale_report_is_consistent_with_its_own_table():
     from vcebench.costs.flops import flops_from_nfe
-    from vcebench.models.paper_nets import CELEBA
+    from vcebench.costs.paper_nets import CELEBA
     from vcebench.paper.nfe import fire_nfe
     from vcebench.paper.scale import format_markdown, paper_scale_report
 

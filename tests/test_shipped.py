@@ -1,4 +1,4 @@
-"""Shipped reference networks (vcebench/models/shipped.py, steps/networks.py): a card per network, installed
+"""Shipped reference networks (vcebench/models/shipping/cards.py, steps/networks.py): a card per network, installed
 instead of trained when the config's recipe is the card's, checked against its sha256."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from vcebench.config.load import ConfigError
 from vcebench.core.merge import deep_merge
-from vcebench.models.shipped import ShippedNetworkError, read_card
+from vcebench.models.shipping.cards import ShippedNetworkError, read_card
 from vcebench.steps.networks import ship
 from vcebench.steps.train import train_role
 

@@ -1,4 +1,4 @@
-"""Generative training steps replayed as CUDA graphs (vcebench.models.step_graphs): the same training as eager
+"""Generative training steps replayed as CUDA graphs (vcebench.models.training.step_graphs): the same training as eager
 steps on the same GPU, up to floating-point order; one graph per loss mode. The GPU tests run where a GPU is
 (scripts/gpu_networks.py runs them before it trains); the CPU ones everywhere."""
 
@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from vcebench.core.errors import ConfigError
-from vcebench.models import distributed
-from vcebench.models.ddpm import train_ddpm
-from vcebench.models.distributed import Shard, start_processes
-from vcebench.models.pmf import train_pmf
-from vcebench.models.step_graphs import GraphedSteps
-from vcebench.models.training import EMA
+from vcebench.models.generative.ddpm import train_ddpm
+from vcebench.models.generative.pmf import train_pmf
+from vcebench.models.training import distributed
+from vcebench.models.training.distributed import Shard, start_processes
+from vcebench.models.training.loops import EMA
+from vcebench.models.training.step_graphs import GraphedSteps
 
 UNET = {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4}
 DDPM = {"unet": UNET, "num_train_timesteps": 50, "steps": 24, "batch_size": 8, "lr": 0.002, "warmup_steps": 5,

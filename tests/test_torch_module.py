@@ -13,7 +13,7 @@ import torch
 from tests.user_nets import TinyDiT, UserClassifier
 from vcebench.config.tasks import Task
 from vcebench.core.errors import UserError
-from vcebench.models.canonical import load_canonical
+from vcebench.models.released.canonical import load_canonical
 
 TASK = Task(name="synthfaces_smile", dataset="synthfaces", attribute="Smiling")
 DIT = {"input_size": 32, "patch_size": 8, "hidden_size": 32, "depth": 2, "num_heads": 2, "num_classes": 2}
@@ -228,7 +228,7 @@ def test_torch_module_pmf_and_classifier_run_fire_to_the_table(released, tmp_pat
 
 def test_ddpm_eps_convention_and_its_schedule(cfg, tmp_path):
     from tests.user_nets import EpsNet
-    from vcebench.models.zoo import load_role
+    from vcebench.models.task_models import load_role
     from vcebench.protocol.noise import check_ddpm_schedule, ddpm_schedule
 
     net = _random(EpsNet(), 4)

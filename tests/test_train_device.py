@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.ddp_train import tiny_pmf
-from vcebench.models.distributed import Shard, training_amp
+from vcebench.models.training.distributed import Shard, training_amp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,7 +130,7 @@ def test_dry_run_launches_torchrun_with_the_gpu_resource(tmp_path):
 
 
 def test_classifier_loop_reports_images_per_second(tmp_path):
-    from vcebench.models.training import train_loop
+    from vcebench.models.training.loops import train_loop
 
     net = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)

@@ -1,4 +1,4 @@
-"""Judges against the renderer's true counterfactuals (vcebench/models/truth_checks.py)."""
+"""Judges against the renderer's true counterfactuals (vcebench/models/shipping/truth_checks.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from vcebench.models.truth_checks import mix_views, truth_agreement, truth_similarity
+from vcebench.models.shipping.truth_checks import mix_views, truth_agreement, truth_similarity
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ rule train_model:
     conda:
         "envs/vcebench.yaml"
     # ddpm / pmf with `device: cuda` and `gpus_per_train: N > 1`: torchrun starts N processes, one per GPU
-    # (vcebench.models.distributed), each with `train_threads` threads
+    # (vcebench.models.training.distributed), each with `train_threads` threads
     threads: lambda wc: wf.train_threads(config) * wf.train_processes(config, wc.role)
     resources:
         mem_mb=6000,

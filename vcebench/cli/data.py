@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..cli import add_config_arg
 from ..config.tasks import REAL_DATASETS, SYNTHETIC_DATASETS
+from . import add_config_arg
 
 ALL = SYNTHETIC_DATASETS + REAL_DATASETS
 

@@ -17,9 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..cli import add_config_arg
 from ..registry import BUILTIN_METRICS
 from ..steps.evaluate import evaluate_task, write_reference
+from . import add_config_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:

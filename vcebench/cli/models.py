@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..cli import add_config_arg, add_subverb, add_subverbs
+from . import add_config_arg, add_subverb, add_subverbs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -107,9 +107,9 @@ def run_curve(args: argparse.Namespace) -> int:
     from ..config.load import load_config
     from ..config.tasks import get_task
     from ..core.runtime import setup_torch
-    from ..models.distributed import training_processes
-    from ..models.unet import require
-    from ..models.zoo import role_spec
+    from ..models.task_models import role_spec
+    from ..models.training.distributed import training_processes
+    from ..models.training.settings import require
     from ..steps.curves import to_markdown, training_curve
     from ..workflow import train_threads
 

@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 
 from .. import workflow as wf
-from ..cli import add_config_arg, add_subverb, add_subverbs
 from ..config.load import read_yaml
 from ..core.errors import UserError
 from ..steps.report import galleries, task_report
+from . import add_config_arg, add_subverb, add_subverbs
 
 MOVED = {"--gallery": "gallery", "--paper": "paper", "--regression": "regression", "--update-reference": "accept",
          "--seeds": "seeds", "--pareto": "pareto", "--tolerances": "tolerances", "": "task"}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..cli import add_config_arg
+from . import add_config_arg
 
 ROLES = ("classifier", "oracle", "identity", "perceptual", "simsiam", "fid_features", "ddpm", "pmf")
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if _install(args, load_config(args.config)):
         return 0
     from ..core.runtime import setup_torch
-    from ..models.distributed import training_processes
+    from ..models.training.distributed import training_processes
     from ..protocol.settings import load_settings
     from ..steps.train import train_role
     from ..workflow import train_threads
@@ -85,7 +85,7 @@ def _install(args: argparse.Namespace, cfg: dict) -> bool:
     from pathlib import Path
 
     from ..config.tasks import get_task
-    from ..models.shipped import install_shipped
+    from ..models.shipping.cards import install_shipped
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return False

@@ -18,8 +18,8 @@ import argparse
 import json
 from pathlib import Path
 
-from ..cli import add_config_arg
 from ..steps.tune import run_tune
+from . import add_config_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,7 +1,7 @@
 """The Fréchet distance between two Gaussians (FID, Heusel et al. 2017): the one implementation.
 
-``metrics.fid`` (FID / sFID of counterfactuals), ``vcebench.models.features`` (the fid_features
-sensitivity checks) and ``vcebench.models.ddpm`` / ``pmf`` (sample quality) all call this module; it
+``metrics.fid`` (FID / sFID of counterfactuals), ``vcebench.models.synthetic.fid_features`` (the fid_features
+sensitivity checks) and ``vcebench.models.generative.ddpm`` / ``pmf`` (sample quality) all call this module; it
 imports only NumPy, SciPy and torch, so both packages can import it without an import circle.
 
 ``||mu1 - mu2||^2 + Tr(sigma1 + sigma2 - 2 sqrt(sigma1 sigma2))`` as pytorch-fid / clean-fid compute it:

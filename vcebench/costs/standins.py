@@ -22,8 +22,8 @@ from torch import Tensor, nn
 
 from ..core.io import save_npz, to_uint8
 from ..models.base import BinaryHead, TaskModels, freeze
-from ..models.nets import SimSiamNet, SyntheticNet
-from ..models.paper_nets import CELEBA, EpsUNet, PMFNet, VGGPerceptual
+from ..models.synthetic.nets import SimSiamNet, SyntheticNet
+from .paper_nets import CELEBA, EpsUNet, PMFNet, VGGPerceptual
 
 
 class _TinyNet(nn.Module):

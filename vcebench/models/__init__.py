@@ -13,8 +13,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {"ROLES": "base", "BinaryHead": "base", "TaskModels": "base", "freeze": "base",
-            "CheckpointError": "checkpoints", "MissingModelError": "zoo", "load_role": "zoo",
-            "load_task_models": "zoo", "load_trained_net": "zoo"}
+            "CheckpointError": "checkpoints", "MissingModelError": "task_models", "load_role": "task_models",
+            "load_task_models": "task_models", "load_trained_net": "synthetic.load"}
 
 __all__ = sorted(_EXPORTS)
 

@@ -14,15 +14,15 @@ from torch import Tensor
 
 from ..core.io import write_json
 from ..registry.roles import GENERATIVE
-from .classifier import CLASSIFIER_DEFAULTS, train_classifier
-from .ddpm import DDPM_DEFAULTS, DiffusersDDPM, evaluate_ddpm
-from .features import FID_DEFAULTS, train_fid_features
-from .identity import IDENTITY_DEFAULTS, train_identity
-from .oracle import ORACLE_DEFAULTS, train_oracle
-from .perceptual import PERCEPTUAL_DEFAULTS, train_perceptual
-from .pmf import PMF_DEFAULTS, PixelMeanFlow, evaluate_pmf
-from .simsiam import SIMSIAM_DEFAULTS, train_simsiam
-from .training import to_float_images
+from .generative.ddpm import DDPM_DEFAULTS, DiffusersDDPM, evaluate_ddpm
+from .generative.pmf import PMF_DEFAULTS, PixelMeanFlow, evaluate_pmf
+from .synthetic.classifier import CLASSIFIER_DEFAULTS, train_classifier
+from .synthetic.face_identity import IDENTITY_DEFAULTS, train_identity
+from .synthetic.fid_features import FID_DEFAULTS, train_fid_features
+from .synthetic.oracle import ORACLE_DEFAULTS, train_oracle
+from .synthetic.perceptual import PERCEPTUAL_DEFAULTS, train_perceptual
+from .synthetic.simsiam import SIMSIAM_DEFAULTS, train_simsiam
+from .training.loops import to_float_images
 
 TRAINERS = {
     "classifier": (CLASSIFIER_DEFAULTS, train_classifier),
@@ -66,7 +66,7 @@ def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tens
         ev, _ = evaluate_ddpm(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name)
         new: dict[str, Any] = {"eval_fid": ev}
     else:
-        from .generative_eval import EVAL_T_FLOW, gate, with_fire_t
+        from .generative.quality import EVAL_T_FLOW, gate, with_fire_t
 
         model = PixelMeanFlow.load(model_dir)
         ref = DiffusersDDPM.from_pretrained_dir(reference_ddpm_dir) if reference_ddpm_dir else None

@@ -1,5 +1,5 @@
 """The compute of every method at paper settings: per-call FLOPs of the paper-size networks
-(``vcebench.models.paper_nets``) times calls per counterfactual (``vcebench.paper.nfe``), and the report.
+(``vcebench.costs.paper_nets``) times calls per counterfactual (``vcebench.paper.nfe``), and the report.
 
 The FiRe paper (Fig. 2) reports 1.28 PFLOPs for 1,000 CelebA Smile counterfactuals and 8x fewer
 FLOPs than MaskDiME. Without data or trained weights we can still count what the architectures
@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from ..costs.flops import flops_from_nfe, per_call_flops, role_call
 from ..costs.measure import FLOP_CONVENTION, FVCORE_CONVENTION, fvcore_forward_macs
-from ..models.paper_nets import SETTINGS, PaperSetting, build_networks
+from ..costs.paper_nets import SETTINGS, PaperSetting, build_networks
 from .nfe import NFE, ddpm_family_nfe, fire_nfe, fire_nfe_per_update
 
 PAPER_TOTAL_PFLOPS_1000 = 1.28  # FiRe, 1,000 CelebA Smile CFs (paper Fig. 2)

@@ -61,9 +61,9 @@ from ..core.io import write_json
 from ..core.rng import SampleGenerators
 from ..costs.flops import flops_from_nfe, per_call_flops
 from ..costs.measure import cat_info, device_name, nfe_by_network, run_batches, timed
+from ..costs.paper_nets import CELEBA, PaperSetting, build_networks
 from ..models.accelerate import accelerate
 from ..models.base import TaskModels
-from ..models.paper_nets import CELEBA, PaperSetting, build_networks
 from ..protocol.noise import resolve_method
 from .scale import PAPER_MINUTES_1000
 

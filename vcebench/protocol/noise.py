@@ -96,56 +96,19 @@ def ddpm_schedule(cfg: dict, dataset: str) -> tuple[np.ndarray, str]:
 
 
 def _ddpm_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str]:
-    from ..models.ddpm import schedule_alphas_cumprod
+    from ..models.generative.ddpm import schedule_alphas_cumprod
+    from ..models.released.schedule import released_schedule
 
     weights = spec.get("weights")
     if weights and (Path(weights) / "scheduler" / "scheduler_config.json").exists():
         return schedule_alphas_cumprod(scheduler_dir=Path(weights) / "scheduler"), f"{weights}/scheduler"
-    released = _released_schedule(spec, dataset) if weights else None
+    released = released_schedule(spec, dataset) if weights else None
     if released is not None:
         return released
     if weights or not spec:
         return (schedule_alphas_cumprod(DEFAULT_DDPM_SCHEDULE),
                 "assumed: linear betas 2e-4..0.04, T = 500 (DiME CelebA); no scheduler config found")
     return schedule_alphas_cumprod(spec), f"config models.{dataset}.ddpm"
-
-
-def _released_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str] | None:
-    """The training schedule a released DDPM format states: guided-diffusion's ``diffusion_steps`` /
-    ``noise_schedule`` flags (keys or ``model_flags``), torch_module's keys of the same names, FastDiME_Med's
-    ``TrainingConfig.TIMESTEPS`` (linear) in config.pickle; None when the format states none or its config
-    cannot be read (loading the weights then says why)."""
-    from ..models.guided_unet import CONFIG_FLAG_KEYS, betas_for, guided_flags
-
-    fmt, where = spec.get("format"), f"models.{dataset}.ddpm ({spec.get('format')} {spec.get('weights')})"
-    if fmt == "guided_diffusion":  # the flag keys, or the pasted `model_flags` over guided-diffusion's defaults
-        try:
-            flags = guided_flags({k: v for k, v in spec.items() if k in CONFIG_FLAG_KEYS}, spec.get("model_flags"))
-        except (ValueError, TypeError):
-            return None
-        steps, schedule = int(flags["diffusion_steps"]), str(flags["noise_schedule"])
-    elif fmt == "torch_module":
-        if not isinstance(spec.get("diffusion_steps"), int):
-            return None
-        from ..models.torch_module import TORCH_MODULE_DEFAULTS
-
-        steps, schedule = spec["diffusion_steps"], str({**TORCH_MODULE_DEFAULTS, **spec}["noise_schedule"])
-    elif fmt == "fastdime_chexpert":
-        from ..models.fastdime_unet import TIMESTEPS, UnsafePickleError, read_plain_pickle
-
-        try:  # the TIMESTEPS its config.pickle states (FastDiME_Med's default when it states none)
-            steps = int(read_plain_pickle(Path(spec["weights"]) / "config.pickle")["TrainingConfig"]
-                        .get("TIMESTEPS", TIMESTEPS))
-        except (OSError, UnsafePickleError, KeyError, TypeError, ValueError, AttributeError):
-            return None
-        schedule = "linear"
-    else:
-        return None
-    try:
-        betas = betas_for(schedule, steps)
-    except ValueError:
-        return None
-    return np.cumprod(1.0 - betas.numpy()), f"{where}: {schedule} betas, T = {steps}"
 
 
 def _protocol(cfg: dict, params: dict) -> dict:

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 from ..config.tasks import get_task
 from ..data import load_split
-from ..models.generative_eval import LABEL_MARGIN, batched, generative_quality, label_kept, predicted_labels
-from ..models.zoo import load_role
+from ..models.generative.quality import LABEL_MARGIN, batched, generative_quality, label_kept, predicted_labels
+from ..models.task_models import load_role
 from .noise import ddpm_log_snr, flow_t, resolve_method
 
 

@@ -8,7 +8,7 @@ The JSON schema (``config/schema.yaml``) leaves ``method_defaults``, ``fire_vari
 - trained synthetic roles: the code defaults (``vcebench.models.recipes.TRAINERS``; a setting's type is
   its default's type);
 - ``ddpm`` / ``pmf``: ``DDPM_SETTINGS`` / ``PMF_SETTINGS`` / ``UNET_SETTINGS`` (key -> type);
-- canonical weights (``weights:``): ``vcebench.models.canonical.check_spec`` (the format's keys and checks).
+- canonical weights (``weights:``): ``vcebench.models.released.canonical.check_spec`` (the format's keys and checks).
 
 :func:`check_settings` runs in the Snakefile (``snakemake -n`` fails before any job runs) and in
 every CLI verb that runs a method or a network (:func:`load_settings`). A bad key, type or range is a
@@ -235,10 +235,10 @@ def role_setting_types(role: str) -> dict[str, Any] | None:
     from ..models.recipes import TRAINERS
 
     if role == "ddpm":
-        from ..models.ddpm import DDPM_SETTINGS
+        from ..models.generative.ddpm import DDPM_SETTINGS
         return DDPM_SETTINGS
     if role == "pmf":
-        from ..models.pmf import PMF_SETTINGS
+        from ..models.generative.pmf import PMF_SETTINGS
         return PMF_SETTINGS
     if role in TRAINERS:
         return {k: _type_of_default(v) for k, v in TRAINERS[role][0].items()}
@@ -249,8 +249,8 @@ def check_model_settings(cfg: dict) -> None:
     """Every ``models.<dataset>.<role>`` block: training settings (keys, types, ranges) or canonical
     weights (``canonical.check_spec``)."""
     from ..models.base import ROLES
-    from ..models.canonical import check_spec, is_canonical
-    from ..models.unet import UNET_SETTINGS
+    from ..models.generative.unet import UNET_SETTINGS
+    from ..models.released.canonical import check_spec, is_canonical
 
     for ds, roles in (cfg.get("models") or {}).items():
         for role, spec in (roles or {}).items():
@@ -282,8 +282,8 @@ def check_model_settings(cfg: dict) -> None:
 def _check_fm_warmup(section: str, spec: dict) -> None:
     """The pmf's flow-matching warm start leaves MeanFlow steps (``pmf.flow_matching_steps``): a preset that lowers
     ``steps`` below an inherited ``fm_warmup_steps`` fails when the config is loaded, not after training."""
-    from ..models.pmf import PMF_DEFAULTS, flow_matching_steps
-    from ..models.unet import RoleConfigError
+    from ..models.generative.pmf import PMF_DEFAULTS, flow_matching_steps
+    from ..models.training.settings import RoleConfigError
 
     try:
         flow_matching_steps({**PMF_DEFAULTS, **spec}, int(spec["steps"]))
@@ -295,8 +295,8 @@ def _check_resolution(cfg: dict, ds: str, role: str, spec: dict) -> None:
     """A trained network of ``ds`` takes its images' size: ``datasets.<ds>.resolution`` is a multiple of what it
     downsamples by (the ddpm / pmf UNet: 2 per level; the perceptual autoencoder: 4), or training would stop
     after the data is rendered."""
-    from ..models.nets import AutoEncoder
-    from ..models.unet import unet_downsampling
+    from ..models.generative.unet import unet_downsampling
+    from ..models.synthetic.nets import AutoEncoder
 
     resolution = ((cfg.get("datasets") or {}).get(ds) or {}).get("resolution")
     if role in ("ddpm", "pmf") and (spec.get("unet") or {}).get("block_out_channels"):

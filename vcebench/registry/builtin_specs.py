@@ -74,9 +74,9 @@ BUILTIN_METHODS: tuple[MethodSpec, ...] = (
     # PGD on the pixels, no generator (methods/pixel.py): a ranked method that is no counterfactual; `pixel_attack`
     MethodSpec("pixel", "Pixel PGD", ("classifier",), "methods.pixel:PixelParams", "methods.pixel:PixelAttack",
                attack=True),
-    # the do-nothing row: the input as its own "counterfactual" (methods/identity.py)
-    MethodSpec("input", "Input (no edit)", ("classifier",), "methods.identity:IdentityParams",
-               "methods.identity:Identity", baseline=True),
+    # the do-nothing row: the input as its own "counterfactual" (methods/no_edit.py)
+    MethodSpec("input", "Input (no edit)", ("classifier",), "methods.no_edit:NoEditParams",
+               "methods.no_edit:NoEdit", baseline=True),
     # the true counterfactual: the synthetic renderer's image with the query attribute set to the target
     # (methods/ground_truth.py); synthetic tasks only
     MethodSpec("truth", "Ground truth", ("classifier",), "methods.ground_truth:GroundTruthParams",

@@ -1,5 +1,5 @@
 """Metric validity of a task table: every metric column checked against the true counterfactual (the truth row,
-methods/ground_truth.py) and the unedited input (the do-nothing row, methods/identity.py).
+methods/ground_truth.py) and the unedited input (the do-nothing row, methods/no_edit.py).
 
 A column cannot rank the methods of this task as its direction says, and gets a mark (``†``,
 ``tables.HEADER_MARK``) in the table header and one footer sentence, where

@@ -41,11 +41,11 @@ from ..core.frechet import feature_frechet_distance
 from ..core.io import from_uint8, quantize, write_json
 from ..data import load_split
 from ..models.checkpoints import fingerprint, weights_fingerprint
-from ..models.ddpm import sample_ddpm, train_ddpm, tweedie_at
-from ..models.generative_eval import batched, gate, generative_quality, with_fire_t
-from ..models.pmf import build_pmf, evaluate_pmf, train_pmf
-from ..models.training import TRAIN_DEFAULTS, snapshot_path, to_float_images
-from ..models.zoo import role_spec
+from ..models.generative.ddpm import sample_ddpm, train_ddpm, tweedie_at
+from ..models.generative.pmf import build_pmf, evaluate_pmf, train_pmf
+from ..models.generative.quality import batched, gate, generative_quality, with_fire_t
+from ..models.task_models import role_spec
+from ..models.training.loops import TRAIN_DEFAULTS, snapshot_path, to_float_images
 from .train import generative_references
 
 PRIMARY = {"ddpm": "tweedie_t0.4_fid", "pmf": "predict_clean_t0.4_fid"}
@@ -133,7 +133,7 @@ def _cached_samples(cache: Path | None, n: int, draw: Callable[[], Tensor]) -> T
 def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: int, seed: int,
               reference_ddpm=None, classifiers=None, fire_t: dict[str, float] | None = None) -> dict[str, Any]:
     """One PMF snapshot: one-step prediction FID at each flow time, one-step sample FID / KID, and with
-    ``reference_ddpm`` the quality gate as training measures it (``models.generative_eval.gate``; its label
+    ``reference_ddpm`` the quality gate as training measures it (``models.generative.quality.gate``; its label
     check at each task's ``fire_t`` with ``classifiers``): ``gate_passed`` and the checks in ``gate_failed``."""
 
     pmf.eval()
@@ -168,7 +168,7 @@ def load_snapshot(role: str, spec: dict, image_shape: Sequence[int], path: Path)
     channels, res = int(image_shape[0]), int(image_shape[-1])
     weights = load_file(str(path))
     if role == "ddpm":
-        from ..models.ddpm import build_ddpm
+        from ..models.generative.ddpm import build_ddpm
 
         net = build_ddpm(spec, channels, res)
         net.unet.load_state_dict(weights)
@@ -235,7 +235,7 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
     scoring = {"n_val": int(val.shape[0]), "n_samples": n_samples, "sample_steps": sample_steps,
                "t_flow": list(t_flow), "seed": seed, "feature": refs.get("feature_name"),
                "feature_weights": weights_fingerprint(refs["feature_fn"])}
-    if role == "pmf":  # the gate's definition (models.generative_eval.gate): rows scored under another are redone
+    if role == "pmf":  # the gate's definition (models.generative.quality.gate): rows scored under another are redone
         scoring["gate"] = "mse_within_2x+label_kept_vs_tweedie@fire_t+fid_lower"
     # wsd: a budget's run does not depend on the largest budget, so extending the curve keeps its scored rows
     key = fingerprint({"role": role, "recipe": {k: v for k, v in spec.items() if not (wsd and k == "steps")},

@@ -1,5 +1,5 @@
 """Shipping a trained network set (``vcebench models ship``): copy each trained role folder of a model
-directory into ``networks/<set>/<dataset>/<role>/`` with its card (``vcebench.models.shipped``).
+directory into ``networks/<set>/<dataset>/<role>/`` with its card (``vcebench.models.shipping.cards``).
 
 The card's recipe is the config's; a folder whose recorded training settings disagree with it is refused
 (the card would lie). Quality numbers are the ones its trainer measured (gates, accuracy, agreement with
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.load import ConfigError
-from ..models.shipped import write_card
+from ..models.shipping.cards import write_card
 
 SKIP_PARTS = ("checkpoint", "snapshots")
 QUALITY_KEYS = ("gates", "truth_vs_regenerate", "test_accuracy", "test_mean_accuracy", "truth", "verification",
@@ -88,7 +88,7 @@ def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: s
 
 def _shipped_where(folder: Path) -> str:
     """Where the network in ``folder`` was trained, from the card it was shipped with."""
-    from ..models.shipped import CARD
+    from ..models.shipping.cards import CARD
 
     try:
         return json.loads((folder / CARD).read_text())["trained"]["where"]
@@ -131,7 +131,7 @@ def truth_vs_regenerate(cfg: dict, task, model_dir: str | Path, data_dir: str | 
     from ..core.io import from_uint8, quantize
     from ..data import load_split
     from ..data.registry import get_synthetic
-    from ..models.zoo import load_role
+    from ..models.task_models import load_role
     from ..protocol.noise import resolve_method
 
     role = "identity" if task.kind == "faces" else "simsiam"
@@ -177,8 +177,9 @@ def check_networks(cfg: dict, model_dir: str | Path, data_root: str | Path, n: i
     from ..core.io import write_json
     from ..data import load_split
     from ..models.recipes import evaluate_generative
-    from ..models.truth_checks import truth_agreement, truth_similarity
-    from ..models.zoo import load_role, load_trained_net
+    from ..models.shipping.truth_checks import truth_agreement, truth_similarity
+    from ..models.synthetic.load import load_trained_net
+    from ..models.task_models import load_role
     from .train import counterfactual_renderer, generative_references
 
     out: dict[str, Any] = {}

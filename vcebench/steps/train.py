@@ -3,8 +3,8 @@
 
 Models are per dataset (one multi-attribute classifier serves every task of the dataset); the task only
 picks the dataset. The small roles use their recipe (:data:`vcebench.models.recipes.TRAINERS`); ``ddpm``
-and ``pmf`` dispatch to :mod:`vcebench.models.ddpm` and :mod:`vcebench.models.pmf`, with the dataset's
-trained networks their quality numbers compare against (``generative_references``).
+and ``pmf`` dispatch to :mod:`vcebench.models.generative.ddpm` and :mod:`vcebench.models.generative.pmf`, with the
+dataset's trained networks their quality numbers compare against (``generative_references``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from ..config.tasks import Task, get_task
 from ..core.io import check_writable, quantize, write_json
 from ..data import load_split
 from ..data.registry import SYNTHETIC_DATASETS, get_synthetic
-from ..models.distributed import Shard
 from ..models.recipes import TRAINABLE, TRAINERS
-from ..models.shipped import install_shipped
-from ..models.zoo import check_settings, load_role, role_spec
+from ..models.shipping.cards import install_shipped
+from ..models.task_models import check_settings, load_role, role_spec
+from ..models.training.distributed import Shard
 from ..protocol.noise import resolve_method
 from ..registry.roles import GATE_ROLES, GENERATIVE
 
@@ -40,7 +40,7 @@ def task_attributes(cfg: dict, dataset: str) -> list[str]:
 
 def counterfactual_renderer(cfg: dict, dataset: str):
     """``(split, attribute) -> uint8 images``: the split rendered with only that attribute flipped, for the
-    judges' truth checks and ``cf_views`` (``vcebench.models.truth_checks``); None for a real dataset."""
+    judges' truth checks and ``cf_views`` (``vcebench.models.shipping.truth_checks``); None for a real dataset."""
 
     if dataset not in SYNTHETIC_DATASETS:
         return None
@@ -84,10 +84,10 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
                networks: str | Path | None = None) -> dict[str, Any]:
     """Train ``role`` on ``task``'s dataset; writes weights, config.json and metrics.json; returns the metrics.
 
-    ``networks`` (config key ``networks``): a folder of shipped networks (``vcebench.models.shipped``); when
+    ``networks`` (config key ``networks``): a folder of shipped networks (``vcebench.models.shipping.cards``); when
     it holds this role with the config's recipe, that network is checked and installed instead.
 
-    ``shard`` (``vcebench.models.distributed.start_processes``): the device and the process of a
+    ``shard`` (``vcebench.models.training.distributed.start_processes``): the device and the process of a
     ``ddpm`` / ``pmf`` run (one GPU, or one rank of a torchrun launch). The other roles are small
     networks trained by one CPU process (a note says so on a GPU); they refuse several processes."""
 
@@ -113,9 +113,9 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
                           f"`gpus_per_train`) are for {' and '.join(GENERATIVE)} only")
     if role in GENERATIVE:
         if role == "ddpm":
-            from ..models.ddpm import train_ddpm as fn
+            from ..models.generative.ddpm import train_ddpm as fn
         else:
-            from ..models.pmf import train_pmf as fn
+            from ..models.generative.pmf import train_pmf as fn
         train = load_split(cfg, ds, "train", data_dir)
         val = load_split(cfg, ds, "val", data_dir)
         refs = generative_references(cfg, task, role, Path(model_dir))

@@ -32,11 +32,11 @@ format                      roles             checkpoint layout / source
                                               ``weights`` = the torchvision backbone file, e.g. the torch hub
                                               cache's ``vgg16-397923af.pth`` / ``alexnet-owt-7be5be79.pth``.
 ``guided_diffusion``        ddpm              guided-diffusion UNet state dict; flags as keys or a pasted
-                                              ``model_flags`` string (:mod:`vcebench.models.guided_unet`).
+                                              ``model_flags`` string (:mod:`vcebench.models.released.guided_unet`).
 ``fastdime_chexpert``       ddpm              FastDiME_Med's folder: ``ckpt.tar`` + ``config.pickle``.
 ``torch_module``            classifier, pmf,  a class from the user's environment (``class``, ``kwargs``), the state
                             ddpm              dict under ``state_dict``, a declared call convention
-                                              (:mod:`vcebench.models.torch_module`).
+                                              (:mod:`vcebench.models.released.torch_module`).
 ==========================  ================  ===================================================================
 """
 
@@ -51,9 +51,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config.load import ConfigError, check_keys
-from ..config.tasks import Task
-from .base import BinaryHead
+from ...config.load import ConfigError, check_keys
+from ...config.tasks import Task
+from ..base import BinaryHead
+from ..checkpoints import CheckpointError, load_state_strict, uninitialised
+from ..generative.ddpm import DIFFUSERS_FORMAT
+from ..synthetic.nets import AttributeClassifier
 from .canonical_nets import (
     ACEOracle,
     DiMEDenseNet,
@@ -66,13 +69,11 @@ from .canonical_nets import (
     simsiam_encoder,
     vgg19_features,
 )
-from .checkpoints import CheckpointError, load_state_strict, uninitialised
-from .ddpm import DIFFUSERS_FORMAT, UNetDDPM
 from .fastdime_unet import TIMESTEPS, FastDiMEUNet, UnsafePickleError, read_plain_pickle
 from .guided_unet import CONFIG_FLAG_KEYS, GuidedUNet, guided_flags
-from .nets import AttributeClassifier
 from .torch_module import KEYS as TORCH_MODULE_KEYS
 from .torch_module import check_torch_module, load_torch_module
+from .unet_ddpm import UNetDDPM
 
 CELEBA_ATTRIBUTES = [
     "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips", "Big_Nose",
@@ -325,7 +326,7 @@ def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: 
 
 
 def _load_torch_module(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
-    """A network defined by its own code (``vcebench/models/torch_module.py``)."""
+    """A network defined by its own code (``vcebench/models/released/torch_module.py``)."""
     return load_torch_module(role, spec, path, key, name)
 
 
@@ -363,7 +364,7 @@ FORMATS: dict[str, tuple[str, ...]] = {role: tuple(f for f, spec in LOADERS.item
 
 def is_canonical(role: str, spec: dict) -> bool:
     """Whether the ``weights`` of a role's block are read by this module (not a pmf folder written by
-    vcebench, or a ddpm diffusers folder: ``zoo``'s generative loaders)."""
+    vcebench, or a ddpm diffusers folder: ``task_models``' generative loaders)."""
     if role == "pmf":
         return spec.get("format") is not None
     if role == "ddpm":

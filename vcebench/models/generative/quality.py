@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..core.frechet import feature_frechet_distance
-from ..core.io import atomic_path
+from ...core.frechet import feature_frechet_distance
+from ...core.io import atomic_path
 
 
 def save_grid(images: Tensor, path: Path, nrow: int = 8) -> None:

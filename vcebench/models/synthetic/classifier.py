@@ -15,13 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config.load import ConfigError
-from ..core.io import from_uint8
+from ...config.load import ConfigError
+from ...core.io import from_uint8
+from ..checkpoints import save_trained
+from ..shipping.truth_checks import Counterfactuals, truth_agreement
+from ..training.loops import count_params, identity_halves, loss_summary, train_loop
 from .augment import augment
-from .checkpoints import save_trained
 from .nets import SyntheticNet
-from .training import count_params, identity_halves, loss_summary, train_loop
-from .truth_checks import Counterfactuals, truth_agreement
 
 CLASSIFIER_DEFAULTS: dict[str, Any] = {
     "arch": "vgg", "width": 16, "blocks": 1, "pool": "avgmax", "attributes": None, "data_half": "A", "steps": 1500,

@@ -31,11 +31,13 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from ..core.io import atomic_path, write_json
-from .checkpoints import remove_checkpoint
+from ...core.io import atomic_path, write_json
+from ..checkpoints import remove_checkpoint
+from ..training.distributed import Shard, full_precision, unwrap
+from ..training.loops import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, to_float_images, train_generative
+from ..training.settings import RoleConfigError, check_role_keys, require
 from .ddpm import matched_timestep
-from .distributed import Shard, full_precision, unwrap
-from .generative_eval import (
+from .quality import (
     EVAL_T_FLOW,
     batched,
     gate,
@@ -46,8 +48,7 @@ from .generative_eval import (
     with_fire_t,
     write_pmf_grids,
 )
-from .training import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, to_float_images, train_generative
-from .unet import RoleConfigError, build_unet, check_role_keys, require, unet_kwargs, use_explicit_groupnorm
+from .unet import build_unet, unet_kwargs, use_explicit_groupnorm
 
 PMF_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "jvp": Literal["fd", "exact"], "fd_eps": float,
                                 "fm_warmup": float, "fm_warmup_steps": int | None,
@@ -236,7 +237,7 @@ def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict
     against ``stopgrad(v - (t - r) du/dt)`` summed over pixels, adaptive weight ``l / sg(l + 0.01)^p``.
     Returns (weighted mean loss, unweighted per-sample loss). ``model`` may be wrapped in
     DistributedDataParallel; with ``shard`` the noise is drawn for the whole batch ``x`` and the
-    rank's rows are kept (``vcebench.models.distributed``). ``cfg``: a ``pmf`` block (keys it leaves out:
+    rank's rows are kept (``vcebench.models.training.distributed``). ``cfg``: a ``pmf`` block (keys it leaves out:
     :data:`PMF_DEFAULTS`)."""
     drawn = meanflow_draw(x, g, cfg, flow_matching_only)
     if shard is not None:

@@ -1,4 +1,4 @@
-"""The guided-diffusion UNet (:mod:`vcebench.models.guided_unet`) as a diffusers ``UNet2DModel``: its config
+"""The guided-diffusion UNet (:mod:`vcebench.models.released.guided_unet`) as a diffusers ``UNet2DModel``: its config
 and its weights under diffusers' names."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``models.<dataset>.<role>`` in config either holds training settings (the network lives in
 ``<model_dir>/<dataset>/<role>/``, written by ``vcebench train <role> --task <task>``) or
-``weights: PATH`` + ``format`` (user-supplied canonical weights, :mod:`vcebench.models.canonical`).
+``weights: PATH`` + ``format`` (user-supplied canonical weights, :mod:`vcebench.models.released.canonical`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from ..config.load import ConfigError, check_keys
 from ..config.tasks import Task
 from ..core.errors import UserError
 from .base import ROLES, BinaryHead, TaskModels, freeze
-from .checkpoints import CheckpointError, load_state_strict, read_trained
-from .nets import AttributeClassifier, AutoEncoder, SimSiamNet, SyntheticNet
-from .perceptual import EncoderOnly, FeatureDistance
+from .checkpoints import CheckpointError
+from .synthetic.load import load_trained_net
+from .synthetic.nets import AttributeClassifier
+from .synthetic.perceptual import FeatureDistance
 
 TRAINED_ROLES = ("classifier", "oracle", "identity", "perceptual", "simsiam", "fid_features", "ddpm", "pmf")
 
@@ -41,31 +42,6 @@ class Embedding(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         f = self.net.features(x) if self.use_features else self.net(x)
         return F.normalize(f, dim=1) if self.normalize else f
-
-
-def build_trained_net(config: dict) -> nn.Module:
-    """Instantiate the architecture described by ``config.json['net']`` (weights not loaded)."""
-    a = dict(config["net"])
-    kind = a.pop("kind")
-    if kind == "SyntheticNet":
-        return SyntheticNet(**a)
-    if kind == "SimSiamNet":
-        return SimSiamNet(**a)
-    if kind == "AutoEncoderEncoder":
-        return EncoderOnly(AutoEncoder(**a))
-    raise ValueError(f"unknown network kind {kind!r}")
-
-
-def load_trained_net(role: str, path: str | Path) -> tuple[nn.Module, dict]:
-    """The raw trained network of ``role`` in ``path`` (eval mode, frozen) and its config."""
-    config, state = read_trained(role, path)
-    try:
-        net = build_trained_net(config)
-    except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"role {role!r}: {Path(path) / 'config.json'} does not describe a known "
-                              f"architecture ({e})") from e
-    load_state_strict(role, Path(path) / "model.safetensors", net, state)
-    return freeze(net), config
 
 
 def wrap_trained(role: str, net: nn.Module, config: dict, task: Task, path: Path) -> tuple[nn.Module, str]:
@@ -99,13 +75,13 @@ def train_command(role: str, task: Task, model_dir: str | Path) -> str:
 
 
 def _load_generative(role: str, path: Path, canonical: bool) -> tuple[nn.Module, str]:
-    """ddpm / pmf live in vcebench.models.ddpm / .pmf (another module's loaders)."""
+    """ddpm / pmf live in vcebench.models.generative.ddpm / .pmf (another module's loaders)."""
     try:
         if role == "ddpm":
-            from .ddpm import DiffusersDDPM
+            from .generative.ddpm import DiffusersDDPM
             model = DiffusersDDPM.from_pretrained_dir(path)
         else:
-            from .pmf import PixelMeanFlow
+            from .generative.pmf import PixelMeanFlow
             model = PixelMeanFlow.load(path)
     except ImportError as e:
         raise CheckpointError(f"role {role!r}: cannot load {path}: vcebench.models.{role} is not available ({e})") \
@@ -135,7 +111,7 @@ def load_role(cfg: dict, task: Task, role: str, model_dir: str | Path = "resourc
                               f"canonical weights (format {spec.get('format')!r}; see docs/internals.md)")
         if not Path(w).exists():
             raise MissingModelError(f"role {role!r}: weights file {w} (config key `{key}.weights`) does not exist")
-        from .canonical import is_canonical, load_canonical
+        from .released.canonical import is_canonical, load_canonical
         if not is_canonical(role, spec):
             return _load_generative(role, Path(w), canonical=True)
         return load_canonical(role, spec, task, key)

@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core.io import from_uint8
+from ...core.io import from_uint8
+from ..checkpoints import save_trained
+from ..shipping.truth_checks import Counterfactuals, flipped_views, mix_views, truth_similarity
+from ..training.loops import count_params, loss_summary, train_loop
 from .augment import augment
-from .checkpoints import save_trained
 from .nets import SyntheticNet
-from .training import count_params, loss_summary, train_loop
-from .truth_checks import Counterfactuals, flipped_views, mix_views, truth_similarity
 
 IDENTITY_DEFAULTS: dict[str, Any] = {
     "arch": "vgg", "width": 16, "blocks": 1, "pool": "avg", "embed_dim": 64, "steps": 900, "batch": 64, "lr": 3e-3,

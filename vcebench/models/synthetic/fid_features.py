@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core.frechet import feature_frechet_distance as frechet_distance
-from ..core.io import from_uint8
+from ...core.frechet import feature_frechet_distance as frechet_distance
+from ...core.io import from_uint8
+from ..checkpoints import save_trained
 from .augment import gaussian_blur
-from .checkpoints import save_trained
 from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
 
 FID_DEFAULTS: dict[str, Any] = {

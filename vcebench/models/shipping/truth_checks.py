@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..core.io import from_uint8
+from ...core.io import from_uint8
 
 # (split, attribute) -> uint8 N x C x H x W: the split's images with only that attribute flipped
 Counterfactuals = Callable[[Any, str], Tensor]

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from ..core.errors import ConfigError
+from ...core.errors import ConfigError
 
 T = TypeVar("T")
 AMP_MODES = ("bf16", "none")

@@ -4,7 +4,7 @@ Synthetic data: the encoder of a small denoising autoencoder trained on that dat
 random backbone). The distance follows LPIPS (Zhang et al. 2018, Eq. 1) without the learned
 channel weights: channel-normalised feature differences, squared, summed over channels,
 averaged over space, then averaged over the encoder's three scales.
-Real data: see :mod:`vcebench.models.canonical` (LPIPS from the lpips package, or DiME's
+Real data: see :mod:`vcebench.models.released.canonical` (LPIPS from the lpips package, or DiME's
 VGG19 ``features[:18]`` MSE).
 """
 
@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core.io import from_uint8
+from ...core.io import from_uint8
+from ..checkpoints import save_trained
+from ..training.loops import count_params, loss_summary, train_loop
 from .augment import augment, gaussian_blur
-from .checkpoints import save_trained
 from .nets import AutoEncoder, normalize_channels, sequential_maps
-from .training import count_params, loss_summary, train_loop
 
 PERCEPTUAL_DEFAULTS: dict[str, Any] = {
     "width": 16, "steps": 300, "batch": 64, "lr": 3e-3, "weight_decay": 0.0, "seed": 41, "noise": 0.2, "blur": 1.0,

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ConfigError
+from ...core.errors import ConfigError
 
 CARD = "card.json"
 NOT_COPIED = ("card.json", "card.md")
@@ -92,7 +92,7 @@ def install(networks: str | Path, dataset: str, role: str, card: dict[str, Any],
         shutil.copyfile(src / rel, dst)
     metrics = json.loads((out / "metrics.json").read_text())
     metrics["shipped"] = {"set": card.get("set"), "card": str(src / CARD), "files": card["files"]}
-    from ..core.io import write_json
+    from ...core.io import write_json
 
     write_json(out / "metrics.json", metrics)
     return metrics
@@ -109,7 +109,7 @@ def write_card(folder: str | Path, cfg: dict, dataset: str, role: str, set_name:
     card = {"set": set_name, "dataset": dataset, "role": role, "recipe": recipe(cfg, dataset, role),
             "trained": trained, "quality": quality or {}, "curve": curve, "files": files,
             "size_bytes": sum((folder / f).stat().st_size for f in files)}
-    from ..core.io import write_json
+    from ...core.io import write_json
 
     write_json(folder / CARD, card)
     (folder / "card.md").write_text(card_markdown(card))
@@ -138,7 +138,8 @@ def install_shipped(cfg: dict, ds: str, role: str, networks: str | Path | None, 
                     shard=None, say_why: bool = True) -> dict[str, Any] | None:
     """The shipped network of ``ds``/``role`` installed into ``out`` when its card's recipe is the config's
     (its metrics), else None (with ``say_why``, a note says why it trains). Torch-free: `vcebench train`
-    installs without starting torch. ``shard`` (``vcebench.models.distributed.Shard``): only its writer copies."""
+    installs without starting torch. ``shard`` (``vcebench.models.training.distributed.Shard``): only its writer
+    copies."""
     card = read_card(networks, ds, role)
     if card is None:
         return None
@@ -150,7 +151,7 @@ def install_shipped(cfg: dict, ds: str, role: str, networks: str | Path | None, 
         return None
     if shard is not None and not shard.writer:
         return {}
-    from ..core.io import check_writable
+    from ...core.io import check_writable
 
     check_writable(out, f"the shipped {role}")
     metrics = install(networks, ds, role, card, out)

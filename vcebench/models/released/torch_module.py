@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..config.load import ConfigError
-from .base import BinaryHead
-from .checkpoints import CheckpointError, load_state_strict
-from .ddpm import EpsDDPM
+from ...config.load import ConfigError
+from ..base import BinaryHead
+from ..checkpoints import CheckpointError, load_state_strict
+from ..generative.ddpm import EpsDDPM
 from .guided_unet import betas_for
 
 OUTPUTS = {"classifier": ("logits",), "pmf": ("x", "u"), "ddpm": ("eps",)}

@@ -6,7 +6,7 @@
 - :func:`train_generative`: the two generative roles (``ddpm``, ``pmf``): a :class:`GenerativeLoss` on
   batches drawn with ``rng.step_generator(seed, step)``, AdamW with linear warm-up and cosine or ``wsd``
   decay, EMA weights, gradient clipping, channels-last; on a GPU optionally replayed as CUDA graphs
-  (``vcebench.models.step_graphs``).
+  (``vcebench.models.training.step_graphs``).
 
 Both resume from an atomic checkpoint (``vcebench.models.checkpoints``) only when it was written with
 the same settings, so a run interrupted at step k and resumed takes exactly the same batches and
@@ -27,9 +27,9 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..core.io import from_uint8
-from ..core.rng import step_generator, step_seed
-from .checkpoints import (
+from ...core.io import from_uint8
+from ...core.rng import step_generator, step_seed
+from ..checkpoints import (
     CHECKPOINT,
     data_fingerprint,
     fingerprint,
@@ -38,7 +38,7 @@ from .checkpoints import (
     save_snapshot,
 )
 from .distributed import Shard, args_of
-from .unet import RoleConfigError, require
+from .settings import RoleConfigError, require
 
 # ----------------------------------------------------------------------------- data helpers
 
@@ -282,7 +282,7 @@ def train_generative(model: nn.Module, loss_fn: GenerativeLoss, cfg: dict, image
     and reported). Returns the EMA state dict (on the CPU) and training statistics (budget, wall time,
     images per second, loss curve; on CUDA the peak GPU memory).
 
-    ``shard`` (``vcebench.models.distributed``): the device, the rank and the number of processes. On
+    ``shard`` (``vcebench.models.training.distributed``): the device, the rank and the number of processes. On
     a GPU or with several processes, the loss's noise is drawn for the whole batch ``x`` (on the CPU), then
     ``shard.take(...)`` keeps this rank's rows on its device; the forward and loss run under the recipe's
     ``amp`` (bf16 autocast by default on CUDA); the optimiser, EMA and gradient clipping stay fp32. Without

@@ -1,9 +1,9 @@
-"""The backbone of the two generative roles (``ddpm``, ``pmf``) and the checks of their config blocks.
+"""The backbone of the two generative roles (``ddpm``, ``pmf``) and the checks of its ``unet:`` block.
 
 Both roles use the same diffusers ``UNet2DModel`` (built by :func:`build_unet` from the
 ``unet:`` block of a role's config), so that a dataset's DDPM and PMF get the same backbone
 size; the PMF adds a second timestep embedding for ``h = t - r`` (``class_embed_type="timestep"``).
-Their training loop is ``vcebench.models.training.train_generative``.
+Their training loop is ``vcebench.models.training.loops.train_generative``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..core.errors import UserError
+from ..training.settings import RoleConfigError, require
 
 # Settings of the generative roles, key -> type: what `vcebench.protocol.settings` checks (and coerces) when the
 # config is loaded, and the allowed keys of each block.
@@ -22,23 +22,6 @@ UNET_SETTINGS: dict[str, Any] = {"block_out_channels": tuple[int, ...], "layers_
 UNET_KEYS = set(UNET_SETTINGS)
 # The defaults of a role's ``unet:`` block (``block_out_channels`` is required).
 UNET_DEFAULTS: dict[str, Any] = {"layers_per_block": 1, "norm_num_groups": 8, "attention": False, "dropout": 0.0}
-
-
-class RoleConfigError(UserError, ValueError):
-    """A bad ``models.<dataset>.<role>`` config block; the message names the key."""
-
-
-def require(cfg: dict, key: str, role: str) -> Any:
-    if key not in cfg:
-        raise RoleConfigError(f"config key `models.<dataset>.{role}.{key}` is missing (see config/config.yaml)")
-    return cfg[key]
-
-
-def check_role_keys(cfg: dict, role: str, allowed: set[str]) -> None:
-    unknown = sorted(set(cfg) - allowed)
-    if unknown:
-        raise RoleConfigError(f"unknown key(s) {unknown} in config section `models.<dataset>.{role}`; "
-                              f"allowed: {sorted(allowed)}")
 
 
 def unet_downsampling(block_out_channels) -> int:

@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..core.io import from_uint8
+from ...core.io import from_uint8
+from ..checkpoints import save_trained
+from ..shipping.truth_checks import Counterfactuals, truth_agreement
 from .augment import pgd
-from .checkpoints import save_trained
 from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
-from .truth_checks import Counterfactuals, truth_agreement
 
 ORACLE_DEFAULTS: dict[str, Any] = {
     **CLASSIFIER_DEFAULTS, "arch": "resnet", "width": 12, "attributes": "all", "data_half": "B", "seed": 23,
@@ -152,7 +152,7 @@ def train_oracle(settings: dict, splits: dict, out_dir: str | Path, *, dataset: 
     gates = {f"test_mean_accuracy >= {GATE_MEAN_ACCURACY}": metrics["test_mean_accuracy"] >= GATE_MEAN_ACCURACY}
     clf_path = Path(classifier_dir) if classifier_dir else None
     if clf_path is not None and (clf_path / "model.safetensors").exists():
-        from .zoo import load_trained_net
+        from .load import load_trained_net
 
         clf, clf_cfg = load_trained_net("classifier", clf_path)
         test = splits["test"]

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import BinaryHead, freeze
+from ..models.base import BinaryHead, freeze
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,15 @@ from .base import NFE, Counterfactuals, finalize
 
 
 @dataclass
-class IdentityParams:
+class NoEditParams:
     """No hyperparameters."""
 
 
-class Identity:
+class NoEdit:
     roles = ("classifier",)
 
-    def __init__(self, name: str = "input", params: IdentityParams | None = None):
-        self.name, self.params = name, params or IdentityParams()
+    def __init__(self, name: str = "input", params: NoEditParams | None = None):
+        self.name, self.params = name, params or NoEditParams()
 
     def __call__(self, x: Tensor, target: Tensor, models: TaskModels, generator: SampleGenerators) -> Counterfactuals:
         n = len(x)
