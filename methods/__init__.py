@@ -29,14 +29,16 @@ def params_class(name: str) -> type:
     return registry.get_method_spec(base_method(name)).params_class()
 
 
-def get_method(name: str, params: dict[str, Any] | None = None, *, task: Task | None = None,
+def get_method(name: str, params: dict[str, Any] | Any | None = None, *, task: Task | None = None,
                config: Mapping[str, Any] | None = None) -> Method:
-    """The method ``name`` with hyperparameters ``params`` (missing keys take the paper defaults). ``task`` and
+    """The method ``name`` with hyperparameters ``params`` (a mapping: parsed here, missing keys take the paper
+    defaults; or an instance of its params dataclass, already parsed, as ``RunSettings`` holds it). ``task`` and
     ``config`` (the whole configuration): the task it explains, for a truth row (``registry.MethodSpec.truth``),
     which is built with the task's renderer and exists on synthetic tasks only."""
     base = base_method(name)
     spec = registry.get_method_spec(base)
-    parsed = parse_params(spec.params_class(), dict(params or {}), section=name)
+    cls = spec.params_class()
+    parsed = params if isinstance(params, cls) else parse_params(cls, dict(params or {}), section=name)
     context: dict[str, Any] = {}
     if spec.truth:
         if task is None or config is None:

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
+from vcebench.models.generative.quality import REFERENCE_T_FLOW
 
 from .base import (
     FAIL_NONFINITE_GRAD,
@@ -47,7 +48,7 @@ from .masks import dilate_radius, feather, largest_component, nested_topk, top_r
 class FireParams:
     """FiRe hyperparameters; defaults = the paper's (Sec. 4.1 "Implementation details")."""
 
-    t: float = 0.4  # fixed noise level
+    t: float = REFERENCE_T_FLOW  # fixed noise level (0.4)
     K: int = 15  # max refinement updates
     p_flip: float = 0.85  # early-stopping threshold on p_target
     eta: float = 0.02  # base guidance scale (Eq. adaptive_step)

@@ -10,6 +10,7 @@ parameter in a timing record) are listed below with the reason.
 from __future__ import annotations
 
 import ast
+import math
 from pathlib import Path
 
 import yaml
@@ -88,3 +89,59 @@ def test_checker_sees_a_second_default():
           '    c = cfg.get("other", 1)\n    return cfg.setdefault("seeds", [0, 1])\n'
     assert second_defaults(src, {"batch_size", "seeds"}) == [
         ("batch_size", 2, "cfg['metrics'].get('batch_size', 100)"), ("seeds", 5, "cfg.setdefault('seeds', [0, 1])")]
+
+
+def _params_defaults(spec) -> dict:
+    """A method's params dataclass defaults (fields with a default), by field name."""
+    import dataclasses
+    import importlib
+
+    cls = spec.params
+    if isinstance(cls, str):
+        module, _, name = cls.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):  # 8/255 is written 0.0313725 in the config
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-5)
+    return a == b
+
+
+def method_default_drift(cfg: dict) -> list[str]:
+    from vcebench import registry
+
+    drift = []
+    for spec in registry.BUILTIN_METHODS:
+        section = (cfg.get("method_defaults") or {}).get(spec.name) or {}
+        for key, code in _params_defaults(spec).items():
+            if key in section and not _same(section[key], code):
+                drift.append(f"method_defaults.{spec.name}.{key}: config {section[key]!r}, dataclass {code!r}")
+    return drift
+
+
+def test_method_defaults_agree_with_the_params_dataclasses():
+    """`method_defaults.<method>` in config.yaml writes out the params dataclass's defaults (FiRe's 18, the
+    DDPMs', ACE's) for the reader; a test keeps the two copies of each fact equal."""
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    from vcebench import registry
+
+    fire = next(s for s in registry.BUILTIN_METHODS if s.name == "fire")
+    assert len(set(_params_defaults(fire)) & set(cfg["method_defaults"]["fire"])) >= 18  # all 18 written out
+    drift = method_default_drift(cfg)
+    assert not drift, "\n".join(drift)
+
+
+def test_method_default_drift_is_seen():
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg["method_defaults"]["fire"]["eta"] = 0.03
+    assert method_default_drift(cfg) == ["method_defaults.fire.eta: config 0.03, dataclass 0.02"]

@@ -102,7 +102,6 @@ def test_footer_states_the_kernels_of_the_rows():
     assert any("CPU kernels differ between rows" in line for line in lines)
 
 
-
 def test_record_names_the_kind_of_cpu():
     """metrics.json's `kernels` names the CPU (vendor and model): the kind a regression reference is kept for."""
     from vcebench.config.kernels import cpu_identity, cpu_kind, record

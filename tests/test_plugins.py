@@ -71,9 +71,15 @@ def test_registry_imports_no_torch_and_no_method_or_metric_module():
 
 
 def test_builtins_pass_the_plugin_checks_and_roles_are_the_models():
-    from vcebench.models.base import ROLES
+    from vcebench.models import ROLES, TaskModels
+    from vcebench.models.recipes import TRAINERS
+    from vcebench.registry.roles import GENERATIVE, TRAINING_ORDER
+    from vcebench.registry.roles import ROLES as VOCABULARY
 
-    assert registry.MODEL_ROLES == ROLES
+    assert registry.MODEL_ROLES is VOCABULARY and ROLES is VOCABULARY  # one home, imported
+    assert sorted(TRAINING_ORDER) == sorted(VOCABULARY)
+    assert set(TRAINERS) | set(GENERATIVE) == set(VOCABULARY)  # every role has a trainer
+    assert [f for f in TaskModels.__dataclass_fields__ if f != "names"] == list(VOCABULARY)
     for s in registry.BUILTIN_METHODS:
         specs.check_method(s)
     for s in registry.BUILTIN_METRICS:

@@ -81,3 +81,25 @@ def test_eval_settings_keep_an_unconfigured_method_without_a_record(cfg):
     assert EvalSettings.resolve(cfg, "synthfaces_smile", None).protocol is None  # the FID reference
     with pytest.raises(ConfigError, match="unknown task"):
         EvalSettings.resolve(cfg, "nope", "fire")
+
+
+def test_params_parsed_once_per_job(cfg, monkeypatch):
+    """resolve() parses the hyperparameters into the method's dataclass; build_method() reuses that object
+    (a second parse of the same mapping was the old route); with_params() parses the changed mapping."""
+    import methods
+    import methods.base
+
+    calls = []
+    real = methods.base.parse_params
+
+    def counting(cls, params, section):
+        calls.append(section)
+        return real(cls, params, section)
+
+    monkeypatch.setattr(methods.base, "parse_params", counting)
+    monkeypatch.setattr(methods, "parse_params", counting)
+    s = RunSettings.resolve(cfg, "synthfaces_smile", "fire")
+    m = s.build_method()
+    assert calls == ["fire"] and m.params is s.parsed and s.parsed.K == s.params["K"]
+    s2 = s.with_params(K=3)
+    assert calls == ["fire", "fire"] and s2.parsed.K == 3 and s2.build_method().params.K == 3

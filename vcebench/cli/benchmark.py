@@ -37,7 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-
 def run(args: argparse.Namespace) -> int:
     import torch
 

@@ -22,7 +22,6 @@ from . import add_config_arg
 ALL = SYNTHETIC_DATASETS + REAL_DATASETS
 
 
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="render / check / show datasets", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -66,7 +65,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-
 def _config(args: argparse.Namespace) -> dict:
     from ..core.runtime import setup_torch
     from ..protocol.settings import load_settings
@@ -76,11 +74,9 @@ def _config(args: argparse.Namespace) -> dict:
     return cfg
 
 
-
 def run(args: argparse.Namespace) -> int:
     return {"render": _render, "check": _check, "show": _show, "bench": _bench,
             "describe": _describe}[args.subverb](args)
-
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -101,7 +97,6 @@ def _render(args: argparse.Namespace) -> int:
     write_attribute_table(out / "attributes.csv", splits)
     print(f"wrote {out}/{{{','.join(args.splits)}}}.npz and {out}/attributes.csv")
     return 0
-
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -130,7 +125,6 @@ def _check(args: argparse.Namespace) -> int:
         print(f"vcebench data check: {e}", file=sys.stderr)
         return 1
     return 0
-
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -179,7 +173,6 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _bench(args: argparse.Namespace) -> int:
     import torch
 
@@ -199,7 +192,6 @@ def _bench(args: argparse.Namespace) -> int:
             print(f"{name:<11} {res:>4} px: {len(ids) / wall:8.0f} images/s wall, "
                   f"{len(ids) / cpu:8.0f} images/s per CPU-second")
     return 0
-
 
 
 def _describe(args: argparse.Namespace) -> int:

@@ -49,7 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-
 def run(args: argparse.Namespace) -> int:
     """Resolves the task (and the method's name, given or the --cfs folder's) once into an
     :class:`~vcebench.protocol.run_settings.EvalSettings`, then writes the FID reference or metrics.json."""

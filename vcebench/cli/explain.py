@@ -51,7 +51,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-
 def run(args: argparse.Namespace) -> int:
     if args.merge:
         if not args.out:

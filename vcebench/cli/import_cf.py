@@ -55,7 +55,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-
 def run(args: argparse.Namespace) -> int:
     """``vcebench import``; an :class:`ImportFolderError` is a user error (one line, exit 2, in cli.main)."""
     from ..config.tasks import get_task

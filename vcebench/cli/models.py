@@ -69,7 +69,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_arg(s)
 
 
-
 def run_check(args: argparse.Namespace) -> int:
     """Re-measure a trained set with all its networks present (generators' FID and the pmf gate; the
     embedding judge's truth vs regenerate levels), written into each network's metrics.json."""
@@ -96,7 +95,6 @@ def run_ship(args: argparse.Namespace) -> int:
         print(f"{args.out}/{c['dataset']}/{c['role']}: {len(c['files'])} files, {c['size_bytes'] / 1e6:.2f} MB")
     print(f"{len(cards)} networks, {sum(c['size_bytes'] for c in cards) / 1e6:.1f} MB")
     return 0
-
 
 
 def run_curve(args: argparse.Namespace) -> int:
@@ -130,7 +128,6 @@ def run_curve(args: argparse.Namespace) -> int:
     Path(args.out, "curve.md").write_text(md)
     print(md)
     return 0
-
 
 
 def run_parity(args: argparse.Namespace) -> int:

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 MOVED = {"--compare-compaction": "compaction", "--paper-scale": "paper-scale", "": "task"}
 
 
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="FLOPs, NFE, time and memory per counterfactual (task, compaction, "
                        "paper-scale, gpu)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -97,7 +96,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: a CPU check)")
 
 
-
 def _task_args(p: argparse.ArgumentParser) -> None:
     """The arguments `profile task` and `profile compaction` share (which inputs, how they are run)."""
     add_config_arg(p)
@@ -111,7 +109,6 @@ def _task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-warmup", action="store_true", help="warm up on one input instead of a full batch")
 
 
-
 def _setup(args: argparse.Namespace) -> tuple[dict, torch.device]:
     """Settings and the torch device of `profile paper-scale`."""
     from ..core.runtime import setup_torch
@@ -119,7 +116,6 @@ def _setup(args: argparse.Namespace) -> tuple[dict, torch.device]:
 
     cfg = load_settings(args.config)
     return cfg, setup_torch(cfg["threads"], cfg["device"], cfg["cuda"])
-
 
 
 def _job_settings(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, RunSettings], torch.device]:
@@ -141,7 +137,6 @@ def _job_settings(args: argparse.Namespace, methods: list[str]) -> tuple[dict[st
                 for m in methods}
     rt = settings[methods[0]].runtime
     return settings, setup_torch(rt.threads, rt.device, rt.cuda)
-
 
 
 def run_task(args: argparse.Namespace) -> int:
@@ -179,7 +174,6 @@ def run_task(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def run_compaction(args: argparse.Namespace) -> int:
     """Profiles FiRe on the same inputs twice in one process, with and without batch compaction (finished
     samples leave the batch), and writes both profiles with the speed-up in time and FLOPs."""
@@ -190,7 +184,6 @@ def run_compaction(args: argparse.Namespace) -> int:
     write_json(out, report)
     print_compaction(report)
     return 0
-
 
 
 def run_paper_scale(args: argparse.Namespace) -> int:
@@ -220,7 +213,6 @@ def run_paper_scale(args: argparse.Namespace) -> int:
     sys.stdout.write(md)
     print(f"\nwrote {out / 'paper_scale_flops.md'} and {out / 'paper_scale_flops.json'}")
     return 0
-
 
 
 def run_gpu(args: argparse.Namespace) -> int:

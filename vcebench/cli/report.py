@@ -29,7 +29,6 @@ MOVED = {"--gallery": "gallery", "--paper": "paper", "--regression": "regression
          "--seeds": "seeds", "--pareto": "pareto", "--tolerances": "tolerances", "": "task"}
 
 
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="tables, figures, paper tables, metric regression (task, gallery, paper, "
                        "regression, accept, seeds, pareto, tolerances)",
@@ -87,25 +86,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_arg(to)
 
 
-
 def _task_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, help="task name (config key `tasks`)")
-
 
 
 def _methods_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", nargs="*", help="rows (default: config `methods`)")
 
 
-
 def _data_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", help="rendered synthetic data folder (the inputs the figures show)")
 
 
-
 def _out_dir_arg(p: argparse.ArgumentParser, what: str = "output folder") -> None:
     p.add_argument("--out-dir", default="results", help=f"{what} (default results)")
-
 
 
 def _results_args(p: argparse.ArgumentParser) -> None:
@@ -115,7 +109,6 @@ def _results_args(p: argparse.ArgumentParser) -> None:
     add_config_arg(p)
 
 
-
 def _reference_args(p: argparse.ArgumentParser) -> None:
     """``--reference`` and ``--tasks`` of the subverbs that compare with or write a reference."""
     p.add_argument("--reference", default="results/reference/quick",
@@ -123,12 +116,10 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", nargs="*", help="tasks (default: config `run_tasks`)")
 
 
-
 def _config(args: argparse.Namespace) -> dict:
     from ..config.load import load_config
 
     return load_config(args.config)
-
 
 
 def run_task(args: argparse.Namespace) -> int:
@@ -143,7 +134,6 @@ def run_task(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def run_gallery(args: argparse.Namespace) -> int:
     """Writes one gallery per method: inputs, CFs and |difference| on one scale for all methods, with the
     task classifier's p(target) before and after (needs the classifier)."""
@@ -153,7 +143,6 @@ def run_gallery(args: argparse.Namespace) -> int:
     galleries(cfg, get_task(cfg, args.task), args.methods or task_methods(cfg, args.task, cfg["methods"]),
                Path(args.results), Path(args.out_dir), args.data, args.n_gallery, args.models)
     return 0
-
 
 
 PAPER_TABLE_ROWS = ("ace_l2", "ace_paper")  # comparison-table rows that `paper_methods` runs
@@ -211,7 +200,6 @@ def run_paper(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def run_regression(args: argparse.Namespace) -> int:
     """Compares each task's <out-dir>/<task>.csv with <reference>/<task>.csv within <reference>/tolerances.yaml;
     exit status 1 when a metric regressed past its tolerance."""
@@ -257,8 +245,6 @@ def run_regression(args: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def run_seeds(args: argparse.Namespace) -> int:
     """Writes <out-dir>/<task>_seeds.{csv,md}: each method's metrics over the generation seeds."""
     from .. import report
@@ -280,7 +266,6 @@ def run_seeds(args: argparse.Namespace) -> int:
     report.write_text(out / f"{args.task}_seeds.md", seeds.seed_markdown(args.task, spread, list(sc["seeds"])))
     print((out / f"{args.task}_seeds.md").read_text())
     return 0
-
 
 
 def run_sets(args: argparse.Namespace) -> int:
@@ -325,7 +310,6 @@ def run_pareto(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def run_tolerances(args: argparse.Namespace) -> int:
     """Derives <reference>/tolerances.yaml from <out-dir>/<task>_seeds.csv of --tasks (vcebench/report/seeds.py)
     and copies the seed tables beside it."""
@@ -347,7 +331,6 @@ def run_tolerances(args: argparse.Namespace) -> int:
         shutil.copyfile(Path(args.out_dir) / f"{t}_seeds.md", ref / f"{t}_seeds.md")
     print((ref / "tolerances.yaml").read_text())
     return 0
-
 
 
 def run_accept(args: argparse.Namespace) -> int:

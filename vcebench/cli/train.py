@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..registry.roles import TRAINING_ORDER
 from . import add_config_arg
-
-ROLES = ("classifier", "oracle", "identity", "perceptual", "simsiam", "fid_features", "ddpm", "pmf")
-
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train one network role on a task's dataset",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("role", choices=ROLES)
+    p.add_argument("role", choices=TRAINING_ORDER)
     p.add_argument("--task", required=True, help="any task on the dataset, e.g. synthfaces_smile")
     p.add_argument("--data", default=None, metavar="DIR",
                    help="rendered synthetic split cache (resources/data/<dataset>); default: render in memory")
@@ -38,7 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "'none' trains even where a shipped network has the config's recipe")
     add_config_arg(p)
     p.set_defaults(func=run)
-
 
 
 def networks_arg(value: str | None, cfg: dict) -> str | None:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..models.generative.quality import REFERENCE_T_FLOW
 from .measure import count_flops
 
 
@@ -19,7 +20,7 @@ def role_call(name: str, net: nn.Module, x: Tensor) -> Tensor:
     if name == "unet":
         return net.eps(x, torch.full((b,), 10, dtype=torch.long, device=x.device))
     if name == "pmf":
-        return net.predict_clean(x, 0.4)
+        return net.predict_clean(x, REFERENCE_T_FLOW)
     if name == "perceptual":
         return net(x, torch.zeros_like(x))
     return net(x)

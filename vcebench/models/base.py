@@ -24,6 +24,8 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
+from ..registry.roles import ROLES
+
 
 class BinaryHead(nn.Module):
     """Expose a multi-output classifier as 2 logits for one binary query.
@@ -79,9 +81,6 @@ class TaskModels:
             if m is not None:
                 setattr(self, role, m.to(device))
         return self
-
-
-ROLES = ("classifier", "ddpm", "pmf", "perceptual", "oracle", "identity", "simsiam", "fid_features")
 
 
 def freeze(m: nn.Module) -> nn.Module:

@@ -23,8 +23,6 @@ from .synthetic.load import load_trained_net
 from .synthetic.nets import AttributeClassifier
 from .synthetic.perceptual import FeatureDistance
 
-TRAINED_ROLES = ("classifier", "oracle", "identity", "perceptual", "simsiam", "fid_features", "ddpm", "pmf")
-
 
 class MissingModelError(UserError, FileNotFoundError):
     """A trained network that has not been produced yet; the message says which command makes it."""

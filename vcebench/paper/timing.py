@@ -64,6 +64,7 @@ from ..costs.measure import cat_info, device_name, nfe_by_network, run_batches, 
 from ..costs.paper_nets import CELEBA, PaperSetting, build_networks
 from ..models.accelerate import accelerate
 from ..models.base import TaskModels
+from ..models.generative.quality import REFERENCE_T_FLOW
 from ..protocol.noise import resolve_method
 from .scale import PAPER_MINUTES_1000
 
@@ -144,7 +145,7 @@ def network_errors(models: TaskModels, ref: TaskModels, x: Tensor, mode: str, de
         logits = m.classifier(xg)
         grad = torch.autograd.grad(logits[:, 1].float().sum(), xg)[0]
         with torch.no_grad():
-            return {"pmf_clean": m.pmf.predict_clean(x, 0.4).float(), "unet_eps": m.ddpm.eps(x, t).float(),
+            return {"pmf_clean": m.pmf.predict_clean(x, REFERENCE_T_FLOW).float(), "unet_eps": m.ddpm.eps(x, t).float(),
                     "classifier_logits": logits.detach().float(), "classifier_input_grad": grad.float(),
                     "perceptual": m.perceptual(x, x.flip(0)).float()}
 

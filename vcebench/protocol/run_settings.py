@@ -91,6 +91,7 @@ class RunSettings(JobSettings):
     method: str
     params: Mapping[str, Any]
     protocol: Mapping[str, Any]
+    parsed: Any = field(default=None, compare=False, repr=False)  # params as the method's dataclass, parsed once
 
     @classmethod
     def resolve(cls, cfg: Mapping[str, Any], task: Task | str, method: str, *, data_dir: str | None = None,
@@ -107,20 +108,26 @@ class RunSettings(JobSettings):
         task = get_task(cfg, task) if isinstance(task, str) else task  # type: ignore[arg-type]
         check_runs_on(task, method)  # type: ignore[arg-type]
         params, record = resolve_method(cfg, task, method, candidate=candidate)  # type: ignore[arg-type]
-        parse_params(params_class(method), dict(params), section=method)  # a bad setting fails here, not later
-        return cls(method=method, params=MappingProxyType(params), protocol=MappingProxyType(record),
+        parsed = parse_params(params_class(method), dict(params), section=method)  # a bad setting fails here
+        return cls(method=method, params=MappingProxyType(params), protocol=MappingProxyType(record), parsed=parsed,
                    **cls.from_config(cfg, task, split, data_dir, model_dir))
 
     def with_params(self, **changes: Any) -> RunSettings:
         """A copy with these hyperparameters changed (e.g. `vcebench profile compaction`'s ``compaction``);
         :attr:`protocol` stays the record of the resolved settings."""
-        return dataclasses.replace(self, params=MappingProxyType({**self.params, **changes}))
+        from methods import params_class
+        from methods.base import parse_params
+
+        params = {**self.params, **changes}
+        return dataclasses.replace(self, params=MappingProxyType(params),
+                                   parsed=parse_params(params_class(self.method), dict(params), section=self.method))
 
     def build_method(self):
-        """The method (``methods.get_method``) with :attr:`params`."""
+        """The method (``methods.get_method``) with :attr:`params`, as parsed by :meth:`resolve`."""
         import methods
 
-        return methods.get_method(self.method, dict(self.params), task=self.task, config=self.config)
+        params = self.parsed if self.parsed is not None else dict(self.params)
+        return methods.get_method(self.method, params, task=self.task, config=self.config)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -118,7 +118,6 @@ def check_method_settings(cfg: dict) -> None:
     resolved by the noise protocol, are parsed by the method's dataclass (its ranges)."""
     from methods import params_class
 
-
     known = all_methods(cfg)
     for base, layer in (cfg.get("method_defaults") or {}).items():
         _typed_layer(f"method_defaults.{base}", layer, params_class(base))
@@ -248,9 +247,9 @@ def role_setting_types(role: str) -> dict[str, Any] | None:
 def check_model_settings(cfg: dict) -> None:
     """Every ``models.<dataset>.<role>`` block: training settings (keys, types, ranges) or canonical
     weights (``canonical.check_spec``)."""
-    from ..models.base import ROLES
     from ..models.generative.unet import UNET_SETTINGS
     from ..models.released.canonical import check_spec, is_canonical
+    from ..registry.roles import ROLES
 
     for ds, roles in (cfg.get("models") or {}).items():
         for role, spec in (roles or {}).items():

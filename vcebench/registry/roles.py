@@ -1,4 +1,10 @@
-"""The network roles' facts the workflow and the trainers share (torch-free)."""
+"""The network roles' facts the workflow and the trainers share (torch-free): the one home of the role
+vocabulary (``vcebench.registry.MODEL_ROLES``, ``vcebench.models.ROLES`` and the CLI's choices are these)."""
+
+# every network role a method or metric may ask for, in TaskModels' field order
+ROLES = ("classifier", "ddpm", "pmf", "perceptual", "oracle", "identity", "simsiam", "fid_features")
+# the order `vcebench train` lists them and the workflow trains them: the judges first, the generative roles last
+TRAINING_ORDER = ("classifier", "oracle", "identity", "perceptual", "simsiam", "fid_features", "ddpm", "pmf")
 
 GENERATIVE = ("ddpm", "pmf")  # trained by ``training.train_generative`` (any device, several processes); bf16 applies
 # oracle after the classifier (transfer); ddpm after the FID features; pmf after all three: its quality gate

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ConfigError
+from .roles import ROLES as MODEL_ROLES  # the network roles a method or metric may ask for
 
-# network roles a method or metric may ask for (the same as vcebench.models.base.ROLES; a test checks)
-MODEL_ROLES = ("classifier", "ddpm", "pmf", "perceptual", "oracle", "identity", "simsiam", "fid_features")
 # how vcebench.protocol.noise sets a method's starting noise: FiRe's flow time t, a DDPM's start step, or none
 NOISE_KINDS = ("flow", "ddpm", None)
 TASK_KINDS = ("faces", "xray")

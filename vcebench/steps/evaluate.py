@@ -20,11 +20,9 @@ if TYPE_CHECKING:
     from ..protocol.run_settings import EvalSettings
 
 
-
 def _image_batches(split, rows: np.ndarray, batch_size: int, device) -> Iterator[torch.Tensor]:
     for s in range(0, len(rows), batch_size):
         yield split.float_images(rows[s:s + batch_size]).to(device)
-
 
 
 def write_reference(settings: EvalSettings, out: str, device, progress: bool = True) -> None:
@@ -49,7 +47,6 @@ def write_reference(settings: EvalSettings, out: str, device, progress: bool = T
     ref.save(out)
     print(f"{task.name}: FID reference of {len(split)} originals ({ref.extractor}, "
           f"{ref.features.shape[1]}-d) -> {out}")
-
 
 
 def _inputs_of(names: list[str]) -> set[str]:
@@ -81,7 +78,6 @@ def _build_metrics(settings: EvalSettings, names: list[str], need: set[str], mod
                          train_attribute_names=None if train is None else train.attribute_names, only=names)
 
 
-
 def _gt_counterfactuals(config: Mapping[str, Any], task, ids: np.ndarray):
     """Rows -> the ground-truth counterfactuals of those rows' samples, quantised like x and cf (``config``: the
     whole configuration, whose ``datasets`` section configures the renderer)."""
@@ -96,7 +92,6 @@ def _gt_counterfactuals(config: Mapping[str, Any], task, ids: np.ndarray):
         return from_uint8(to_uint8(ds.gt_counterfactuals(torch.from_numpy(ids[r]), task.attribute)))
 
     return gt_of
-
 
 
 def _input_reader(cfs_path: str, z, ids: np.ndarray, split, rows: np.ndarray):
@@ -117,7 +112,6 @@ def _input_reader(cfs_path: str, z, ids: np.ndarray, split, rows: np.ndarray):
     return x_of
 
 
-
 def _checked(batches, z, checks: dict[str, int]):
     """The batches (file order), counting where they disagree with the file's ``pred`` / ``flipped`` and where
     a target is not 1 - prediction into ``checks``."""
@@ -131,7 +125,6 @@ def _checked(batches, z, checks: dict[str, int]):
             checks["flipped_disagreements"] += int((b.flipped.cpu().numpy() != z["flipped"][r]).sum())
         checks["target_not_1_minus_pred"] += int((b.target != 1 - b.pred).sum())
         yield b
-
 
 
 def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None = None, device="cpu",
@@ -177,7 +170,6 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
     return _metrics_json(settings, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, record, t0)
 
 
-
 def _metrics_json(settings: EvalSettings, z, core: dict, checks: dict, inputs: dict, models: dict, record: dict,
                   t0: float) -> dict:
     """metrics.json from the metrics' results ``core`` and their settings ``record``, in its key order."""
@@ -204,7 +196,6 @@ def _metrics_json(settings: EvalSettings, z, core: dict, checks: dict, inputs: d
     }
 
 
-
 def check_coverage(cfs_path, ids: np.ndarray, split, n_eval: int, strict: bool) -> dict:
     """The counterfactuals should cover the first ``n_eval`` evaluation sample ids (what ``vcebench explain``
     makes): missing or extra ids are an error under ``strict``, a warning otherwise. Returns the counts
@@ -226,7 +217,6 @@ def check_coverage(cfs_path, ids: np.ndarray, split, n_eval: int, strict: bool) 
             "n_extra": int(len(extra))}
 
 
-
 def guidance_summary(z: dict) -> dict | None:
     """Which guidance scale produced each sample's CF (DDPM family: ``info_scale``, the last scale tried, and
     ``info_attempts``): counts per scale and per number of attempts, and whether every sample flipped at its
@@ -240,7 +230,6 @@ def guidance_summary(z: dict) -> dict | None:
             "samples_per_attempts": {int(a): int((attempts == a).sum()) for a in np.unique(attempts)},
             "first_scale": first, "all_flipped_at_first_scale": bool(len(scale) and (attempts == 1).all()
                                                                        and flipped.all())}
-
 
 
 def _roles_of(name: str) -> tuple[str, ...]:

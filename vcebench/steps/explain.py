@@ -22,14 +22,11 @@ if TYPE_CHECKING:
     from ..protocol.run_settings import RunSettings
 
 
-
 SHARD_RE = re.compile(r"shard-(\d+)-of-(\d+)\.npz$")
-
 
 
 class ShardError(UserError, ValueError):
     """Bad shard arguments or an inconsistent set of shard files; the message says which."""
-
 
 
 def timing_path(out: Path) -> Path:
@@ -38,14 +35,12 @@ def timing_path(out: Path) -> Path:
     return out.with_name(name.replace("shard-", "timing-", 1).rsplit(".npz", 1)[0] + ".json")
 
 
-
 def shard_ids(all_ids: torch.Tensor, n_eval: int, shard: int, n_shards: int) -> torch.Tensor:
     """Shard ``shard`` of ``n_shards`` of the first ``n_eval`` sorted sample ids."""
     import torch
 
     ids = torch.sort(torch.as_tensor(all_ids, dtype=torch.int64)).values[:n_eval]
     return ids[shard::n_shards]
-
 
 
 def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -> dict:
@@ -79,7 +74,6 @@ def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -
     return generate(method, load_images, ids, models, settings, out, device)
 
 
-
 def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], row_ids: torch.Tensor,
                 unreadable: dict[int, str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(fail reason, prediction, target) of a batch: 0 for the rows a method can start from, else the code of
@@ -97,7 +91,6 @@ def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], r
     pred = torch.where(reason == 0, logits.argmax(1).cpu(), torch.full_like(reason, -1))
     target = torch.where(reason == 0, 1 - pred, torch.ones_like(pred))
     return reason, pred, target
-
 
 
 def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, inputs_u8: list) -> dict:
@@ -118,7 +111,6 @@ def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, in
               "input_hash": input_fingerprint(np.concatenate(inputs_u8), cf_u8)}
     arrays.update({f"info_{k}": v.cpu().numpy() for k, v in cf.info.items() if k != "failed"})
     return arrays
-
 
 
 def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettings, out: Path,
@@ -185,7 +177,6 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     return record
 
 
-
 def _run_record(models, parts: list, device: torch.device | str) -> dict:
     """The timing record's machine fields and ``flops_per_call`` of every network the shard's counterfactuals
     called (counted after generation, outside its time)."""
@@ -209,7 +200,6 @@ def _run_record(models, parts: list, device: torch.device | str) -> dict:
             print(f"vcebench explain: warning: FLOPs per network call not counted ({out['flops_error']}); "
                   "the table's TFLOPs/CF will be empty", file=sys.stderr)
     return out
-
 
 
 def _with_failed_rows(cf, ok, reason, x):
@@ -240,12 +230,10 @@ def _with_failed_rows(cf, ok, reason, x):
     return Counterfactuals(images=images, flipped=flipped, steps=steps, info=info)
 
 
-
 def _empty_shard() -> dict:
     return {"sample_id": np.zeros(0, np.int64), "cf": np.zeros((0, 1, 1, 1), np.uint8),
             "target": np.zeros(0, np.int64), "pred": np.zeros(0, np.int64), "flipped": np.zeros(0, bool),
             "steps": np.zeros(0, np.int64), "failed": np.zeros(0, bool), "input_hash": np.zeros(0, np.int64)}
-
 
 
 def merge_timings(paths: list[Path], out: Path) -> dict:
@@ -258,7 +246,6 @@ def merge_timings(paths: list[Path], out: Path) -> dict:
         raise ShardError(f"{e}; rerun the shard(s)") from e
     write_json(out, profile)
     return profile
-
 
 
 def merge_shards(paths: list[Path], out: Path) -> None:

@@ -16,22 +16,17 @@ from ..core.errors import UserError
 LAYOUTS = ("dime", "generic")
 
 
-
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-
 
 
 DIME_GROUPS = [(cc, ccf) for cc in ("CC", "IC") for ccf in ("CCF", "ICF")]
 
 
-
 MAX_LISTED = 8
-
 
 
 class ImportFolderError(UserError, ValueError):
     """A counterfactual folder that cannot be imported; the message names the files at fault."""
-
 
 
 @dataclass
@@ -45,17 +40,14 @@ class Entry:
     cf_pred: int = -1
 
 
-
 def _problems(path, problems: list[str], what: str) -> ImportFolderError:
     shown = "; ".join(problems[:MAX_LISTED])
     more = f"; ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
     return ImportFolderError(f"{path}: {what}: {shown}{more}")
 
 
-
 def _image_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
-
 
 
 def read_info(path: Path) -> dict[str, int]:
@@ -73,7 +65,6 @@ def read_info(path: Path) -> dict[str, int]:
         raise ImportFolderError(f"{path}: Info file lacks {missing} (expected DiME/ACE lines `pred: 0`, "
                                 "`target: 1`, `cf pred: 1`)")
     return out
-
 
 
 def list_dime(root: Path) -> list[Entry]:
@@ -100,10 +91,8 @@ def list_dime(root: Path) -> list[Entry]:
     return entries
 
 
-
 def list_generic(root: Path) -> list[Entry]:
     return [Entry(f) for f in _image_files(root, IMAGE_SUFFIXES + (".npy",))]
-
 
 
 def read_mapping(path: Path) -> dict[str, tuple[int, int]]:
@@ -128,7 +117,6 @@ def read_mapping(path: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-
 def assign_ids(entries: list[Entry], mapping: dict[str, tuple[int, int]] | None, root: Path) -> None:
     """Set each entry's sample id (from ``mapping``, by file name or stem, else the file name itself)."""
     bad = []
@@ -147,7 +135,6 @@ def assign_ids(entries: list[Entry], mapping: dict[str, tuple[int, int]] | None,
             bad.append(f"{e.file}: file name is not a sample id (give --mapping)")
     if bad:
         raise _problems(root, bad, f"{len(bad)} file(s) without a sample id")
-
 
 
 def check_ids(entries: list[Entry], expected: np.ndarray, in_split: np.ndarray, root: Path) -> list[Entry]:
@@ -170,7 +157,6 @@ def check_ids(entries: list[Entry], expected: np.ndarray, in_split: np.ndarray, 
     if problems:
         raise _problems(root, problems, f"{len(problems)} problem(s) with the sample ids")
     return [by_id[int(s)][0] for s in sorted(expected_set)]
-
 
 
 def load_image(path: Path, shape: tuple[int, int, int]) -> np.ndarray:
@@ -218,7 +204,6 @@ def load_image(path: Path, shape: tuple[int, int, int]) -> np.ndarray:
     return a[None] if a.ndim == 2 else np.ascontiguousarray(np.transpose(a, (2, 0, 1)))
 
 
-
 def read_folder(path: str | Path, layout: str, shape: tuple[int, int, int], expected: np.ndarray,
                 in_split: np.ndarray, mapping: str | Path | None = None) -> tuple[list[Entry], np.ndarray]:
     """Entries (sorted by sample id, exactly ``expected``) and their images (uint8 N x C x H x W)."""
@@ -242,7 +227,6 @@ def read_folder(path: str | Path, layout: str, shape: tuple[int, int, int], expe
     if bad:
         raise _problems(root, bad, f"{len(bad)} bad image file(s)")
     return entries, np.stack(images)
-
 
 
 def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Path, *, mapping=None,

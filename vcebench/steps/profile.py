@@ -23,7 +23,6 @@ def ratio_table(reports: dict[str, dict[str, Any]], ref: str) -> str:
     return "\n".join(lines)
 
 
-
 def mean_steps_from(path: str) -> tuple[str, float]:
     try:
         d = json.loads(Path(path).read_text())

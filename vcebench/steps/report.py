@@ -32,7 +32,6 @@ def task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir,
     print((out_dir / f"{task_name}.md").read_text())
 
 
-
 def _tuned_file(cfg, task_name: str) -> dict | None:
     """The tuned file of ``task_name`` (rule, validation split) when the run read one."""
     info = (cfg.get("tuned") or {}).get(task_name)
@@ -40,7 +39,6 @@ def _tuned_file(cfg, task_name: str) -> dict | None:
         return None
     path = Path(__file__).resolve().parents[2] / info["file"]  # tuned_dir is relative to the repository
     return read_yaml(path) if path.exists() else None
-
 
 
 def _feature_dim(path: Path) -> int | None:
@@ -51,7 +49,6 @@ def _feature_dim(path: Path) -> int | None:
         return int(z["features"].shape[1]) if "features" in z.files else None
 
 
-
 def spread(ids: list[int], n: int) -> list[int]:
     """``n`` ids evenly spaced over the sorted ``ids`` (first and last included): consecutive ids of the
     synthetic faces share an identity, so the first ``n`` would often show one face ``n`` times."""
@@ -60,7 +57,6 @@ def spread(ids: list[int], n: int) -> list[int]:
     if n <= 1:
         return list(ids[:n])
     return [ids[round(i * (len(ids) - 1) / (n - 1))] for i in range(n)]
-
 
 
 def _samples(cfg, task, methods, results: Path, data_dir, n: int) -> dict:
@@ -88,7 +84,6 @@ def _samples(cfg, task, methods, results: Path, data_dir, n: int) -> dict:
     return out
 
 
-
 def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int) -> None:
     from ..config.tasks import is_truth
     from ..report import figures
@@ -99,7 +94,6 @@ def _qualitative(cfg, task, methods, results: Path, path: Path, data_dir, n: int
     truth = [m for m in s["cf"] if is_truth(m)]
     cfs = {m: s["cf"][m] for m in truth + [m for m in s["cf"] if m not in truth]}
     figures.qualitative_figure(path, s["inputs"], cfs, gt=None if truth else s["gt"], ids=s["ids"], flipped=flipped)
-
 
 
 def galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int, model_dir: str) -> None:

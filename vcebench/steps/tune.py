@@ -45,7 +45,6 @@ class _Sweep:
     weights: dict[str, str]  # role -> checkpoints.weights_fingerprint: a retrained network is a new sweep
 
 
-
 def _wanted_metrics(tc: dict, rule: dict, known: dict) -> list[str]:
     """``tune.metrics`` plus the metrics the rule reads; a ConfigError names unknown ones."""
     wanted = list(tc.get("metrics") or [])
@@ -56,7 +55,6 @@ def _wanted_metrics(tc: dict, rule: dict, known: dict) -> list[str]:
     if unknown:
         raise ConfigError(f"tune.metrics / tune.select: unknown metric(s) {unknown}; known: {', '.join(known)}")
     return wanted
-
 
 
 def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +92,6 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any]) -> dict[str,
            "mean_steps": round_value(float(z["steps"].mean())), "sec_per_cf": round_value(timing["sec_per_cf"])}
     cached.write_text(json.dumps({"key": key, "row": row}))
     return row
-
 
 
 def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_dir: str = "resources/models",

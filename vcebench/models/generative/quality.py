@@ -71,6 +71,9 @@ def label_kept(classifiers: dict[str, Callable[[Tensor], Tensor]], pred: Tensor,
             for attr, lab in predicted_labels(classifiers, pred).items()}
 
 
+# FiRe's fixed noise level in its paper (Sec. 4.1), at the reference resolution: FireParams.t's default, the
+# level the pmf gate, the FLOP count and the timing parity measure the predictor at.
+REFERENCE_T_FLOW = 0.4
 # The flow times at which the generators are evaluated (the DDPM's Tweedie and the PMF's one-step prediction).
 EVAL_T_FLOW: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
 
@@ -83,7 +86,7 @@ def with_fire_t(t_flow, fire_t: dict[str, float] | None) -> tuple[float, ...]:
 LABEL_MARGIN = 0.02  # the PMF may keep up to 2 points fewer labels than the DDPM's Tweedie estimate
 
 
-def gate(m: dict, t_key: str = "t0.4", fire_t: dict[str, float] | None = None) -> dict[str, Any]:
+def gate(m: dict, t_key: str = f"t{REFERENCE_T_FLOW:g}", fire_t: dict[str, float] | None = None) -> dict[str, Any]:
     """The pmf quality gate (needs the ddpm comparison), one definition wherever it is measured (training,
     ``vcebench models check``, training curves); ``checks`` lists what ``passed`` requires (every check the
     evaluation measured), ``failed`` the checks that did not pass.
@@ -119,7 +122,7 @@ def gate(m: dict, t_key: str = "t0.4", fire_t: dict[str, float] | None = None) -
                             "tweedie": r.get("ddpm_tweedie", {}).get("label_kept", {}).get(attr)}
         out["label_kept_at_fire_t"] = at
     versus = out.get("label_kept_at_fire_t") or {
-        a: {"t": 0.4, "pmf": v, "tweedie": out.get("label_kept_tweedie", {}).get(a)}
+        a: {"t": REFERENCE_T_FLOW, "pmf": v, "tweedie": out.get("label_kept_tweedie", {}).get(a)}
         for a, v in out.get("label_kept", {}).items()}
     versus = {a: v for a, v in versus.items() if v.get("tweedie") is not None}
     if versus:

@@ -297,7 +297,6 @@ def train_generative(model: nn.Module, loss_fn: GenerativeLoss, cfg: dict, image
     stable trunk. The run writes its state at its :func:`decay_start` to ``trunk_dir/step-NNNNNN.pt``
     (fingerprinted without ``steps``), and a run with nothing of its own to resume starts from the latest
     such state at or before its own decay start: the same weights as training the trunk from step 0.
-    (Over 60 lines only with this docstring: the body is one training loop, ~45 lines.)
     """
     steps, bs = int(require(cfg, "steps", role)), int(require(cfg, "batch_size", role))
     base_lr = float(require(cfg, "lr", role))
