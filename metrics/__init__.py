@@ -90,6 +90,8 @@ def build_metrics(task, models, cfg: dict, *, fid_reference: FIDReference | None
     for n in names:
         spec = known[n]
         m = spec.build(ctx)
+        if getattr(m, "higher_is_better", None) is None:  # the registration is the one declaration
+            m.higher_is_better = dict(spec.columns)
         check_declared(spec, m)
         if getattr(m, "roles", None) is None:
             m.roles = spec.roles
@@ -99,7 +101,9 @@ def build_metrics(task, models, cfg: dict, *, fid_reference: FIDReference | None
 
 def check_declared(spec, m) -> None:
     """A built metric must be what its registration says: same name, and a direction for every declared
-    column that agrees with the declared one (``vcebench.registry.MetricSpec``)."""
+    column that agrees with the declared one (``vcebench.registry.MetricSpec``). Directions are declared
+    once, in the registration: the built-ins' classes state none and get the spec's; a plug-in class that
+    states its own ``higher_is_better`` too must agree with its registration."""
     hib = getattr(m, "higher_is_better", None)
     if getattr(m, "name", None) != spec.name or not isinstance(hib, dict):
         raise MetricError(f"metric {spec.name!r} ({spec.source}): its factory built {m!r}, which needs `name` = "

@@ -100,11 +100,12 @@ class Metric(Protocol):
 
     ``subset`` names the rows it evaluates (:data:`SUBSETS`), ``roles`` the networks it uses
     (their ``models.names`` go into metrics.json) and, after :meth:`compute`, ``n`` holds the
-    number of samples behind each output.
+    number of samples behind each output. ``higher_is_better`` (column -> higher is better, None: shown,
+    not ranked) is its registration's (``MetricSpec.columns``), set by :func:`metrics.build_metrics`.
     """
 
     name: str
-    higher_is_better: dict[str, bool]
+    higher_is_better: dict[str, bool | None]
     subset: str
     roles: tuple[str, ...]
     n: dict[str, int]
@@ -153,12 +154,11 @@ def require(n: int, needed: int, metric: str, subset: str) -> None:
 class SubsetMean:
     """A metric that is the mean of one per-sample value over a subset of the batch stream.
 
-    Subclasses set ``name``, ``higher_is_better`` (one key, = ``name``), ``roles`` and implement
+    Subclasses set ``name``, ``roles`` and implement
     ``values(batch, keep) -> Tensor`` (one value per kept row).
     """
 
     name: str
-    higher_is_better: dict[str, bool]
 
     def __init__(self, subset: Subset):
         self.subset = subset

@@ -21,7 +21,6 @@ class FlipRate:
     """FR: % of inputs in ``subset`` (default all) with ``f(cf) == y'``."""
 
     name = "FR"
-    higher_is_better = {"FR": True}
     roles = ("classifier",)
 
     def __init__(self, subset: Subset = "all"):
@@ -50,7 +49,6 @@ class MAD(SubsetMean):
     """MAD: mean |p_1(x) - p_1(cf)| of the classifier's softmax probability."""
 
     name = "MAD"
-    higher_is_better = {"MAD": True}
     roles = ("classifier",)
 
     def __init__(self, classifier: nn.Module, subset: Subset = "all"):

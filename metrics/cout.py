@@ -79,7 +79,6 @@ class COUT(SubsetMean):
     """COUT over ``subset`` (default: correctly classified inputs, all their CFs)."""
 
     name = "COUT"
-    higher_is_better = {"COUT": True}
     roles = ("classifier",)
 
     def __init__(self, classifier: nn.Module, subset: Subset = "correct"):

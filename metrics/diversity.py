@@ -20,7 +20,7 @@ from .base import EvalBatch, MetricError, Subset, require
 
 class SigmaL:
     name = "sigma_L"
-    higher_is_better = {"sigma_L": True}
+    higher_is_better = {"sigma_L": True}  # not registered (optional): its class is its one declaration
     roles = ("perceptual",)
 
     def __init__(self, distance: Callable[[Tensor, Tensor], Tensor], subset: Subset = "all"):

@@ -125,6 +125,18 @@ def _update_all(metrics: Sequence[Metric], batches: Iterable[EvalBatch], sizes: 
     return ids_seen
 
 
+def directions(m: Metric) -> dict[str, bool | None]:
+    """Column -> higher is better of metric ``m``: its registration's (``MetricSpec.columns``, set by
+    :func:`metrics.build_metrics`, or looked up by name for a metric built by hand); an unregistered metric
+    states its own ``higher_is_better``."""
+    hib = getattr(m, "higher_is_better", None)
+    if hib is None:
+        from vcebench import registry
+
+        hib = dict(registry.metrics()[m.name].columns)
+    return hib
+
+
 def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progress: bool = False,
                 strict: bool = False, bootstrap: dict | None = None) -> dict:
     """Update every metric with every batch, then compute.
@@ -161,9 +173,9 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
             if strict:
                 raise
             out["skipped"][m.name] = str(e)
-            for k in m.higher_is_better:
+            for k, higher in directions(m).items():
                 out["metrics"][k] = None
-                out["higher_is_better"][k] = m.higher_is_better[k]
+                out["higher_is_better"][k] = higher
                 out["subsets"][k] = m.subset
                 out["n"][k] = 0
             continue
@@ -171,7 +183,7 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
             seconds[m.name] += time.perf_counter() - t0
         for k, v in values.items():
             out["metrics"][k] = _finite(float(v))
-            out["higher_is_better"][k] = m.higher_is_better[k]
+            out["higher_is_better"][k] = directions(m).get(k)  # None: an output that is no table column
             out["subsets"][k] = m.subset
             out["n"][k] = int(m.n.get(k, 0))
         out["n"].update({k: int(v) for k, v in m.n.items() if k not in values})  # e.g. FID_originals

@@ -235,7 +235,6 @@ class FID:
     """FID(all explained originals, counterfactuals in ``subset``), streaming (lower is better)."""
 
     name = "FID"
-    higher_is_better = {"FID": False}
     roles = ("fid_features",)
     feature_bootstrap = True  # fewer resamples (config `metrics.bootstrap.feature_resamples`)
 
@@ -314,7 +313,6 @@ class SFID:
     """sFID over ``seeds``: mean of FID(orig h1, cf h2) and FID(orig h2, cf h1); reports mean and std."""
 
     name = "sFID"
-    higher_is_better = {"sFID": False, "sFID_std": False}
     roles = ("fid_features",)
     feature_bootstrap = True
 

@@ -37,8 +37,7 @@ class GroundTruth:
     """GT_L1, GT_L1_region (+ the input's floor values), GT_precision, GT_recall."""
 
     name = "GT"
-    higher_is_better = {"GT_L1": False, "GT_L1_region": False, "GT_L1_input": False,
-                        "GT_L1_region_input": False, "GT_precision": True, "GT_recall": True}
+    outputs = ("GT_L1", "GT_L1_region", "GT_L1_input", "GT_L1_region_input", "GT_precision", "GT_recall")
     roles: tuple[str, ...] = ()
 
     def __init__(self, threshold: float = 0.05, subset: Subset = "correct_successful"):
@@ -47,9 +46,9 @@ class GroundTruth:
                               f" got {threshold}")
         self.threshold, self.subset = threshold, subset
         self.record = {"gt_change_threshold": threshold}  # into metrics.json
-        self.sums = {k: 0.0 for k in self.higher_is_better}
-        self.counts = {k: 0 for k in self.higher_is_better}
-        self.samples = {k: Samples() for k in self.higher_is_better}
+        self.sums = {k: 0.0 for k in self.outputs}
+        self.counts = {k: 0 for k in self.outputs}
+        self.samples = {k: Samples() for k in self.outputs}
         self.n: dict[str, int] = {}
 
     def _add(self, key: str, ids: Tensor, values: Tensor) -> None:

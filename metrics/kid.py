@@ -81,7 +81,6 @@ class KID:
     """KID(all explained originals, counterfactuals in ``subset``) on ``fid_features`` (lower is better)."""
 
     name = "KID"
-    higher_is_better = {"KID": False}
     roles = ("fid_features",)
     feature_bootstrap = True
 

@@ -50,7 +50,6 @@ class MNAC(SubsetMean):
     """Mean number of attributes changed according to the oracle (lower is better)."""
 
     name = "MNAC"
-    higher_is_better = {"MNAC": False}
     roles = ("oracle",)
 
     def __init__(self, oracle: nn.Module, subset: Subset = "successful"):
@@ -102,7 +101,6 @@ class CorrelationDifference:
     """CD (lower is better): how far the CFs' attribute co-changes are from the data correlations."""
 
     name = "CD"
-    higher_is_better = {"CD": False}
     roles = ("oracle",)
 
     def __init__(self, oracle: nn.Module, query: str, train_labels: np.ndarray | Tensor,
@@ -153,7 +151,6 @@ class OracleFlipRate:
     """FR_oracle: % of inputs whose CF the oracle assigns to the target value of the query."""
 
     name = "FR_oracle"
-    higher_is_better = {"FR_oracle": True}
     roles = ("oracle",)
 
     def __init__(self, oracle: nn.Module, query: str, subset: Subset = "all"):

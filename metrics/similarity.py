@@ -23,7 +23,6 @@ class FaceVerification:
     """FVA (% cosine > 0.5) and FS (mean cosine) of identity embeddings (higher is better)."""
 
     name = "FVA"
-    higher_is_better = {"FVA": True, "FS": True}
     roles = ("identity",)
     threshold = 0.5  # DiME compute_FVA.py: dist > 0.5
 
@@ -54,7 +53,6 @@ class SimSiamSimilarity:
     """S^3: mean cosine similarity of SimSiam embeddings of x and cf (higher is better)."""
 
     name = "S3"
-    higher_is_better = {"S3": True}
     roles = ("simsiam",)
 
     def __init__(self, simsiam: nn.Module, subset: Subset = "correct"):
@@ -81,7 +79,6 @@ class L1Distance:
     """L1: mean |x - cf| per sample in [0, 1] units, averaged over samples (lower is better)."""
 
     name = "L1"
-    higher_is_better = {"L1": False}
     roles: tuple[str, ...] = ()
 
     def __init__(self, subset: Subset = "all"):

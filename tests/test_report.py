@@ -374,3 +374,27 @@ def test_each_cpu_kind_keeps_its_own_regression_reference(table, tmp_path, monke
     assert run("regression", "GenuineIntel Xeon") == 1  # the Intel kind still holds Intel's numbers
     write_current(2.5)  # a real regression on the AMD kind is still caught
     assert run("regression", "AuthenticAMD EPYC") == 1
+
+
+def test_directions_come_from_the_registry_not_from_metrics_json(tmp_path):
+    """A metric's direction is declared once (its registration): a metrics.json that claims FID is better
+    higher (a stale or foreign file) does not flip the table's arrow or its marks."""
+    wrong = {"FID": True, "FR": False}
+    rows = {"fire": ({"FID": 1.0, "FR": 99.0}, wrong, {}), "dime": ({"FID": 3.0, "FR": 100.0}, wrong, {})}
+    _write_results(tmp_path, "synthxray_pacemaker", rows)
+    df, higher = report.load_task_table(tmp_path, "synthxray_pacemaker", list(rows), "xray", synthetic=True)
+    assert higher["FID"] is False and higher["FR"] is True
+    assert "| FiRe | **1.00** |" in report.to_markdown(df, higher)
+
+
+def test_builtin_metric_classes_leave_directions_to_their_registration():
+    """One home per direction: no registered built-in class states ``higher_is_better``; a metric built by
+    hand reports its registration's directions."""
+    import metrics
+    from metrics.evaluation import directions
+
+    assert directions(metrics.FID.__new__(metrics.FID)) == {"FID": False}
+    assert directions(metrics.GroundTruth())["GT_L1_input"] is None  # shown, not ranked
+
+    stating = [c for c in vars(metrics).values() if isinstance(c, type) and "higher_is_better" in vars(c)]
+    assert [c.__name__ for c in stating] == ["SigmaL"]  # the one unregistered (optional) metric

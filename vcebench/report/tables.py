@@ -67,7 +67,6 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str, syn
                 if iv is not None:
                     row[f"{k}_lo"], row[f"{k}_hi"] = iv
             bootstrap = mj.get("bootstrap")
-            higher.update(mj.get("higher_is_better", {}))
             row["n"] = mj.get("n_inputs", mj.get("n", {}).get("FR") if isinstance(mj.get("n"), dict) else None)
             proto = mj.get("protocol") or {}
             row.update(log_snr=proto.get("log_snr"), tuned=None if not proto else int(bool(proto.get("tuned"))))
