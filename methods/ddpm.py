@@ -23,6 +23,7 @@ from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
 from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite, require
+from .guidance import l1_grad
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,21 @@ class GuidedDDPMParams:
     scales: tuple[float, ...] = (8.0, 10.0, 15.0)  # classifier scales, tried in turn until the CF flips
     l1: float = 0.05
     perc: float = 30.0
+    # where the l1 term is taken: ``noisy`` = ||z - x||_1 on the noisy state (DiME, FastDiME_CelebA, MaskDiME);
+    # ``clean`` = ||x_t - x||_1 on the clean image that guides the step, a clean-image gradient beside the
+    # classifier's (FastDiME_Med's x-ray protocol)
+    l1_on: str = "noisy"
 
     def validate(self, section: str) -> None:
         require(1 <= self.start_step < self.respacing, section,
                 f"start_step must be in [1, respacing) = [1, {self.respacing}), got {self.start_step}")
+        require(self.l1_on in ("noisy", "clean"), section, f"l1_on must be noisy or clean, got {self.l1_on!r}")
+
+    def l1_terms(self, z: Tensor, x_t: Tensor, x: Tensor) -> tuple[Tensor | float, Tensor | float]:
+        """(clean-image l1 gradient, noisy-state l1 gradient), weighted; the other one is 0 (``l1_on``)."""
+        if self.l1_on == "clean":
+            return self.l1 * l1_grad(x_t, x), 0.0
+        return 0.0, self.l1 * l1_grad(z, x)
 
 
 def space_timesteps(num_train_timesteps: int, respacing: int) -> list[int]:

@@ -19,7 +19,7 @@ from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
 from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule, denoise, sample_step
-from .guidance import guidance_grads, l1_grad
+from .guidance import guidance_grads
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,8 @@ def dime_attempt(models: TaskModels, sched: Schedule, p: DimeParams, x: Tensor, 
     for i in range(p.start_step - 1, -1, -1):
         mean, var, _ = sched.p_mean_variance(models.ddpm, z, i)
         g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
-        grads = (g_cls + g_perc) / sched.sqrt_abar(i, x) + p.l1 * l1_grad(z, x)
+        l1_clean, l1_noisy = p.l1_terms(z, x_t, x)
+        grads = (g_cls + g_perc + l1_clean) / sched.sqrt_abar(i, x) + l1_noisy
         z = sample_step(mean, var, grads, i, noise.randn(*shape, device=x.device) if i > 0 else None)
         if i > 0:  # x_t: unguided denoising of z_{i-1} down to 0 (the recursive clean estimate)
             x_t = denoise(sched, models.ddpm, z, i - 1, lambda: noise.randn(*shape, device=x.device))

@@ -25,7 +25,7 @@ from vcebench.models.base import TaskModels
 
 from .base import require
 from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule, sample_step
-from .guidance import guidance_grads, l1_grad
+from .guidance import guidance_grads
 from .masks import difference_mask
 
 
@@ -37,10 +37,15 @@ class FastDimeParams(GuidedDDPMParams):
     mask_dilation: int = 5  # odd max-pool kernel
     warmup_steps: int = 30  # guided steps before the self-optimised mask starts
     scale_grads: bool = False  # divide guidance gradients by sqrt(abar_t) (reference default: no)
+    # the self-optimised mask starts at the first step whose train timestep is <= mask_from_t x T (FastDiME_Med:
+    # t <= 200 of 1000, i.e. 0.2) instead of after ``warmup_steps`` guided steps; null: warmup_steps
+    mask_from_t: float | None = None
 
     def validate(self, section: str) -> None:
         super().validate(section)
         require(self.mask_dilation % 2 == 1, section, f"mask_dilation must be odd, got {self.mask_dilation}")
+        require(self.mask_from_t is None or 0 < self.mask_from_t <= 1, section,
+                f"mask_from_t must be null or in (0, 1], got {self.mask_from_t}")
 
 
 def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: Tensor, target: Tensor,
@@ -52,14 +57,17 @@ def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: 
     z = sched.q_sample(x, p.start_step, gen.fork("init").randn(*shape, device=dev))
     x_t = x.clone()
     keep = fixed_keep
+    mask_t = None if p.mask_from_t is None else p.mask_from_t * int(models.ddpm.num_train_timesteps)
     for j, i in enumerate(range(p.start_step - 1, -1, -1)):
         mean, var, x0hat = sched.p_mean_variance(models.ddpm, z, i)
         g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
         div = sched.sqrt_abar(i, x) if p.scale_grads else 1.0
-        grads = (g_cls + g_perc) / div + p.l1 * l1_grad(z, x)
+        l1_clean, l1_noisy = p.l1_terms(z, x_t, x)
+        grads = (g_cls + g_perc + l1_clean) / div + l1_noisy
         z = sample_step(mean, var, grads, i, noise.randn(*shape, device=dev) if i > 0 else None)
         x_t = x0hat  # Tweedie estimate (FastDiME Eq. 4) guides the next step
-        if self_mask and j >= p.warmup_steps:  # self-optimised mask (Eq. 6)
+        masking = j >= p.warmup_steps if mask_t is None else sched.train_steps[i] <= mask_t
+        if self_mask and masking:  # self-optimised mask (Eq. 6)
             keep = (difference_mask(x, x_t, p.mask_dilation) < p.mask_threshold).to(x.dtype)
         if keep is not None:  # Eqs. 7-8: keep the input's clean image and noisy state outside the mask
             x_t = keep * x + (1 - keep) * x_t

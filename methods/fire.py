@@ -4,9 +4,16 @@ Equation names refer to the paper's labels (``eq:fixed_noise_init`` ... ``eq:ble
 Choices the paper leaves open, made here:
 
 - The loss at step k is taken on ``X_k(Z) = M_soft^k * G(Z_t^k, t) + (1 - M_soft^k) * X0``
-  (docs/protocol.md): the current soft mask re-blends the PMF prediction G(Z_t^k) computed at the end
-  of step k - 1, whose autograd graph is reused (no second PMF forward). At k = 0 the PMF is run
-  once on Z_t^0.
+  (``loss_mask: current``, the default; docs/protocol.md): the current soft mask re-blends the PMF
+  prediction G(Z_t^k) computed at the end of step k - 1, whose autograd graph is reused (no second PMF
+  forward). Algorithm 1's X_k was blended with M_soft^{k-1}: ``loss_mask: previous`` takes the loss on that
+  image (at k = 0, where no earlier mask exists, on M_soft^0). At k = 0 the PMF is run once on Z_t^0.
+- The gradient is divided by its mean magnitude over the whole image (``grad_norm: image``, the default),
+  so a larger mask (rho) also takes a larger step inside it; ``grad_norm: mask`` divides by the mean
+  magnitude inside the hard mask, so rho sets where Z moves and not how far.
+- TV (``lambda_tv``) is the per-pixel mean of the absolute neighbour differences of ``X - X_0``
+  (``tv_reduction: mean``): at 0.01 it is about 1e-4 of the loss, i.e. effectively off;
+  ``tv_reduction: sum`` sums over the pixels instead (the weight then acts at any resolution).
 - Attribution (``A^k``) uses the target log-odds ``s_{y'} - s_{1-y'}`` (the raw target logit of a
   1-logit head exposed as ``[0, l]`` is constant for y' = 0); SmoothGrad averages ``|grad|`` over
   the N noisy copies and over channels.
@@ -66,6 +73,9 @@ class FireParams:
     early_stop: bool = True
     compaction: bool = True  # finished samples leave the batch
     maskdime_rho: float = 0.5  # mask = maskdime: share of the top-k kept for the blend mask
+    loss_mask: Literal["current", "previous"] = "current"  # the soft mask of the loss image (module docstring)
+    grad_norm: Literal["image", "mask"] = "image"  # mean |grad| over the image or inside the hard mask
+    tv_reduction: Literal["mean", "sum"] = "mean"  # TV per pixel (mean: effectively off at 0.01) or summed
 
     def validate(self, section: str) -> None:
         require(0 < self.t < 1, section, f"t must be in (0, 1), got {self.t}")
@@ -106,7 +116,8 @@ def fire_refine(x0: Tensor, target: Tensor, models: TaskModels, generator: Sampl
     b = ActiveBatch(x0, nfe, x_cf=x0.clone(), z=torch.zeros_like(x0), m_hard=mask0, m_soft=mask0.clone(),
                     steps=torch.zeros(len(x0), dtype=torch.long, device=dev), p_final=zeros)
     # Line 2: X_0 is the first clean image, M_hard^{-1} = 0.
-    s = b.start(x0=x0, z0=z0, eps=eps, target=target.to(dev), z=z0, x=x0, m_hard=mask0, p=zeros,
+    s = b.start(x0=x0, z0=z0, eps=eps, target=target.to(dev), z=z0, x=x0, m_hard=mask0, m_soft=mask0.clone(),
+                p=zeros,
                 live=torch.ones(len(x0), dtype=torch.bool, device=dev))
     graph = None  # (Z leaf, G(Z)): the PMF graph of the last prediction, reused by the next gradient
     for k, t_k in enumerate(levels):  # Line 3
@@ -115,7 +126,8 @@ def fire_refine(x0: Tensor, target: Tensor, models: TaskModels, generator: Sampl
         m_hard, m_soft = make_masks(f, s, p, sg_gen.subset(b.row_list))  # Lines 4-7, Eqs. orig/hard/soft_mask
         if graph is None:
             graph, s.sel = pmf_graph(models.pmf, s.z, t_k, True), torch.arange(len(b), device=dev)
-        grad = joint_gradient(models, graph, s, m_soft, p)  # Line 8, Eqs. joint_loss, clean_to_noisy_gradient
+        blend = m_soft if p.loss_mask == "current" or k == 0 else s.m_soft
+        grad = joint_gradient(models, graph, s, blend, p, m_hard)  # Line 8, Eqs. joint_loss, clean_to_noisy_gradient
         eta = step_size(p, k, len(levels), s.p).view(-1, 1, 1, 1)  # Line 9, Eq. adaptive_step
         z_next = m_hard * (s.z - eta * grad) + (1 - m_hard) * s.z0  # Line 10, Eq. masked_update
         reuse = k < len(levels) - 1 and p.mode != "reverse"
@@ -131,7 +143,7 @@ def fire_refine(x0: Tensor, target: Tensor, models: TaskModels, generator: Sampl
                  p_final=p_next)
         done = p_next >= p.p_flip if p.early_stop else torch.zeros_like(ok)  # Lines 13-14
         s.live = s.live & ok & ~done
-        s.z, s.p, s.x, s.m_hard = z_next.detach(), p_next.detach(), x_next.detach(), m_hard
+        s.z, s.p, s.x, s.m_hard, s.m_soft = z_next.detach(), p_next.detach(), x_next.detach(), m_hard, m_soft
         s.sel = torch.arange(len(b), device=dev)
         live, keep = torch.stack([s.live, s.live if p.compaction else ok]).cpu()  # the step's one host sync
         if not live.any():
@@ -153,10 +165,12 @@ def pmf_graph(pmf, z: Tensor, t: float, keep_graph: bool) -> tuple[Tensor, Tenso
         return leaf, pmf.predict_clean(leaf, t)
 
 
-def joint_gradient(models: TaskModels, graph: tuple[Tensor, Tensor], s, m_soft: Tensor, p: FireParams) -> Tensor:
+def joint_gradient(models: TaskModels, graph: tuple[Tensor, Tensor], s, m_soft: Tensor, p: FireParams,
+                   m_hard: Tensor | None = None) -> Tensor:
     """Eqs. joint_loss and clean_to_noisy_gradient: the gradient of L_joint on
-    ``X_k(Z) = M_soft^k G(Z) + (1 - M_soft^k) X_0`` w.r.t. Z_t^k, through the PMF graph of the last
-    prediction (rows ``s.sel`` of it) and the soft-mask blend; divided by its mean magnitude."""
+    ``X_k(Z) = M_soft G(Z) + (1 - M_soft) X_0`` w.r.t. Z_t^k, through the PMF graph of the last
+    prediction (rows ``s.sel`` of it) and the soft-mask blend (``M_soft``: the caller's, by ``loss_mask``);
+    divided by its mean magnitude over the image, or inside ``m_hard`` (``grad_norm: mask``)."""
     leaf, g = graph
     with torch.enable_grad():
         x_of_z = m_soft * g[s.sel] + (1 - m_soft) * s.x0
@@ -164,8 +178,12 @@ def joint_gradient(models: TaskModels, graph: tuple[Tensor, Tensor], s, m_soft: 
         if p.lambda_perc:
             loss = loss + p.lambda_perc * perceptual(models, x_of_z, s.x0)
         if p.lambda_tv:
-            loss = loss + p.lambda_tv * tv_loss(x_of_z - s.x0)
+            tv = tv_loss(x_of_z - s.x0)
+            loss = loss + p.lambda_tv * (tv * x_of_z[0, 0].numel() if p.tv_reduction == "sum" else tv)
         grad = torch.autograd.grad(loss.sum(), leaf)[0][s.sel]
+    if p.grad_norm == "mask" and m_hard is not None:
+        inside = (grad.abs() * m_hard).flatten(1).sum(1) / (m_hard.flatten(1).sum(1) * grad.shape[1]).clamp_min(1)
+        return grad / inside.clamp_min(1e-12).view(-1, 1, 1, 1)
     return mean_abs_normalize(grad)
 
 

@@ -41,7 +41,8 @@ def tv_loss(d: Tensor) -> Tensor:
 
 
 def l1_grad(z: Tensor, x: Tensor) -> Tensor:
-    """Gradient of ``||z - x||_1`` with respect to ``z`` (DiME's l1 term on the noisy state)."""
+    """Gradient of ``||z - x||_1`` with respect to ``z`` (DiME's l1 term on the noisy state; on the clean image
+    under ``l1_on: clean``)."""
     return torch.sign(z - x)
 
 

@@ -23,7 +23,7 @@ from vcebench.models.base import TaskModels
 
 from .base import require
 from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule
-from .guidance import guidance_grads, l1_grad
+from .guidance import guidance_grads
 from .masks import nested_topk
 
 
@@ -57,7 +57,8 @@ def maskdime_attempt(models: TaskModels, sched: Schedule, p: MaskDimeParams, x: 
         sab = sched.sqrt_abar(i, x)
         g_cls = g_cls / sab
         mz, mx = nested_topk(g_cls.abs().mean(1, keepdim=True), p.k, p.rho, p.dilation)
-        grads = p.grad_scale * (g_cls + g_perc / sab + p.l1 * l1_grad(z, x))
+        l1_clean, l1_noisy = p.l1_terms(z, x_t, x)
+        grads = p.grad_scale * (g_cls + (g_perc + l1_clean) / sab + l1_noisy)
         z = mz * (mean - var * grads) + (1 - mz) * sched.q_sample(x, i, noise.randn(*shape, device=dev))
     return z, mz
 

@@ -37,7 +37,7 @@ from ..registry import method_noise
 
 NOISE_RULES = ("paper", "snr_matched")
 # keys of a method's config consumed here (never passed to the method's dataclass)
-PROTOCOL_KEYS = ("protocol", "log_snr_offset", "ref_start_step", "ref_respacing", "warmup_fraction")
+PROTOCOL_KEYS = ("protocol", "log_snr_offset", "ref_start_step", "ref_respacing", "warmup_fraction", "guided_steps")
 # the DDPM schedule assumed when a dataset's config names none (DiME's CelebA DDPM: guided-diffusion's
 # linear betas scaled by 1000 / T, T = 500)
 DEFAULT_DDPM_SCHEDULE = {"num_train_timesteps": 500, "beta_start": 2e-4, "beta_end": 0.04, "beta_schedule": "linear"}
@@ -66,6 +66,25 @@ def respaced_log_snr(alphas_cumprod: np.ndarray, respacing: int) -> tuple[np.nda
 
     ts = np.asarray(space_timesteps(len(alphas_cumprod), int(respacing)), dtype=np.int64)
     return ts, ddpm_log_snr(np.asarray(alphas_cumprod)[ts])
+
+
+def respacing_for_steps(alphas_cumprod: np.ndarray, guided_steps: int, target_log_snr: float) -> int:
+    """The equal-compute rule's trajectory (docs/protocol.md): the smallest respacing whose start step at
+    ``target_log_snr`` (:func:`nearest_start_step`) is ``guided_steps``; where no respacing of the train
+    schedule reaches it (little noise: fewer train timesteps below the target than guided steps), the one
+    whose start step comes closest (ties: fewer steps)."""
+    g = int(guided_steps)
+    if g < 1:
+        raise ConfigError(f"guided_steps must be >= 1, got {guided_steps}")
+    T = len(alphas_cumprod)
+    best, best_gap = 2, math.inf
+    for r in range(max(2, g + 1), T + 1):
+        gap = abs(nearest_start_step(alphas_cumprod, r, target_log_snr) - g)
+        if gap < best_gap:
+            best, best_gap = r, gap
+        if gap == 0:
+            break
+    return best
 
 
 def nearest_start_step(alphas_cumprod: np.ndarray, respacing: int, target_log_snr: float) -> int:
@@ -193,7 +212,12 @@ def _apply_ddpm_rule(cfg: dict, task: Task, method: str, params: dict[str, Any],
     _, lam_ref_all = respaced_log_snr(abar, ref_r)
     lam_ref = float(lam_ref_all[ref_s])
     target = lam_ref + shift + offset
-    respacing = int(_param(params, "respacing", task, method))
+    if params.get("guided_steps") is not None:  # the equal-compute rule: the trajectory follows the step count
+        respacing = respacing_for_steps(abar, int(params["guided_steps"]), target)
+        out["respacing"] = respacing
+        record["guided_steps"] = int(params["guided_steps"])
+    else:
+        respacing = int(_param(params, "respacing", task, method))
     start = nearest_start_step(abar, respacing, target)
     ts, lam_all = respaced_log_snr(abar, respacing)
     out["start_step"] = start

@@ -27,6 +27,10 @@ from ..config.load import ConfigError
 from ..config.tasks import split_method
 
 FALLBACK = "no setting meets every bound: smallest total shortfall below the bounds, then lowest {minimize}"
+# odd dilation kernels (2 r + 1) by method and param; FiRe's `dilation` is a radius r
+ODD_KERNELS = frozenset({("fastdime", "mask_dilation"), ("fastdime2", "mask_dilation"),
+                         ("fastdime2plus", "mask_dilation"), ("maskdime", "dilation"), ("ace", "dilation")})
+FRACTIONS = frozenset({"rho", "k", "mask_threshold", "inpaint"})  # shares of the image or of a range: <= 1
 
 
 def round_value(v: float | None) -> float | None:
@@ -43,10 +47,39 @@ def _scaled(u: float, lo: float, hi: float, scale: str) -> float:
     return lo + u * (hi - lo)
 
 
+def _value_at(spec: dict, name: str, u: float, untuned: dict[str, Any], method: str) -> Any:
+    """The absolute value of ``name`` at ``u`` (a point of the spec's range: a factor, an absolute value, or an
+    integer shift for ``scale: shift``)."""
+    if spec["scale"] == "shift":
+        if name not in untuned or isinstance(untuned[name], bool) or not isinstance(untuned[name], int):
+            raise ConfigError(f"tune.space.{method}.{name}: scale shift needs an integer `{name}` of {method}")
+        base, step = int(untuned[name]), int(round(u))
+        if (method, name) in ODD_KERNELS:  # a kernel 2 r + 1 moves by its radius
+            return 2 * max(0, (base - 1) // 2 + step) + 1
+        return max(0, base + step)
+    if not spec["relative"]:
+        return round_value(u)
+    if name not in untuned:
+        raise ConfigError(f"tune.space.{method}.{name}: relative, but {method} has no `{name}`")
+    base = untuned[name]
+    if isinstance(base, (list, tuple)):
+        return [round_value(float(b) * u) for b in base]
+    if isinstance(base, bool) or not isinstance(base, (int, float)):
+        raise ConfigError(f"tune.space.{method}.{name}: relative needs a number, got {base!r}")
+    v = int(round(base * u)) if isinstance(base, int) else round_value(base * u)
+    return min(v, 1.0) if name in FRACTIONS else v
+
+
+def setting_at(space: dict[str, dict], untuned: dict[str, Any], point: dict[str, float],
+               method: str) -> dict[str, Any]:
+    """The absolute parameter values of a point of ``space`` (``{param: u}``, u in the spec's range)."""
+    return {name: _value_at(space[name], name, float(point[name]), untuned, method) for name in space}
+
+
 def candidate_settings(space: dict[str, dict], untuned: dict[str, Any], n: int, seed: int,
                        method: str) -> list[dict[str, Any]]:
     """``n`` settings: ``{}`` (the untuned configuration) and ``n - 1`` points of a Latin hypercube over
-    ``space`` (seeded by ``seed`` and the method name), as absolute parameter values."""
+    ``space`` (seeded by ``seed`` and the method name), as absolute parameter values (``sampler: lhs``)."""
     out: list[dict[str, Any]] = [{}]
     m = n - 1
     if m <= 0 or not space:
@@ -55,24 +88,12 @@ def candidate_settings(space: dict[str, dict], untuned: dict[str, Any], n: int, 
     names = list(space)
     u = np.stack([(rng.permutation(m) + rng.uniform(size=m)) / m for _ in names], axis=1)  # m x d strata
     for row in u:
-        setting: dict[str, Any] = {}
+        point = {}
         for name, ui in zip(names, row):
-            spec = space[name]
-            lo, hi = (float(x) for x in spec["range"])
-            v = _scaled(float(ui), lo, hi, spec["scale"])
-            if spec["relative"]:
-                if name not in untuned:
-                    raise ConfigError(f"tune.space.{method}.{name}: relative, but {method} has no `{name}`")
-                base = untuned[name]
-                if isinstance(base, (list, tuple)):
-                    setting[name] = [round_value(float(b) * v) for b in base]
-                elif isinstance(base, bool) or not isinstance(base, (int, float)):
-                    raise ConfigError(f"tune.space.{method}.{name}: relative needs a number, got {base!r}")
-                else:
-                    setting[name] = int(round(base * v)) if isinstance(base, int) else round_value(base * v)
-            else:
-                setting[name] = round_value(v)
-        out.append(setting)
+            lo, hi = (float(x) for x in space[name]["range"])
+            point[name] = _scaled(float(ui), lo, hi, "linear" if space[name]["scale"] == "shift"
+                                  else space[name]["scale"])
+        out.append(setting_at(space, untuned, point, method))
     return out
 
 
@@ -164,3 +185,167 @@ def sweep_markdown(result: dict[str, Any]) -> str:
     for m, p in result["picked"].items():
         lines.append(f"| {m} | {p['setting']} | {p['qualified']} | {p['how']} |")
     return "\n".join(lines) + "\n"
+
+
+# --- the search-space rule (docs/protocol.md, "The fair protocol") ------------------------------------------
+STRENGTH_FACTORS = (0.25, 4.0)  # every guidance strength: log range x1/4 to x4 around its paper value
+OFFSET_RANGE = (-3.0, 3.0)  # the starting-noise offset (log-SNR), the same for every method
+SHIFT_RANGE = (-2, 2)  # a pixel radius (or a kernel's radius): +-2 px around the rule's value, floored at 0
+STRENGTHS = {"fire": ("eta",), "dime": ("scales",), "fastdime": ("scales",), "fastdime2": ("scales",),
+             "fastdime2plus": ("scales",), "maskdime": ("scales", "grad_scale"),
+             "ace": ("attack_step", "dist_weight")}
+# mask parameters: fractions on the strengths' log range, radii and kernels by the shift
+MASK_PARAMS = {"fire": ("rho", "dilation", "feather"), "fastdime": ("mask_threshold", "mask_dilation"),
+               "fastdime2": ("mask_threshold", "mask_dilation"), "fastdime2plus": ("mask_threshold", "mask_dilation"),
+               "maskdime": ("k", "dilation"), "ace": ("inpaint", "dilation")}
+RADII = frozenset({("fire", "dilation"), ("fire", "feather")}) | ODD_KERNELS
+
+
+def rule_space(method: str) -> dict[str, dict]:
+    """The search space the rule gives ``method``: the offset, its strengths, its mask parameters."""
+    if method not in STRENGTHS:
+        return {}
+    log = {"range": list(STRENGTH_FACTORS), "scale": "log", "relative": True}
+    out: dict[str, dict] = {"log_snr_offset": {"range": list(OFFSET_RANGE), "scale": "linear", "relative": False}}
+    for p in (*STRENGTHS[method], *MASK_PARAMS.get(method, ())):
+        out[p] = ({"range": list(SHIFT_RANGE), "scale": "shift", "relative": True} if (method, p) in RADII
+                  else dict(log))
+    return out
+
+
+def space_violations(space: dict[str, dict]) -> list[str]:
+    """Where ``space`` (config ``tune.space``) breaks the rule: a method's space that is not :func:`rule_space`
+    (one-sided, narrower, wider or missing a parameter). Empty: every space follows it."""
+    bad = []
+    for method, spec in space.items():
+        want = rule_space(method)
+        for p in sorted(set(want) | set(spec or {})):
+            got = (spec or {}).get(p)
+            if got is None or want.get(p) is None or [float(x) for x in got["range"]] != want[p]["range"] \
+                    or got["scale"] != want[p]["scale"] or bool(got["relative"]) != want[p]["relative"]:
+                bad.append(f"{method}.{p}: {got} (rule: {want.get(p)})")
+    return bad
+
+
+# --- the sequential search (sampler: tpe) ---------------------------------------------------------------
+def ranked(rows: list[dict[str, Any]], rule: dict[str, Any]) -> list[int]:
+    """Row indices best first by ``rule``: the qualified by the objective, then the rest by shortfall."""
+    order, left = [], list(range(len(rows)))
+    while left:
+        i, _ = select([rows[j] for j in left], rule)
+        order.append(left.pop(i))
+    return order
+
+
+def is_dead(row: dict[str, Any], dead_fr: float) -> bool:
+    """A trial that flips fewer than ``dead_fr`` % of its inputs (or whose FR is missing)."""
+    v = _value(row["metrics"], "FR")
+    return v is None or v < dead_fr
+
+
+def front(rows: list[dict[str, Any]], quality: str, fidelity: str = "FR_oracle") -> list[int]:
+    """Indices of the validation front: the rows no other row beats on both lower ``quality`` and higher
+    ``fidelity`` (rows missing either are left out); sorted by quality."""
+    pts = [(i, _value(r["metrics"], quality), _value(r["metrics"], fidelity)) for i, r in enumerate(rows)]
+    pts = [p for p in pts if p[1] is not None and p[2] is not None]
+    keep = [p for p in pts if not any((q[1] <= p[1] and q[2] >= p[2]) and (q[1] < p[1] or q[2] > p[2])
+                                      for q in pts)]
+    return [p[0] for p in sorted(keep, key=lambda p: (p[1], -p[2], p[0]))]
+
+
+def _objective_value(metrics: dict, key: str) -> float:
+    v = _value(metrics, key)
+    return 1e9 if v is None else v  # a trial without the objective (too few successful CFs) ranks last
+
+
+def _constraints(metrics: dict, rule: dict) -> list[float]:
+    """Optuna's constraint values (<= 0 feasible): each bound less the metric (the bound when it is missing)."""
+    out = []
+    for k, bound in (rule.get("require") or {}).items():
+        v = _value(metrics, k)
+        out.append(float(bound) if v is None else float(bound) - v)
+    return out or [0.0]
+
+
+def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any], *, n_trials: int, seed: int,
+                      method: str, rule: dict[str, Any], storage: str, settings_key: str,
+                      n_startup: int = 8, log=None) -> list[dict[str, Any]]:
+    """``n_trials`` trials of a seeded TPE search (Optuna's ``TPESampler``, constrained by ``rule``'s bounds)
+    over ``space``; trial 0 is the untuned setting. ``evaluate(i, overrides) -> metrics`` scores trial ``i``.
+
+    Resumable: the trials live in the SQLite file ``storage`` (one study per method); a study made under other
+    settings (``settings_key``: everything a trial depends on) is refused, and a trial an interruption left
+    running is run again. The sampler is re-seeded from (seed, method, trial number) before every trial, so a
+    resumed search draws the same trials as an uninterrupted one. Returns one row per trial
+    (``{trial, overrides, metrics}``), in trial order."""
+    if not space:  # nothing to tune (the pixel attack: its budget is the row's definition)
+        return [{"trial": 0, "overrides": {}, "metrics": evaluate(0, {})}]
+    try:
+        import optuna
+    except ImportError as e:  # pragma: no cover - optuna is a dependency (pyproject.toml)
+        raise ConfigError("tune.sampler tpe needs the `optuna` package (pip install optuna)") from e
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from optuna.trial import TrialState
+
+    def sampler(number: int):
+        return optuna.samplers.TPESampler(
+            seed=int(zlib.crc32(f"{seed}/{method}/{number}".encode())), n_startup_trials=n_startup,
+            multivariate=True)
+
+    study = optuna.create_study(study_name=method, storage=storage, direction="minimize", load_if_exists=True,
+                                sampler=sampler(0))
+    have = study.user_attrs.get("settings_key")
+    if have is None:
+        study.set_user_attr("settings_key", settings_key)
+    elif have != settings_key:
+        raise ConfigError(f"tune: {storage} holds a {method} search made under other settings; delete it or "
+                          f"restore the settings it was made with")
+    names = list(space)
+    dists = {}
+    for p in names:
+        lo, hi = (float(x) for x in space[p]["range"])
+        if space[p]["scale"] == "shift":
+            dists[p] = optuna.distributions.IntDistribution(int(lo), int(hi))
+        else:
+            dists[p] = optuna.distributions.FloatDistribution(lo, hi, log=space[p]["scale"] == "log")
+    untuned_point = {p: (0 if space[p]["scale"] == "shift" else 1.0 if space[p]["relative"] else 0.0) for p in names}
+
+    def done():
+        return [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+
+    while len(done()) < n_trials:
+        number = len(done())
+        study.sampler = sampler(number)
+        if number == 0:  # the untuned setting first
+            study.enqueue_trial(untuned_point, skip_if_exists=False)
+        trial = study.ask(dists)
+        point = {p: trial.params[p] for p in names}
+        cand = {} if number == 0 else setting_at(space, untuned, point, method)
+        metrics = evaluate(number, cand)
+        trial.set_constraint(_constraints(metrics, rule))
+        trial.set_user_attr("overrides", cand)
+        trial.set_user_attr("metrics", metrics)
+        trial.set_user_attr("number_done", number)
+        study.tell(trial, _objective_value(metrics, rule["minimize"]))
+        if log:
+            log(f"{method} trial {number}: {cand or 'untuned'} -> "
+                + ", ".join(f"{k}={v}" for k, v in metrics.items()))
+    # trials an interruption left RUNNING are dropped: their number is run again above
+    return [{"trial": t.user_attrs["number_done"], "overrides": t.user_attrs["overrides"],
+             "metrics": t.user_attrs["metrics"]} for t in sorted(done(), key=lambda t: t.number)]
+
+
+def pick_stability(score, n_trials: int, n_inputs: int, rule: dict[str, Any], *, resamples: int = 200,
+                   seed: int = 0) -> dict[str, Any]:
+    """How often the pick changes when the validation inputs are resampled: ``score(trial, idx) -> metrics``
+    scores trial ``trial`` on the inputs ``idx`` (an int array, with repeats). Returns the pick on all inputs,
+    the share of ``resamples`` bootstrap draws that pick the same trial (``agreement``) and how often each
+    trial is picked. An objective for which ``agreement`` is low at the tuning n picks noise."""
+    rng = np.random.default_rng(seed)
+    full = np.arange(n_inputs)
+    pick, _ = select([{"metrics": score(i, full)} for i in range(n_trials)], rule)
+    counts = np.zeros(n_trials, dtype=int)
+    for _ in range(resamples):
+        idx = rng.integers(0, n_inputs, n_inputs)
+        counts[select([{"metrics": score(i, idx)} for i in range(n_trials)], rule)[0]] += 1
+    return {"pick": int(pick), "agreement": float(counts[pick] / max(1, resamples)), "counts": counts.tolist()}
