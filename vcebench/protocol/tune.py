@@ -148,7 +148,7 @@ def tune_methods(cfg: dict) -> list[str]:
 def merge_tuned(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """``new`` (some methods tuned again) with the other methods' settings, picks and sweep rows of ``old``;
     refuses to mix sweeps made under a different rule, split, n or number of settings."""
-    for key in ("task", "rule", "validation", "n_settings", "seed", "noise_rule"):
+    for key in ("task", "rule", "validation", "n_settings", "seed", "noise_rule", "sampler"):
         if old.get(key) != new.get(key):
             raise ConfigError(f"cannot merge tune results: `{key}` differs ({old.get(key)!r} vs {new.get(key)!r}); "
                               f"tune every method again")
@@ -157,18 +157,27 @@ def merge_tuned(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     out["settings"] = {**{m: v for m, v in old["settings"].items() if m not in methods_new}, **new["settings"]}
     out["picked"] = {**{m: v for m, v in old["picked"].items() if m not in methods_new}, **new["picked"]}
     out["space"] = {**old.get("space", {}), **new.get("space", {})}
+    if "methods" in new:
+        out["methods"] = {**{m: v for m, v in old.get("methods", {}).items() if m not in methods_new},
+                          **new["methods"]}
     out["sweep"] = [r for r in old["sweep"] if r["method"] not in methods_new] + new["sweep"]
     out["wall_seconds"] = round(float(old.get("wall_seconds", 0)) + float(new["wall_seconds"]), 1)
     return out
 
 
 def sweep_markdown(result: dict[str, Any]) -> str:
-    """The sweep table of a tuned file as Markdown (picked rows in bold)."""
+    """The sweep table of a tuned file as Markdown (picked rows in bold); a ``sampler: tpe`` file adds each
+    method's trials, explained validation CFs, dead trials (FR < ``dead_fr``) and validation front."""
     keys = list(next(iter(result["sweep"]), {}).get("metrics", {}))
-    head = ["method", "setting", "overrides", "log-SNR", "t / start", *keys, "steps", "s/CF", "picked"]
+    tpe = result.get("sampler") == "tpe"
+    head = ["method", *(["stage", "n"] if tpe else []), "setting", "overrides", "log-SNR", "t / start", *keys,
+            "steps", "s/CF", "picked"]
+    size = (f"{result['n_trials']} TPE trials per method on {result['validation']['n_search']} inputs, the best "
+            f"{result['promote']} again on {result['validation']['n']}" if tpe
+            else f"{result['n_settings']} settings per method")
     lines = [f"# `vcebench tune` on {result['task']} ({result['date']})", "",
              f"{result['validation']['n']} inputs of the `{result['validation']['split']}` split (evaluation: "
-             f"`{result['validation']['evaluation_split']}`), {result['n_settings']} settings per method, noise "
+             f"`{result['validation']['evaluation_split']}`), {size}, noise "
              f"rule `{result['noise_rule']}`, {result['wall_seconds']:.0f} s.", "",
              f"Rule: lowest {result['rule']['minimize']} subject to "
              + (", ".join(f"{k} >= {v}" for k, v in (result['rule'].get('require') or {}).items()) or "nothing")
@@ -177,13 +186,27 @@ def sweep_markdown(result: dict[str, Any]) -> str:
     for r in result["sweep"]:
         ov = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "untuned"
         where = r["t"] if r["t"] is not None else f"{r['start_step']} of {r['respacing']}"
-        cells = [r["method"], str(r["setting"]), ov, str(r["log_snr"]), str(where),
+        cells = [r["method"], *([r.get("stage", ""), str(r.get("n", ""))] if tpe else []), str(r["setting"]), ov,
+                 str(r["log_snr"]), str(where),
                  *("-" if r["metrics"][k] is None else str(r["metrics"][k]) for k in keys),
                  str(r["mean_steps"]), str(r["sec_per_cf"]), "**yes**" if r["picked"] else ""]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "| method | picked | qualified | how |", "|---|---|---|---|"]
     for m, p in result["picked"].items():
         lines.append(f"| {m} | {p['setting']} | {p['qualified']} | {p['how']} |")
+    if tpe:
+        q = result["rule"]["minimize"]
+        lines += ["", f"## Per method: trials, explained validation CFs, dead trials (FR < {result['dead_fr']} %), "
+                  f"validation front ({q} vs FR_oracle, trials at n = {result['validation']['n_search']})", "",
+                  "| method | trials | explained val CFs | dead trials | dead share | promoted | pick | fallback "
+                  f"| front ({q}, FR_oracle) |", "|---|---|---|---|---|---|---|---|---|"]
+        for m, s in result["methods"].items():
+            rows = {r["setting"]: r for r in result["sweep"] if r["method"] == m and r.get("stage") == "search"}
+            pts = "; ".join(f"#{i} ({rows[i]['metrics'].get(q)}, {rows[i]['metrics'].get('FR_oracle')})"
+                            for i in s["front"])
+            lines.append(f"| {m} | {s['trials']} | {s['explained_val_cfs']} | "
+                         f"{', '.join(map(str, s['dead_trials'])) or '-'} | {s['dead_share']} | "
+                         f"{', '.join(map(str, s['promoted']))} | {s['pick']} | {s['fallback']} | {pts or '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -258,13 +281,13 @@ def _objective_value(metrics: dict, key: str) -> float:
     return 1e9 if v is None else v  # a trial without the objective (too few successful CFs) ranks last
 
 
-def _constraints(metrics: dict, rule: dict) -> list[float]:
+def _constraints(metrics: dict, rule: dict) -> dict[str, float]:
     """Optuna's constraint values (<= 0 feasible): each bound less the metric (the bound when it is missing)."""
-    out = []
+    out = {}
     for k, bound in (rule.get("require") or {}).items():
         v = _value(metrics, k)
-        out.append(float(bound) if v is None else float(bound) - v)
-    return out or [0.0]
+        out[k] = float(bound) if v is None else float(bound) - v
+    return out
 
 
 def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any], *, n_trials: int, seed: int,
@@ -322,7 +345,8 @@ def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any],
         point = {p: trial.params[p] for p in names}
         cand = {} if number == 0 else setting_at(space, untuned, point, method)
         metrics = evaluate(number, cand)
-        trial.set_constraint(_constraints(metrics, rule))
+        for k, c in _constraints(metrics, rule).items():
+            trial.set_constraint(k, c)
         trial.set_user_attr("overrides", cand)
         trial.set_user_attr("metrics", metrics)
         trial.set_user_attr("number_done", number)

@@ -21,7 +21,17 @@ import numpy as np
 
 from ..config.load import ConfigError
 from ..config.tasks import Task, get_task, method_params, split_method
-from ..protocol.tune import FALLBACK, candidate_settings, round_value, select, tune_methods
+from ..protocol.tune import (
+    FALLBACK,
+    candidate_settings,
+    front,
+    is_dead,
+    ranked,
+    round_value,
+    select,
+    sequential_search,
+    tune_methods,
+)
 
 
 @dataclass
@@ -57,9 +67,15 @@ def _wanted_metrics(tc: dict, rule: dict, known: dict) -> list[str]:
     return wanted
 
 
-def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any]) -> dict[str, Any]:
+def _shared_key(sw: _Sweep) -> dict[str, Any]:
+    """What every trial of a sweep depends on besides its own params and inputs (a resumed sweep must match)."""
+    return {"metrics": sw.wanted, "seed": sw.cfg.get("seed"), "batch_size": sw.cfg.get("batch_size"),
+            "models": {r: sw.models.names.get(r, r) for r in sorted(sw.roles)}, "weights": sw.weights}
+
+
+def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "setting") -> dict[str, Any]:
     """Run and score setting ``i`` (overrides ``cand``) of method ``name``; a finished setting of an interrupted
-    sweep is reused when everything it depends on is the same."""
+    sweep is reused when everything it depends on is the same (``tag``: the file name's stage)."""
     from ..protocol.run_settings import EvalSettings, RunSettings
     from .evaluate import evaluate_task
     from .explain import generate
@@ -69,11 +85,9 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any]) -> dict[str,
                                    split=sw.split_name)
     params, rec = dict(settings.params), settings.protocol
     method = settings.build_method()
-    npz = sw.work / name / f"setting-{i}.npz"
+    npz = sw.work / name / f"{tag}-{i}.npz"
     npz.parent.mkdir(parents=True, exist_ok=True)
-    key = json.dumps({"params": params, "ids": sw.ids.tolist(), "metrics": sw.wanted, "seed": cfg.get("seed"),
-                      "models": {r: sw.models.names.get(r, r) for r in sorted(sw.roles)}, "weights": sw.weights,
-                      "batch_size": cfg.get("batch_size")}, sort_keys=True, default=str)
+    key = json.dumps({"params": params, "ids": sw.ids.tolist(), **_shared_key(sw)}, sort_keys=True, default=str)
     cached = npz.with_suffix(".row.json")
     if cached.exists() and json.loads(cached.read_text()).get("key") == key:
         return json.loads(cached.read_text())["row"]
@@ -150,6 +164,8 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     sw = _Sweep(cfg, task, split, split_name, ids, split.index_of(ids), models, roles, wanted, work, ref,
                 data_dir, model_dir, device, weights)
     space_all = (tc.get("space") or {})
+    if tc.get("sampler", "lhs") == "tpe":
+        return _run_tpe(sw, tc, rule, names, space_all, t_start, log)
     sweep, picked, settings = [], {}, {}
     for name in names:
         untuned = method_params(cfg, task, name, candidate={})
@@ -177,3 +193,73 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
         "settings": settings, "picked": picked, "sweep": sweep,
     }
 
+
+def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict, t_start: float,
+             log) -> dict[str, Any]:
+    """``sampler: tpe`` (docs/protocol.md, "The fair protocol"): per method ``n_trials`` seeded TPE trials on
+    the first ``n_search`` validation inputs, the best ``promote`` by the rule run again on all ``n``, the pick
+    made among those; every method explains the same number of validation CFs."""
+    from dataclasses import replace
+
+    missing = [k for k in ("n_trials", "n_search", "promote", "dead_fr") if k not in tc]
+    if missing:
+        raise ConfigError(f"tune.sampler tpe needs config key `tune.{missing[0]}` (config/presets/fair.yaml)")
+    n_trials, n_search, promote = int(tc["n_trials"]), int(tc["n_search"]), int(tc["promote"])
+    dead_fr, seed = float(tc["dead_fr"]), int(tc["seed"])
+    if n_search > len(sw.ids):
+        raise ConfigError(f"tune.n_search ({n_search}) exceeds tune.n ({len(sw.ids)})")
+    small = replace(sw, ids=sw.ids[:n_search], rows_idx=sw.rows_idx[:n_search])
+    sweep, picked, settings, summary = [], {}, {}, {}
+    for name in names:
+        untuned = method_params(sw.cfg, sw.task, name, candidate={})
+        space = space_all.get(name) or {}
+        key = json.dumps({"task": sw.task.name, "ids": small.ids.tolist(), "space": space, "rule": rule,
+                          "untuned": untuned, "seed": seed, **_shared_key(sw)}, sort_keys=True, default=str)
+        (sw.work / name).mkdir(parents=True, exist_ok=True)
+        rows_by_trial: dict[int, dict] = {}
+
+        def evaluate(i, cand, name=name, rows_by_trial=rows_by_trial):
+            rows_by_trial[i] = _sweep_row(small, name, i, cand, tag="trial")
+            return rows_by_trial[i]["metrics"]
+
+        trials = sequential_search(evaluate, space, untuned, n_trials=n_trials if space else 1, seed=seed,
+                                   method=name, rule=rule, storage=f"sqlite:///{sw.work / name / 'search.db'}",
+                                   settings_key=key, log=log)
+        rows = []
+        for t in trials:  # a resumed trial's row comes from its cached file
+            r = rows_by_trial.get(t["trial"]) or _sweep_row(small, name, t["trial"], t["overrides"], tag="trial")
+            rows.append({**r, "stage": "search", "n": n_search})
+        top = ranked(rows, rule)[:promote]
+        full = [{**_sweep_row(sw, name, rows[j]["setting"], rows[j]["overrides"], tag="promoted"),
+                 "stage": "promoted", "n": len(sw.ids)} for j in top]
+        pick, how = select(full, rule)
+        for r in rows + full:
+            r["picked"] = r["stage"] == "promoted" and r["setting"] == full[pick]["setting"]
+        settings[name] = dict(full[pick]["overrides"])
+        dead = [r["setting"] for r in rows if is_dead(r, dead_fr)]
+        picked[name] = {"setting": full[pick]["setting"], **how, "metrics": full[pick]["metrics"],
+                        "log_snr": full[pick]["log_snr"]}
+        summary[name] = {"trials": len(rows), "explained_val_cfs": len(rows) * n_search + len(full) * len(sw.ids),
+                         "dead_trials": dead, "dead_share": round_value(len(dead) / max(1, len(rows))),
+                         "promoted": [r["setting"] for r in full], "pick": full[pick]["setting"],
+                         "fallback": not how["qualified"],
+                         "front": [rows[i]["setting"] for i in front(rows, rule["minimize"])]}
+        sweep += rows + full
+    return {
+        "task": sw.task.name, "date": _dt.date.today().isoformat(), "sampler": "tpe",
+        "rule": {**rule, "fallback": FALLBACK.format(minimize=rule["minimize"])},
+        "validation": {"split": sw.split_name, "n": int(len(sw.ids)), "n_search": n_search,
+                       "first_sample_id": int(sw.ids[0]), "last_sample_id": int(sw.ids[-1]),
+                       "evaluation_split": _eval_split(sw)},
+        "n_settings": n_trials, "n_trials": n_trials, "promote": promote, "dead_fr": dead_fr, "seed": seed,
+        "space": {k: space_all.get(k) or {} for k in names}, "noise_rule": sw.cfg["protocol"]["noise"],
+        "models": {r: sw.models.names.get(r, r) for r in sorted(sw.roles)},
+        "wall_seconds": round(time.perf_counter() - t_start, 1),
+        "settings": settings, "picked": picked, "methods": summary, "sweep": sweep,
+    }
+
+
+def _eval_split(sw: _Sweep) -> str:
+    from ..data import eval_split_name
+
+    return eval_split_name(sw.task.dataset)

@@ -1,0 +1,120 @@
+"""The fair protocol (config/presets/fair.yaml, vcebench/protocol/fair.py, docs/protocol.md "The fair protocol"):
+the papers' values under one resolution rule, one search-space rule, one equal-compute rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from vcebench.config.load import load_config
+from vcebench.protocol.fair import (
+    DOMAIN,
+    GUIDED_UPDATES,
+    NO_PAPER_VALUE,
+    PAPER,
+    UPDATE_KEY,
+    rule_params,
+    scale_kernel,
+    scale_radius,
+)
+from vcebench.protocol.noise import resolve_method
+from vcebench.protocol.tune import OFFSET_RANGE, SHIFT_RANGE, STRENGTH_FACTORS, rule_space, space_violations
+
+FAIR = ["config/config.yaml", "config/presets/fair.yaml"]
+SYNTHETIC = ("synthfaces_smile", "synthfaces_age", "synthxray_pacemaker")
+
+
+@pytest.fixture(scope="module")
+def fair():
+    return load_config(FAIR)
+
+
+def test_resolution_rule():
+    assert scale_radius(2, 32, 128) == 1  # 0.5 rounds up
+    assert scale_radius(3, 32, 128) == 1 and scale_radius(2, 32, 512) == 0 and scale_radius(2, 512, 512) == 2
+    assert scale_kernel(5, 32, 128) == 3 and scale_kernel(15, 32, 128) == 5  # radius 7 -> 1.75 -> 2
+    assert scale_kernel(21, 32, 512) == 3 and scale_kernel(21, 512, 512) == 21
+    with pytest.raises(ValueError, match="odd"):
+        scale_kernel(4, 32, 128)
+
+
+def test_every_paper_value_names_its_source():
+    for key, pv in PAPER.items():
+        assert pv.source and pv.kind in ("radius", "kernel", "fraction", "strength", "other"), key
+        assert (pv.resolution is not None) == (pv.kind in ("radius", "kernel")), key
+
+
+def _task_param_mismatches(cfg) -> list[str]:
+    """Every rule-set param of every synthetic task against the rule applied to the paper's value."""
+    bad = []
+    for task in SYNTHETIC:
+        tc = cfg["tasks"][task]
+        res = int(cfg["datasets"][tc["dataset"]]["resolution"])
+        for method, want in rule_params(tc["dataset"], tc["attribute"], res).items():
+            got = tc["params"].get(method) or {}
+            for k, v in want.items():
+                if got.get(k) != v:
+                    bad.append(f"{task}.{method}.{k}: {got.get(k)!r} (rule: {v!r})")
+    return bad
+
+
+def test_every_synthetic_task_param_is_the_rule_applied_to_the_paper_value(fair):
+    assert _task_param_mismatches(fair) == []
+    for (task, method, param), reason in NO_PAPER_VALUE.items():  # the listed ones say why
+        assert task in SYNTHETIC and param in fair["tasks"][task]["params"][method] and reason
+
+
+def test_the_task_param_check_catches_the_evaluation_split_picks():
+    """Planted fault: config.yaml's own task params (FiRe's rho 0.02 on smile, chosen on `test`) fail it."""
+    bad = _task_param_mismatches(load_config())
+    assert "synthfaces_smile.fire.rho: 0.02 (rule: 0.05)" in bad
+    assert any(b.startswith("synthxray_pacemaker.dime.scales") for b in bad)
+
+
+def test_every_space_is_two_sided_by_the_rule(fair):
+    space = fair["tune"]["space"]
+    assert space_violations(space) == []
+    lo_f, hi_f = STRENGTH_FACTORS
+    assert lo_f * hi_f == pytest.approx(1.0)
+    assert OFFSET_RANGE[0] == -OFFSET_RANGE[1] and SHIFT_RANGE[0] == -SHIFT_RANGE[1]
+    for method, spec in space.items():
+        assert spec == rule_space(method), method
+        for p, s in spec.items():
+            lo, hi = s["range"]
+            centre = 1.0 if s["scale"] == "log" else 0.0  # the paper value: factor 1, offset / shift 0
+            assert lo < centre < hi, (method, p)
+    # planted fault: config.yaml's one-sided scales (x0.05-1) and x0.5-2 ranges are seen
+    bad = space_violations(load_config()["tune"]["space"])
+    assert any(b.startswith("dime.scales") for b in bad) and any(b.startswith("fire.eta") for b in bad)
+
+
+def test_fire_paper_runs_the_papers_rho(fair):
+    for task, rho in zip(SYNTHETIC, (0.05, 0.12, 0.20)):
+        params, record = resolve_method(fair, task, "fire_paper")
+        assert params["rho"] == rho and params["t"] == pytest.approx(0.4) and not record["tuned"]
+        assert record["params"]["rho"] == rho  # metrics.json's protocol record
+
+
+def test_equal_compute_every_method_runs_the_same_guided_updates(fair):
+    for task in SYNTHETIC:
+        for method, key in UPDATE_KEY.items():
+            params, record = resolve_method(fair, task, method, candidate={})
+            updates = params["start_step"] if key == "guided_steps" else params[key]
+            assert updates == GUIDED_UPDATES, (task, method, params)
+        # the paper rows too: the papers' start, on a trajectory of 15 guided steps
+        params, record = resolve_method(fair, task, "dime_paper")
+        assert params["start_step"] == GUIDED_UPDATES and record["noise_rule"] == "paper"
+
+
+def test_xray_baselines_follow_fastdime_med(fair):
+    for m in ("dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime"):
+        p = fair["tasks"]["synthxray_pacemaker"]["params"][m]
+        assert (p["ref_start_step"] / p["ref_respacing"], p["l1"], p["l1_on"], p["perc"], p["scales"]) == \
+            (0.4, 200.0, "clean", 0.0, [100])
+        if m.startswith("fastdime"):
+            assert p["mask_dilation"] == scale_kernel(21, 32, 512) and p["mask_from_t"] == 0.2
+            assert fair["tasks"]["chexpert_pacemaker"]["params"][m]["mask_dilation"] == 21
+    assert DOMAIN["synthxray"] == ("chexpert", 512)
+
+
+def test_the_fair_preset_reads_no_tuned_file_of_the_old_protocol(fair):
+    assert fair["protocol"]["tuned_dir"] != load_config()["protocol"]["tuned_dir"]
