@@ -7,7 +7,7 @@ import math
 import pytest
 
 from vcebench.config.load import ConfigError
-from vcebench.protocol.tune import candidate_settings, select, tune_methods
+from vcebench.protocol.tune import candidate_settings, select, sweep_markdown, tune_methods
 
 RULE = {"minimize": "FID", "require": {"FR": 95, "FR_oracle": 80}}
 
@@ -149,3 +149,151 @@ def test_a_finished_setting_is_reused_only_with_the_same_network_weights(tmp_pat
     assert len(runs) == 2  # the same name, other weights: run again
     pixel = _sweep_row(sweep(after), "pixel", 0, {})  # no noise level: no log-SNR, and the row is written
     assert pixel["log_snr"] is None and pixel["metrics"]["FR"] == 100.0
+
+
+# --- sampler: tpe (config/presets/fair.yaml) --------------------------------------------------------------
+SPACE3 = {"log_snr_offset": {"range": [-3.0, 3.0], "scale": "linear", "relative": False},
+          "eta": {"range": [0.25, 4.0], "scale": "log", "relative": True},
+          "dilation": {"range": [-2, 2], "scale": "shift", "relative": True}}
+UNTUNED3 = {"eta": 0.02, "dilation": 1}
+KID_RULE = {"minimize": "KID", "require": {"FR": 95}}
+
+
+def _bowl(calls=None, fail_at=None):
+    """A narrow valley (optimum at offset 1.7, eta 0.09, dilation 3) that only flips where eta >= 0.01."""
+    def evaluate(i, cand):
+        if fail_at is not None and i == fail_at:
+            raise KeyboardInterrupt("interrupted")
+        if calls is not None:
+            calls.append(i)
+        o, e, d = cand.get("log_snr_offset", 0.0), cand.get("eta", 0.02), cand.get("dilation", 1)
+        kid = 4 * (o - 1.7) ** 2 + 3 * math.log(e / 0.09) ** 2 + 0.5 * (d - 3) ** 2
+        return {"KID": kid, "FR": 100.0 if e >= 0.01 else 5.0}
+    return evaluate
+
+
+def _search(tmp_path, evaluate, n_trials=32, key="k", db="s.db"):
+    from vcebench.protocol.tune import sequential_search
+
+    return sequential_search(evaluate, SPACE3, UNTUNED3, n_trials=n_trials, seed=0, method="fire", rule=KID_RULE,
+                             storage=f"sqlite:///{tmp_path / db}", settings_key=key)
+
+
+def test_tpe_search_is_seeded_starts_untuned_and_finds_the_good_region(tmp_path):
+    rows = _search(tmp_path, _bowl())
+    assert len(rows) == 32 and [r["trial"] for r in rows] == list(range(32)) and rows[0]["overrides"] == {}
+    again = _search(tmp_path, _bowl(), db="other.db")
+    assert [r["overrides"] for r in again] == [r["overrides"] for r in rows]  # seeded
+    best = min(r["metrics"]["KID"] for r in rows)
+    lhs = [_bowl()(i, c) for i, c in enumerate(candidate_settings(SPACE3, UNTUNED3, 6, 0, "fire"))]
+    lhs32 = [_bowl()(i, c) for i, c in enumerate(candidate_settings(SPACE3, UNTUNED3, 32, 0, "fire"))]
+    assert best < min(m["KID"] for m in lhs) and best < min(m["KID"] for m in lhs32)  # beats 6 and 32 LHS draws
+    assert best < 0.5
+
+
+def test_tpe_search_resumes_after_an_interruption_as_if_never_stopped(tmp_path):
+    calls = []
+    with pytest.raises(KeyboardInterrupt):
+        _search(tmp_path, _bowl(calls, fail_at=11), n_trials=20)
+    assert calls == list(range(11))
+    resumed = _search(tmp_path, _bowl(calls), n_trials=20)
+    assert calls == list(range(11)) + list(range(11, 20))  # the finished trials are not run again
+    whole = _search(tmp_path, _bowl(), n_trials=20, db="whole.db")
+    assert [r["overrides"] for r in resumed] == [r["overrides"] for r in whole]
+
+
+def test_tpe_search_refuses_a_study_made_under_other_settings(tmp_path):
+    _search(tmp_path, _bowl(), n_trials=3, key="a")
+    with pytest.raises(ConfigError, match="other settings"):
+        _search(tmp_path, _bowl(), n_trials=3, key="b")
+
+
+def test_front_dead_and_ranked():
+    from vcebench.protocol.tune import front, is_dead, ranked
+
+    rows = [{"metrics": m} for m in ({"KID": 1.0, "FR_oracle": 50, "FR": 100}, {"KID": 2.0, "FR_oracle": 90, "FR": 100},
+                                     {"KID": 3.0, "FR_oracle": 80, "FR": 9.0}, {"KID": 0.5, "FR_oracle": 40, "FR": 96},
+                                     {"KID": None, "FR_oracle": 99, "FR": 0.0})]
+    assert front(rows, "KID") == [3, 0, 1]  # row 2 is beaten by row 1 on both; row 4 has no KID
+    assert [is_dead(r, 10) for r in rows] == [False, False, True, False, True]
+    assert ranked(rows, KID_RULE) == [3, 0, 1, 2, 4]
+
+
+def test_pick_stability_separates_a_stable_objective_from_noise():
+    import numpy as np
+
+    from vcebench.protocol.tune import pick_stability
+
+    rng = np.random.default_rng(0)
+    clear = rng.normal([[0.0], [1.0], [2.0]], 0.3, size=(3, 100))  # per-input scores of 3 trials
+    noisy = rng.normal([[0.0], [0.02], [0.04]], 1.0, size=(3, 100))
+
+    def scorer(per_input):
+        return lambda t, idx: {"KID": float(per_input[t][idx].mean()), "FR": 100.0}
+
+    stable = pick_stability(scorer(clear), 3, 100, KID_RULE, resamples=100)
+    unstable = pick_stability(scorer(noisy), 3, 100, KID_RULE, resamples=100)
+    assert stable["pick"] == 0 and stable["agreement"] == 1.0
+    assert unstable["agreement"] < 0.8 and sum(unstable["counts"]) == 100
+
+
+def test_tpe_tuner_end_to_end_on_toy_models_reads_only_val(tmp_path, monkeypatch):
+    """`vcebench tune` with sampler tpe on the toy world: real FiRe counterfactuals of 8 validation inputs;
+    only `val` is ever loaded; every method explains the same number of validation CFs; the record says so."""
+    import numpy as np
+    import torch
+
+    import vcebench.data as data
+    import vcebench.models as vmodels
+    from tests.toy import toy_images, toy_models
+    from vcebench.config.load import load_config
+    from vcebench.steps import evaluate as ev_cmd
+    from vcebench.steps.tune import run_tune
+
+    images, _ = toy_images(24, seed=3)
+    loaded = []
+
+    class Split:
+        sample_ids = torch.arange(100, 124)
+
+        def index_of(self, ids):
+            return (torch.as_tensor(ids) - 100).numpy()
+
+        def float_images(self, rows):
+            return images[torch.as_tensor(rows)]
+
+    def load_split(cfg, dataset, name, data_dir=None):
+        loaded.append(name)
+        return Split()
+
+    def evaluate_task(settings, npz, **kw):  # FR of the toy classifier; a closeness score as the objective
+        z = np.load(npz)
+        cf = torch.as_tensor(z["cf"] if "cf" in z else z["images"]).float()
+        x = images[torch.as_tensor(z["sample_id"]) - 100]
+        cf = cf / 127.5 - 1 if cf.max() > 1.5 else cf
+        fr = float((toy_models().classifier(cf).argmax(1) == torch.as_tensor(z["target"])).float().mean() * 100)
+        return {"metrics": {"KID": float((cf - x).abs().mean()), "FR": fr}}
+
+    monkeypatch.setattr(data, "load_split", load_split)
+    monkeypatch.setattr(vmodels, "load_task_models", lambda *a, **k: toy_models())
+    monkeypatch.setattr(ev_cmd, "write_reference", lambda *a, **k: None)
+    monkeypatch.setattr(ev_cmd, "evaluate_task", evaluate_task)
+    cfg = load_config(overrides={
+        "protocol": {"tuned_dir": str(tmp_path / "tuned")}, "batch_size": 8,
+        "tune": {"sampler": "tpe", "n": 8, "n_search": 4, "n_trials": 4, "promote": 2, "dead_fr": 10,
+                 "metrics": ["KID", "FR"], "select": {"minimize": "KID", "require": {"FR": 50}},
+                 "space": {"fire": {"log_snr_offset": {"range": [-3.0, 3.0], "scale": "linear", "relative": False},
+                                    "eta": {"range": [0.25, 4.0], "scale": "log", "relative": True}}}}})
+    cfg["method_defaults"]["fire"].update(K=3, smoothgrad_n=2)
+    out = run_tune(cfg, "synthfaces_smile", work_dir=tmp_path / "work", method_names=["fire", "pixel"], log=None)
+    assert set(loaded) == {"val"}
+    assert out["sampler"] == "tpe" and out["validation"]["split"] == "val" and out["validation"]["n_search"] == 4
+    fire, pixel = out["methods"]["fire"], out["methods"]["pixel"]
+    assert fire["trials"] == 4 and fire["explained_val_cfs"] == 4 * 4 + 2 * 8 and len(fire["promoted"]) == 2
+    assert pixel["trials"] == 1  # nothing to tune: its budget defines the row
+    assert fire["pick"] in fire["promoted"] and out["settings"]["fire"] == next(
+        r["overrides"] for r in out["sweep"] if r["method"] == "fire" and r["picked"])
+    md = sweep_markdown(out)
+    assert "explained val CFs" in md and "front (KID, FR_oracle)" in md
+    again = run_tune(cfg, "synthfaces_smile", work_dir=tmp_path / "work", method_names=["fire"], log=None)
+    assert again["settings"]["fire"] == out["settings"]["fire"]  # resumed from the SQLite study and row files

@@ -313,7 +313,7 @@ def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any],
     def sampler(number: int):
         return optuna.samplers.TPESampler(
             seed=int(zlib.crc32(f"{seed}/{method}/{number}".encode())), n_startup_trials=n_startup,
-            multivariate=True)
+            multivariate=True, constant_liar=False)
 
     study = optuna.create_study(study_name=method, storage=storage, direction="minimize", load_if_exists=True,
                                 sampler=sampler(0))
@@ -336,10 +336,15 @@ def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any],
     def done():
         return [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
 
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        if t.state == TrialState.RUNNING:  # left by an interruption: failed, its number run again
+            study.tell(t.number, state=TrialState.FAIL)
+
     while len(done()) < n_trials:
         number = len(done())
         study.sampler = sampler(number)
-        if number == 0:  # the untuned setting first
+        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if number == 0 and not waiting:  # the untuned setting first
             study.enqueue_trial(untuned_point, skip_if_exists=False)
         trial = study.ask(dists)
         point = {p: trial.params[p] for p in names}
