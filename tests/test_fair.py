@@ -4,6 +4,7 @@ the papers' values under one resolution rule, one search-space rule, one equal-c
 from __future__ import annotations
 
 import pytest
+import torch
 
 from vcebench.config.load import load_config
 from vcebench.protocol.fair import (
@@ -118,3 +119,52 @@ def test_xray_baselines_follow_fastdime_med(fair):
 
 def test_the_fair_preset_reads_no_tuned_file_of_the_old_protocol(fair):
     assert fair["protocol"]["tuned_dir"] != load_config()["protocol"]["tuned_dir"]
+
+
+# --- the switches the fair protocol uses (defaults off: the committed results are unchanged) ----------------
+def _run(name, params, x, target, models):
+    import methods
+    from vcebench.core.rng import SampleGenerators
+
+    return methods.get_method(name, params)(x, target, models, SampleGenerators(0, list(range(len(x))))).images
+
+
+@pytest.fixture(scope="module")
+def world():
+    """The toy world with a bent classifier: the toy one is linear, so its attribution (hence FiRe's mask)
+    would be the same at every step and ``loss_mask`` could not matter."""
+    import dataclasses
+
+    from tests.toy import ToyClassifier, toy_images, toy_models, toy_target
+
+    class Bent(ToyClassifier):
+        def forward(self, x):
+            return super().forward(torch.tanh(3 * x) + 0.3 * torch.sin(7 * x))
+
+    x, _ = toy_images(6)
+    models = dataclasses.replace(toy_models(), classifier=Bent())
+    return x, toy_target(models, x), models
+
+
+@pytest.mark.parametrize("name, base, switch", [
+    ("fire", {"rho": 0.05, "dilation": 1, "feather": 2, "K": 4}, {"loss_mask": "previous"}),
+    ("fire", {"rho": 0.05, "dilation": 1, "feather": 2, "K": 4}, {"grad_norm": "mask"}),
+    ("fire", {"rho": 0.05, "dilation": 1, "feather": 2, "K": 4, "lambda_tv": 1.0}, {"tv_reduction": "sum"}),
+    ("dime", {"respacing": 20, "start_step": 6}, {"l1_on": "clean", "l1": 5.0}),
+    ("fastdime", {"respacing": 20, "start_step": 8, "warmup_steps": 4, "mask_dilation": 3}, {"mask_from_t": 0.05}),
+    ("maskdime", {"respacing": 20, "start_step": 6, "k": 0.1, "dilation": 3}, {"l1_on": "clean", "l1": 5.0}),
+])
+def test_each_switch_changes_the_counterfactuals_and_its_default_is_the_old_behaviour(world, name, base, switch):
+    from methods.ddpm import GuidedDDPMParams
+    from methods.fastdime import FastDimeParams
+    from methods.fire import FireParams
+
+    x, target, models = world
+    plain = _run(name, base, x, target, models)
+    defaults = {**FireParams().__dict__, **GuidedDDPMParams().__dict__, **FastDimeParams().__dict__}
+    explicit = _run(name, {**base, **{k: defaults[k] for k in switch if k != "l1"},
+                           **({"l1": switch["l1"]} if "l1" in switch else {})}, x, target, models)
+    on = _run(name, {**base, **switch}, x, target, models)
+    if "l1" not in switch:
+        assert torch.equal(plain, explicit)  # the default is today's code path, bit for bit
+    assert not torch.allclose(on, explicit), switch

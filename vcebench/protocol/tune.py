@@ -186,7 +186,7 @@ def sweep_markdown(result: dict[str, Any]) -> str:
     for r in result["sweep"]:
         ov = ", ".join(f"{k}={v}" for k, v in r["overrides"].items()) or "untuned"
         where = r["t"] if r["t"] is not None else f"{r['start_step']} of {r['respacing']}"
-        cells = [r["method"], *([r.get("stage", ""), str(r.get("n", ""))] if tpe else []), str(r["setting"]), ov,
+        cells = [r["method"], *([r["stage"], str(r["n"])] if tpe else []), str(r["setting"]), ov,
                  str(r["log_snr"]), str(where),
                  *("-" if r["metrics"][k] is None else str(r["metrics"][k]) for k in keys),
                  str(r["mean_steps"]), str(r["sec_per_cf"]), "**yes**" if r["picked"] else ""]

@@ -164,7 +164,7 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     sw = _Sweep(cfg, task, split, split_name, ids, split.index_of(ids), models, roles, wanted, work, ref,
                 data_dir, model_dir, device, weights)
     space_all = (tc.get("space") or {})
-    if tc.get("sampler", "lhs") == "tpe":
+    if tc["sampler"] == "tpe":
         return _run_tpe(sw, tc, rule, names, space_all, t_start, log)
     sweep, picked, settings = [], {}, {}
     for name in names:
