@@ -22,7 +22,7 @@ from .config.tasks import (  # noqa: F401 (Snakefile)
     split_method,
     task_methods,
 )
-from .registry.roles import GATE_ROLES, GENERATIVE
+from .registry.roles import GATE_ROLES, GENERATIVE, loss_roles
 
 
 def config_args(configfiles: list, basedir: str | Path = ".") -> str:
@@ -158,9 +158,11 @@ REAL_TRAINABLE = ("ddpm", "pmf")
 
 
 def gate_roles(cfg: dict, dataset: str, role: str) -> list[str]:
-    """Trained roles of ``dataset`` that ``role``'s quality gate measures against (trained first)."""
+    """Trained roles of ``dataset`` that ``role``'s quality gate measures against or its recipe's losses train
+    against (``registry.roles.LOSS_ROLES``, only when their weight is on): trained first."""
     spec = (cfg.get("models") or {}).get(dataset) or {}
-    return [r for r in GATE_ROLES.get(role, ()) if r in spec and "weights" not in (spec[r] or {})]
+    wanted = dict.fromkeys((*GATE_ROLES.get(role, ()), *loss_roles(role, spec.get(role))))
+    return [r for r in wanted if r in spec and "weights" not in (spec[r] or {})]
 
 
 def trained_networks(cfg: dict) -> list[str]:

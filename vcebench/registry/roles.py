@@ -9,3 +9,13 @@ TRAINING_ORDER = ("classifier", "oracle", "identity", "perceptual", "simsiam", "
 GENERATIVE = ("ddpm", "pmf")  # trained by ``training.train_generative`` (any device, several processes); bf16 applies
 # oracle after the classifier (transfer); ddpm after the FID features; pmf after all three: its quality gate
 GATE_ROLES = {"oracle": ("classifier",), "ddpm": ("fid_features",), "pmf": ("classifier", "fid_features", "ddpm")}
+# networks a recipe trains against (a loss term's network): {role: {weight key: network role}}, each needed (and
+# trained first) only when the recipe sets that weight above 0; the pmf's pMF-style losses on its one-step
+# prediction (vcebench.models.generative.pmf.ImageLoss)
+LOSS_ROLES = {"pmf": {"perceptual_weight": "perceptual", "features_weight": "fid_features"}}
+
+
+def loss_roles(role: str, settings: dict | None) -> tuple[str, ...]:
+    """The roles ``role``'s recipe ``settings`` (a ``models.<dataset>.<role>`` block) trains against."""
+    settings = settings or {}
+    return tuple(net for key, net in LOSS_ROLES.get(role, {}).items() if float(settings.get(key) or 0) > 0)

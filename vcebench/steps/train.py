@@ -23,10 +23,10 @@ from ..data import load_split
 from ..data.registry import SYNTHETIC_DATASETS, get_synthetic
 from ..models.recipes import TRAINABLE, TRAINERS
 from ..models.shipping.cards import install_shipped
-from ..models.task_models import check_settings, load_role, role_spec
+from ..models.task_models import check_settings, load_role, role_spec, train_command
 from ..models.training.distributed import Shard
 from ..protocol.noise import resolve_method
-from ..registry.roles import GATE_ROLES, GENERATIVE
+from ..registry.roles import GATE_ROLES, GENERATIVE, loss_roles
 
 
 def task_attributes(cfg: dict, dataset: str) -> list[str]:
@@ -78,6 +78,20 @@ def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> 
     return refs
 
 
+def loss_networks(cfg: dict, task: Task, role: str, model_dir: Path) -> dict[str, Any]:
+    """The networks ``role``'s recipe trains against ({role: network}; ``registry.roles.LOSS_ROLES``, only those
+    whose weight the recipe turns on), trained before it (the workflow's rule does so) or canonical. One not
+    trained yet: a one-line error with the command that trains it."""
+    nets: dict[str, Any] = {}
+    for r in loss_roles(role, role_spec(cfg, task.dataset, role)):
+        trained = (model_dir / task.dataset / r / "metrics.json").exists()
+        if "weights" not in role_spec(cfg, task.dataset, r) and not trained:
+            raise ConfigError(f"config key `models.{task.dataset}.{role}` trains against the dataset's {r} network, "
+                              f"which is not trained yet: {train_command(r, task, model_dir)}")
+        nets[r] = load_role(cfg, task, r, model_dir)[0].eval()
+    return nets
+
+
 def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | None = None,
                out_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
                progress: bool = True, shard: Shard | None = None,
@@ -119,6 +133,8 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
         train = load_split(cfg, ds, "train", data_dir)
         val = load_split(cfg, ds, "val", data_dir)
         refs = generative_references(cfg, task, role, Path(model_dir))
+        if role == "pmf":
+            refs["loss_networks"] = loss_networks(cfg, task, role, Path(model_dir))
         with settings_errors(f"config key `models.{ds}.{role}`"):
             return fn(spec, train.images, out, int(spec.get("seed", cfg["seed"])),
                       val_images_uint8=val.images, progress=progress, **refs, **({"shard": shard} if shard else {}))

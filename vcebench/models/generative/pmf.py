@@ -8,20 +8,23 @@ Lyy-iiis/pMF ``pmf.py``) predicts in x-space: the network outputs ``x_u`` and
 FiRe uses ``G(z, t) = z - t u(z, 0, t)`` (one network call), see ``PixelMeanFlow.predict_clean``.
 
 Differences from pMF's ImageNet recipe, for a small unconditional CPU model: no CFG / class labels,
-no auxiliary v-head and no perceptual losses; the JVP tangent is the true ``v`` (MeanFlow) rather
-than pMF's predicted v; the network is conditioned on t as well as h (pMF: h only); EDM-style
+no auxiliary v-head; pMF's perceptual losses on the one-step prediction are switches, off by default
+(``perceptual_weight``, ``features_weight``, see :class:`ImageLoss`); the JVP tangent is the true ``v``
+(MeanFlow) rather than pMF's predicted v; the network is conditioned on t as well as h (pMF: h only); EDM-style
 preconditioning of the x-prediction (``precond: edm``, see ``PixelMeanFlow.x_pred``; ``none`` = pMF);
 a flow-matching warm start (``r = t`` only) precedes MeanFlow training, with the h embedding's last
 layer zero-initialised; the (t, r) sampler puts most MeanFlow samples at ``r = 0``, FiRe's use.
 du/dt is the exact ``torch.func.jvp`` (``jvp: exact``, GroupNorm swapped for an explicit mean/var
 version, see ``unet.ExplicitGroupNorm``) or a forward finite difference (``jvp: fd``, one extra
-no-grad forward on the ``r < t`` rows), validated against each other in the tests.
+no-grad forward of the batch), validated against each other in the tests; ``exact`` on a backend or
+module without a forward-mode derivative falls back to the finite difference (once, with a note).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from ...core.io import atomic_path, write_json
+from ...registry.roles import LOSS_ROLES
 from ..checkpoints import remove_checkpoint
 from ..training.distributed import Shard, full_precision, unwrap
 from ..training.loops import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, to_float_images, train_generative
@@ -55,7 +59,8 @@ PMF_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "jvp": Literal["
                                 "p_fm": float, "p_r0": float, "t_mean": float, "t_std": float,
                                 "p_t_uniform": float, "p_t1": float, "adaptive_p": float, "adaptive_eps": float,
                                 "t_clip": float, "time_scale": float, "precond": Literal["edm", "none"],
-                                "sigma_data": float, "eval_images": int, "n_samples": int}
+                                "sigma_data": float, "eval_images": int, "n_samples": int,
+                                "perceptual_weight": float, "features_weight": float, "perceptual_max_t": float}
 PMF_KEYS = set(PMF_SETTINGS)
 # The ``pmf`` recipe's defaults, for the keys a ``models.<dataset>.pmf`` block may leave out (the training loop's
 # from ``training.TRAIN_DEFAULTS``); ``unet``, ``steps``, ``batch_size`` and ``lr`` are required.
@@ -64,6 +69,8 @@ PMF_DEFAULTS: dict[str, Any] = {
     "p_fm": 0.5, "p_r0": 0.4, "t_mean": 0.0,
     "t_std": 1.0, "p_t_uniform": 0.1, "p_t1": 0.05, "adaptive_p": 1.0, "adaptive_eps": 0.01, "t_clip": 0.05,
     "time_scale": 50.0, "precond": "edm", "sigma_data": 0.5, "eval_images": 256, "n_samples": 64,
+    # pMF's losses on the one-step prediction (:class:`ImageLoss`): 0 = off (the shipped recipes); pMF: 0.4, 0.1
+    "perceptual_weight": 0.0, "features_weight": 0.0, "perceptual_max_t": 0.8,
 }
 
 
@@ -217,32 +224,111 @@ def du_dt(model: PixelMeanFlow, z: Tensor, t: Tensor, h: Tensor, v: Tensor, x_u:
     ``u = (z - x_u) / c(t)``, ``c = max(t, t_clip)``: ``du/dt = (v - dx_u) / c - (z - x_u) c' / c^2``
     with the network's directional derivative ``dx_u`` from ``torch.func.jvp`` (``exact``) or a forward
     difference ``(net(z + e v, t + e, h + e) - x_u) / e`` (``fd``). ``x_u``: the primal output.
+    ``exact`` where an operation of the network or the backend has no forward-mode derivative (PyTorch's
+    NotImplementedError) falls back to ``fd`` for the rest of this model's life, with a note once
+    (:func:`jvp_used` says which one ran).
     """
+    if mode not in ("exact", "fd"):
+        raise RoleConfigError(f"config key `models.<dataset>.pmf.jvp` must be 'exact' or 'fd', got {mode!r}")
     with torch.no_grad(), full_precision(z.device.type):  # a finite difference needs fp32 under bf16 autocast
         ones = torch.ones_like(t)
-        if mode == "exact":
-            _, dx = torch.func.jvp(model.x_pred, (z, t, h), (v, ones, ones))
-        elif mode == "fd":
+        dx = None
+        if mode == "exact" and getattr(model, "_exact_jvp_error", None) is None:
+            try:
+                _, dx = torch.func.jvp(model.x_pred, (z, t, h), (v, ones, ones))
+            except NotImplementedError as e:  # no forward-mode formula here: the finite difference instead
+                model._exact_jvp_error = str(e).splitlines()[0][:200]
+                print(f"[train pmf] jvp: exact has no forward-mode derivative on {z.device.type} "
+                      f"({model._exact_jvp_error}); using the finite difference (jvp: fd)", file=sys.stderr)
+        if dx is None:
             dx = (model.x_pred(z + fd_eps * v, t + fd_eps, h + fd_eps) - x_u) / fd_eps
-        else:
-            raise RoleConfigError(f"config key `models.<dataset>.pmf.jvp` must be 'exact' or 'fd', got {mode!r}")
         c = t.clamp_min(model.t_clip).reshape(-1, 1, 1, 1)
         dc = (t > model.t_clip).to(z.dtype).reshape(-1, 1, 1, 1)
         return (v - dx) / c - (z - x_u) * dc / c**2
 
 
+def jvp_used(model: PixelMeanFlow, mode: str) -> str:
+    """The du/dt that :func:`du_dt` computed for ``model`` under the recipe's ``mode``: ``exact``, ``fd``, or
+    ``fd (fallback: ...)`` when ``exact`` had no forward-mode derivative."""
+    err = getattr(model, "_exact_jvp_error", None)
+    return f"fd (fallback: {err})" if mode == "exact" and err is not None else mode
+
+
+def adaptive(loss: Tensor, eps: float, p: float) -> Tensor:
+    """MeanFlow's / pMF's adaptive weighting of a per-sample loss: ``l / sg(l + eps)^p`` (``p = 1``: every
+    sample's term has gradient scale ~1 whatever its size)."""
+    return loss / (loss.detach() + float(eps)) ** float(p)
+
+
+class ImageLoss(nn.Module):
+    """pMF's losses on the one-step prediction ``x_hat = z - t u(z, r, t)`` (Lyy-iiis/pMF ``pmf.py``), per sample:
+    ``w_p ad(d_p(x_hat, x)) + w_f ad(||f(x_hat) - f(x)||^2)`` on the rows with ``t < max_t``, 0 on the others,
+    ``ad`` the adaptive weighting (:func:`adaptive`).
+
+    pMF's LPIPS (weight 0.4) is the dataset's ``perceptual`` distance here; its ConvNeXt feature distance
+    (weight 0.1, squared L2 of the network's outputs) the dataset's ``fid_features`` embedding, the only other
+    feature network the synthetic sets have. Both networks are frozen; the gradient reaches the PMF through
+    ``x_hat``. pMF first takes one random resized crop of both images to 224 px; at the synthetic sets' 32 px
+    both networks see the whole image."""
+
+    def __init__(self, perceptual: nn.Module | None, features: nn.Module | None, perceptual_weight: float,
+                 features_weight: float, max_t: float, eps: float, p: float):
+        super().__init__()
+        self.perceptual, self.features = perceptual, features
+        self.perceptual_weight, self.features_weight = float(perceptual_weight), float(features_weight)
+        self.max_t, self.eps, self.p = float(max_t), float(eps), float(p)
+        for net in (perceptual, features):
+            if net is not None:
+                net.eval().requires_grad_(False)
+
+    def forward(self, x_hat: Tensor, x: Tensor, t: Tensor) -> Tensor:
+        """The per-sample term (N,) for predictions ``x_hat`` of clean images ``x`` at times ``t`` (N,)."""
+        on = t < self.max_t  # the whole batch is computed (no batch shape that changes from step to step)
+        out = torch.zeros(x.shape[0], device=x.device, dtype=torch.float32)
+        if self.perceptual_weight > 0:
+            d = self.perceptual(x_hat, x).float()
+            out = out + self.perceptual_weight * adaptive(torch.where(on, d, 0.0), self.eps, self.p)
+        if self.features_weight > 0:
+            d = (self.features(x_hat).float() - self.features(x).float()).pow(2).sum(1)
+            out = out + self.features_weight * adaptive(torch.where(on, d, 0.0), self.eps, self.p)
+        return out
+
+
+def image_loss(settings: dict, networks: dict[str, nn.Module] | None) -> ImageLoss | None:
+    """The :class:`ImageLoss` of a ``pmf`` block (None when both weights are 0, the default) on the trained
+    ``networks`` ({role: network}: ``perceptual`` a distance ``(x, y) -> (N,)``, ``fid_features`` an embedding
+    ``x -> (N, D)``). A weight on without its network: a :class:`RoleConfigError` naming the role to train."""
+    cfg = {**PMF_DEFAULTS, **settings}
+    nets = dict(networks or {})
+    wanted = {key: role for key, role in LOSS_ROLES["pmf"].items() if float(cfg[key]) > 0}
+    for key in LOSS_ROLES["pmf"]:
+        if float(cfg[key]) < 0:
+            raise RoleConfigError(f"config key `models.<dataset>.pmf.{key}` must be >= 0 (0: off), got {cfg[key]!r}")
+    if not wanted:
+        return None
+    missing = [f"{role} (for `{key}`)" for key, role in wanted.items() if nets.get(role) is None]
+    if missing:
+        raise RoleConfigError(f"the pmf recipe trains against the dataset's trained {', '.join(missing)}, which "
+                              f"does not exist yet: train it first (`vcebench train <role> --task <task>`) or set "
+                              f"the weight to 0")
+    return ImageLoss(nets.get("perceptual") if "perceptual_weight" in wanted else None,
+                     nets.get("fid_features") if "features_weight" in wanted else None,
+                     float(cfg["perceptual_weight"]), float(cfg["features_weight"]), float(cfg["perceptual_max_t"]),
+                     float(cfg["adaptive_eps"]), float(cfg["adaptive_p"]))
+
+
 def meanflow_loss(model: PixelMeanFlow, x: Tensor, g: torch.Generator, cfg: dict, flow_matching_only: bool,
-                  shard: Shard | None = None) -> tuple[Tensor, Tensor]:
+                  shard: Shard | None = None, images: ImageLoss | None = None) -> tuple[Tensor, Tensor]:
     """Pixel MeanFlow loss (MeanFlow Eq. 9-10; pMF ``forward``): per-sample squared error of ``u``
     against ``stopgrad(v - (t - r) du/dt)`` summed over pixels, adaptive weight ``l / sg(l + 0.01)^p``.
     Returns (weighted mean loss, unweighted per-sample loss). ``model`` may be wrapped in
     DistributedDataParallel; with ``shard`` the noise is drawn for the whole batch ``x`` and the
     rank's rows are kept (``vcebench.models.training.distributed``). ``cfg``: a ``pmf`` block (keys it leaves out:
-    :data:`PMF_DEFAULTS`)."""
+    :data:`PMF_DEFAULTS`). ``images``: pMF's losses on the one-step prediction, added per sample."""
     drawn = meanflow_draw(x, g, cfg, flow_matching_only)
     if shard is not None:
         drawn = shard.take(*drawn)
-    return meanflow_compute(model, drawn, cfg, flow_matching_only)
+    return meanflow_compute(model, drawn, cfg, flow_matching_only, images)
 
 
 def meanflow_draw(x: Tensor, g: torch.Generator, cfg: dict, flow_matching_only: bool) -> tuple[Tensor, ...]:
@@ -252,8 +338,9 @@ def meanflow_draw(x: Tensor, g: torch.Generator, cfg: dict, flow_matching_only: 
 
 
 def meanflow_compute(model: PixelMeanFlow, drawn: tuple[Tensor, ...], cfg: dict,
-                     flow_matching_only: bool) -> tuple[Tensor, Tensor]:
-    """The MeanFlow loss of :func:`meanflow_loss` on drawn (x, t, r, eps) on the model's device."""
+                     flow_matching_only: bool, images: ImageLoss | None = None) -> tuple[Tensor, Tensor]:
+    """The MeanFlow loss of :func:`meanflow_loss` on drawn (x, t, r, eps) on the model's device (with
+    ``images``, plus pMF's losses on ``x_hat = z - t u``; the second number stays the MeanFlow error)."""
     cfg = {**PMF_DEFAULTS, **cfg}
     x, t, r, eps = drawn
     pmf = unwrap(model)
@@ -270,8 +357,10 @@ def meanflow_compute(model: PixelMeanFlow, drawn: tuple[Tensor, ...], cfg: dict,
         d = du_dt(pmf, z, t, h, v, x_u.detach(), str(cfg["jvp"]), float(cfg["fd_eps"]))
         target = v - h.reshape(-1, 1, 1, 1) * d
     per_sample = (u - target.detach()).pow(2).sum(dim=(1, 2, 3))
-    w = (per_sample.detach() + float(cfg["adaptive_eps"])) ** float(cfg["adaptive_p"])
-    return (per_sample / w).mean(), per_sample.detach()
+    loss = adaptive(per_sample, float(cfg["adaptive_eps"]), float(cfg["adaptive_p"]))
+    if images is not None:
+        loss = loss + images(z - tt * u, x, t)
+    return loss.mean(), per_sample.detach()
 
 
 def build_pmf(cfg: dict, channels: int, resolution: int) -> PixelMeanFlow:
@@ -349,7 +438,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
               classifiers: dict[str, Callable[[Tensor], Tensor]] | None = None,
               fire_t: dict[str, float] | None = None, shard: Shard | None = None,
               snapshots: tuple[int, ...] = (),
-              trunk_dir: Path | None = None) -> dict:
+              trunk_dir: Path | None = None, loss_networks: dict[str, nn.Module] | None = None) -> dict:
     """Train the ``pmf`` role and write ``out_dir``: ``model.safetensors`` (EMA weights), ``config.json``,
     ``samples.png``, ``predict_t0.4.png`` and ``metrics.json`` (written last). The first ``fm_warmup``
     share of the steps (or the first ``fm_warmup_steps``, when set) is flow matching only (r = t). Resumes
@@ -357,7 +446,8 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     ``reference_ddpm`` (optional, same dataset): adds the Tweedie comparison / quality gate;
     ``feature_fn`` adds FIDs on that extractor, ``classifiers`` the label-kept rates (``fire_t``: also at
     each task's FiRe noise level). ``shard``: device and process of the run (``train_generative``);
-    ranks other than 0 return their training statistics only."""
+    ranks other than 0 return their training statistics only. ``loss_networks`` ({role: network}): the trained
+    networks pMF's losses on the one-step prediction use when the recipe turns them on (:func:`image_loss`)."""
     out_dir = Path(out_dir)
     settings = {**PMF_DEFAULTS, **cfg_role}  # read here; cfg_role as given is what config.json records
     x_check = to_float_images(train_images_uint8[:1], "train_pmf: train_images_uint8")
@@ -367,6 +457,9 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     jvp_mode = str(settings["jvp"])
     if jvp_mode == "exact":
         use_explicit_groupnorm(pmf.net)
+    images_loss = image_loss(cfg_role, loss_networks)
+    if images_loss is not None and shard is not None:
+        images_loss = images_loss.to(shard.device)
     steps = int(require(cfg_role, "steps", "pmf"))
     warm = flow_matching_steps(settings, steps)
     if trunk_dir is not None and settings["fm_warmup_steps"] is None:
@@ -377,7 +470,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
         return meanflow_draw(x, g, settings, flow_matching_only=step < warm)
 
     def compute(model: nn.Module, drawn: tuple[Tensor, ...], flow_matching_only: bool) -> tuple[Tensor, Tensor]:
-        loss, per_sample = meanflow_compute(model, drawn, settings, flow_matching_only)
+        loss, per_sample = meanflow_compute(model, drawn, settings, flow_matching_only, images_loss)
         return loss, per_sample.mean() / drawn[0][0].numel()  # logged: unweighted squared error of u per pixel
 
     loss_fn = GenerativeLoss(draw, compute, mode=lambda step: step < warm)  # mode: the flow-matching warm start
@@ -385,6 +478,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
                                      shard=shard, snapshots=snapshots, trunk_dir=trunk_dir)
     if shard is not None and not shard.writer:
         return {"role": "pmf", "training": stats}
+    jvp_ran = jvp_used(pmf, jvp_mode)
     pmf = build_pmf(cfg_role, channels, res)  # plain GroupNorm, contiguous weights
     pmf.load_state_dict(shadow)
     pmf.eval()
@@ -392,7 +486,16 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     metrics: dict[str, Any] = {"role": "pmf", "architecture": "pixel MeanFlow, diffusers UNet2DModel "
                                "(class_embed_type=timestep for h)",
                                "parameters": sum(p.numel() for p in pmf.parameters()),
-                               "jvp": jvp_mode, "training": stats, "ema": True}
+                               "jvp": jvp_ran, "training": stats, "ema": True}
+    if images_loss is not None:  # what the losses on the one-step prediction trained against
+        metrics["image_loss"] = {
+            "max_t": images_loss.max_t,
+            **({"perceptual": {"weight": images_loss.perceptual_weight,
+                               "network": getattr(images_loss.perceptual, "name", "perceptual")}}
+               if images_loss.perceptual is not None else {}),
+            **({"features": {"weight": images_loss.features_weight,
+                             "network": getattr(images_loss.features, "name", "fid_features")}}
+               if images_loss.features is not None else {})}
     val_u8 = val_images_uint8 if val_images_uint8 is not None else train_images_uint8
     val = to_float_images(val_u8[: int(settings["eval_images"])], "train_pmf: val_images_uint8")
     t_flow = with_fire_t(EVAL_T_FLOW, fire_t)

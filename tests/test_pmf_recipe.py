@@ -1,0 +1,176 @@
+"""pMF's recipe for the pmf role (issue #48), each part a config switch that is off by default: the losses on the
+one-step prediction (the perceptual distance and a feature distance, adaptively weighted, only for t < 0.8), the
+exact JVP with its finite-difference fallback, and the workflow's dependency on the networks the losses use."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from vcebench.models.generative.pmf import (
+    ImageLoss,
+    build_pmf,
+    du_dt,
+    image_loss,
+    jvp_used,
+    meanflow_loss,
+    train_pmf,
+)
+from vcebench.models.generative.unet import use_explicit_groupnorm
+from vcebench.models.synthetic.nets import AutoEncoder
+from vcebench.models.synthetic.perceptual import EncoderOnly, FeatureDistance
+from vcebench.models.training.settings import RoleConfigError
+
+UNET = {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4}
+FULL = {"jvp": "exact", "perceptual_weight": 0.4, "features_weight": 0.1}
+
+
+def _cfg(**kw) -> dict:
+    return {"unet": UNET, "steps": 6, "batch_size": 8, "lr": 2e-3, "warmup_steps": 1, "ema_decay": 0.9,
+            "grad_clip": 1.0, "eval_images": 8, "n_samples": 4, "checkpoint_every": 3, "fm_warmup_steps": 2, **kw}
+
+
+def _images(n: int = 24, res: int = 8) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return (torch.rand(n, 3, res, res, generator=g) * 255).round().to(torch.uint8)
+
+
+def _networks() -> dict[str, nn.Module]:
+    """Small stand-ins with the roles' call conventions: a perceptual distance (the synthetic role's class on an
+    untrained encoder) and a feature embedding x -> (N, D)."""
+    torch.manual_seed(3)
+    perceptual = FeatureDistance(EncoderOnly(AutoEncoder(3, 4)), "test-perceptual")
+    features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Tanh(), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+    return {"perceptual": perceptual, "fid_features": features}
+
+
+def test_the_image_loss_is_zero_from_t_08_and_positive_below():
+    """Rows at t >= perceptual_max_t (0.8) add nothing and get no gradient; rows below add a positive term."""
+    loss = image_loss(_cfg(**FULL), _networks())
+    assert isinstance(loss, ImageLoss) and loss.max_t == 0.8
+    x = torch.rand(4, 3, 8, 8) * 2 - 1
+    x_hat = (x + 0.3 * torch.randn(4, 3, 8, 8)).requires_grad_(True)
+    t = torch.tensor([0.2, 0.79, 0.8, 0.95])
+    per = loss(x_hat, x, t)
+    assert per.shape == (4,)
+    assert bool((per[:2] > 0).all()), per
+    assert per[2:].tolist() == [0.0, 0.0], per
+    per.sum().backward()
+    grad = x_hat.grad.abs().sum(dim=(1, 2, 3))
+    assert bool((grad[:2] > 0).all()) and grad[2:].tolist() == [0.0, 0.0]
+    # each term on its own is adaptively weighted (pMF: l / sg(l + 0.01)): a term's value stays below its weight
+    only_p = image_loss(_cfg(perceptual_weight=0.4), _networks())
+    assert only_p.features is None and bool((only_p(x_hat, x, t)[:2] < 0.4).all())
+
+
+def test_the_recipe_is_off_by_default_and_a_missing_network_is_a_clear_error():
+    assert image_loss(_cfg(), None) is None
+    with pytest.raises(RoleConfigError, match=r"perceptual \(for `perceptual_weight`\)"):
+        image_loss(_cfg(perceptual_weight=0.4), {"fid_features": _networks()["fid_features"]})
+    with pytest.raises(RoleConfigError, match="features_weight` must be >= 0"):
+        image_loss(_cfg(features_weight=-1.0), _networks())
+
+
+def test_the_meanflow_loss_adds_the_image_loss_and_keeps_the_logged_error():
+    torch.manual_seed(0)
+    pmf = build_pmf(_cfg(), 3, 8)
+    x = torch.rand(8, 3, 8, 8) * 2 - 1
+    base, err = meanflow_loss(pmf, x, torch.Generator().manual_seed(1), _cfg(), False)
+    losses = {"perceptual_weight": 0.4, "features_weight": 0.1}
+    full, err2 = meanflow_loss(pmf, x, torch.Generator().manual_seed(1), _cfg(**losses), False,
+                               images=image_loss(_cfg(**losses), _networks()))
+    assert torch.equal(err, err2)  # the logged number is the MeanFlow error of u, the same draws
+    assert float(full.detach()) > float(base.detach())
+
+
+class _NoForwardAD(torch.autograd.Function):
+    """The identity, with no forward-mode derivative (as an operation a backend lacks one for)."""
+
+    @staticmethod
+    def forward(x):
+        return x.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_exact_jvp_falls_back_to_the_finite_difference_without_forward_ad(capsys):
+    torch.manual_seed(0)
+    pmf = build_pmf(_cfg(), 3, 8)
+    use_explicit_groupnorm(pmf.net)
+    z, v = torch.randn(3, 3, 8, 8), torch.randn(3, 3, 8, 8)
+    t, r = torch.tensor([0.3, 0.6, 0.9]), torch.tensor([0.0, 0.2, 0.0])
+    with torch.no_grad():
+        x_u = pmf.x_pred(z, t, t - r)
+        exact = du_dt(pmf, z, t, t - r, v, x_u, "exact")
+        fd = du_dt(pmf, z, t, t - r, v, x_u, "fd")
+    assert jvp_used(pmf, "exact") == "exact"
+    assert not torch.equal(exact, fd)  # two computations (they agree to tolerance: test_models_generative)
+    plain = pmf.x_pred
+    pmf.x_pred = lambda zz, tt, hh: _NoForwardAD.apply(plain(zz, tt, hh))
+    with torch.no_grad():
+        fell_back = du_dt(pmf, z, t, t - r, v, x_u, "exact")
+    assert torch.equal(fell_back, fd)
+    assert jvp_used(pmf, "exact").startswith("fd (fallback: ") and "jvp: exact" in capsys.readouterr().err
+
+
+def test_a_tiny_pmf_trains_with_the_full_recipe_deterministically(tmp_path: Path):
+    """The full recipe (exact JVP, both image losses) trains: finite losses, the losses' networks named in
+    metrics.json, and two runs with one seed give the same weights."""
+    imgs = _images()
+    runs = []
+    for name in ("a", "b"):
+        m = train_pmf(_cfg(**FULL), imgs, tmp_path / name, seed=5, progress=False, loss_networks=_networks())
+        runs.append(m)
+    m = runs[0]
+    assert m["jvp"] == "exact"
+    curve = m["training"]["loss_curve"]
+    assert len(curve) == 6 and all(torch.isfinite(torch.tensor(curve)))
+    assert m["image_loss"] == {"max_t": 0.8, "perceptual": {"weight": 0.4, "network": "test-perceptual"},
+                               "features": {"weight": 0.1, "network": "fid_features"}}
+    a, b = (load_file(str(tmp_path / n / "model.safetensors")) for n in ("a", "b"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert runs[0]["training"]["loss_curve"] == runs[1]["training"]["loss_curve"]
+    # the image losses change the training: without them (same seed, same draws) other weights
+    plain = train_pmf(_cfg(jvp="exact"), imgs, tmp_path / "plain", seed=5, progress=False)
+    assert "image_loss" not in plain
+    c = load_file(str(tmp_path / "plain" / "model.safetensors"))
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_the_workflow_trains_the_loss_networks_first_only_when_the_switch_is_on(cfg):
+    from vcebench.workflow import gate_roles
+
+    models = {"synthfaces": {**cfg["models"]["synthfaces"]}}
+    assert gate_roles({"models": models}, "synthfaces", "pmf") == ["classifier", "fid_features", "ddpm"]
+    models["synthfaces"]["pmf"] = {**models["synthfaces"]["pmf"], "perceptual_weight": 0.4}
+    assert gate_roles({"models": models}, "synthfaces", "pmf") == ["classifier", "fid_features", "ddpm",
+                                                                    "perceptual"]
+
+
+def test_the_default_off_switches_leave_the_shipped_pmf_recipes_unchanged(cfg):
+    """The shipped networks' cards compare recipes key by key: the new keys are absent from the config, so both
+    sets' pmf (and every other role) still install instead of training."""
+    from vcebench.config.load import DEFAULT_CONFIG, load_config
+    from vcebench.models.shipping.cards import read_card, recipe_differences
+
+    root = Path(__file__).resolve().parents[1]
+    configs = {"ref1": cfg, "ref2": load_config([DEFAULT_CONFIG, root / "config/presets/ref2.yaml"])}
+    for ds in ("synthfaces", "synthxray"):
+        for s, cfg in configs.items():
+            card = read_card(root / "networks" / s, ds, "pmf")
+            assert card is not None and recipe_differences(card, cfg, ds, "pmf") == [], (s, ds)
+            changed = {**cfg, "models": {**cfg["models"], ds: {**cfg["models"][ds],
+                                                               "pmf": {**cfg["models"][ds]["pmf"], **FULL}}}}
+            assert len(recipe_differences(card, changed, ds, "pmf")) == 3
+    assert json.loads(json.dumps(cfg["models"]["synthfaces"]["pmf"])).get("perceptual_weight") is None
