@@ -173,4 +173,9 @@ def test_the_default_off_switches_leave_the_shipped_pmf_recipes_unchanged(cfg):
             changed = {**cfg, "models": {**cfg["models"], ds: {**cfg["models"][ds],
                                                                "pmf": {**cfg["models"][ds]["pmf"], **FULL}}}}
             assert len(recipe_differences(card, changed, ds, "pmf")) == 3
+            # written out as off (the ablation's `base` arm): still the shipped recipe; on: a difference
+            for weight, n in ((0.0, 0), (0.4, 1)):
+                arm = {**cfg, "models": {**cfg["models"], ds: {**cfg["models"][ds], "pmf": {
+                    **cfg["models"][ds]["pmf"], "perceptual_weight": weight, "features_weight": 0}}}}
+                assert len(recipe_differences(card, arm, ds, "pmf")) == n, (weight, s, ds)
     assert json.loads(json.dumps(cfg["models"]["synthfaces"]["pmf"])).get("perceptual_weight") is None

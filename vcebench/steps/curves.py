@@ -46,7 +46,7 @@ from ..models.generative.pmf import build_pmf, evaluate_pmf, train_pmf
 from ..models.generative.quality import batched, gate, generative_quality, with_fire_t
 from ..models.task_models import role_spec
 from ..models.training.loops import TRAIN_DEFAULTS, snapshot_path, to_float_images
-from .train import generative_references
+from .train import generative_references, loss_networks
 
 PRIMARY = {"ddpm": "tweedie_t0.4_fid", "pmf": "predict_clean_t0.4_fid"}
 PLATEAU_GAIN = 0.10  # a doubling of the budget that improves the primary number by less than this: plateau
@@ -151,6 +151,7 @@ def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: 
     if reference_ddpm is not None:
         g = gate(ev, fire_t=fire_t)
         row["gate_passed"], row["gate_failed"] = bool(g.get("passed")), g.get("failed", [])
+        row["gate_mse_ratio_vs_tweedie"] = g.get("mse_ratio_vs_tweedie")
         if "label_kept_at_fire_t" in g:
             row["gate_label_kept_at_fire_t"] = g["label_kept_at_fire_t"]
     g = torch.Generator().manual_seed(seed)
@@ -213,6 +214,8 @@ def training_curve(cfg: dict, task, role: str, steps: int, at: Sequence[int], ou
     fn = train_ddpm if role == "ddpm" else train_pmf
     kw = {k: v for k, v in refs.items() if role == "pmf" or k in ("feature_fn", "feature_name")}
     kw |= {"shard": shard} if shard is not None else {}
+    if role == "pmf" and train:  # the networks its recipe's losses train against (none by default), scored or not
+        kw["loss_networks"] = loss_networks(cfg, task, role, Path(model_dir))
     seed_ = int(spec.get("seed", cfg["seed"]))
 
     def trained(a: int) -> bool:

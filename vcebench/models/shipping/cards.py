@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import ConfigError
+from ...registry.roles import LOSS_ROLES
 
 CARD = "card.json"
 NOT_COPIED = ("card.json", "card.md")
@@ -59,11 +60,16 @@ def read_card(networks: str | Path | None, dataset: str, role: str) -> dict[str,
 
 
 def recipe_differences(card: dict[str, Any], cfg: dict, dataset: str, role: str) -> list[str]:
-    """The recipe keys in which the config differs from the card (empty: the shipped network is this recipe)."""
+    """The recipe keys in which the config differs from the card (empty: the shipped network is this recipe).
+    A loss weight of ``registry.roles.LOSS_ROLES`` (added after cards were written) absent on one side is 0,
+    off: a config that writes it out as 0 still has the shipped recipe."""
     want, have = recipe(cfg, dataset, role), card.get("recipe", {})
+    off = dict.fromkeys(LOSS_ROLES.get(role, {}), 0.0)
     out = []
     for part in ("settings", "data"):
         a, b = want.get(part) or {}, have.get(part) or {}
+        if part == "settings":
+            a, b = {**off, **a}, {**off, **b}
         out += [f"{part}.{k}: config {a.get(k)!r}, shipped {b.get(k)!r}" for k in sorted(set(a) | set(b))
                 if a.get(k) != b.get(k)]
     return out

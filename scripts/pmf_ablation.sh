@@ -1,0 +1,82 @@
+#!/bin/bash
+# The faces pmf recipe ablation (issue #48, docs/networks.md "The pmf recipe ablation"): one command per arm, each
+# arm a config override in config/presets/pmf_ablation/<arm>.yaml, trained and scored by `vcebench models curve`
+# (the same gate numbers as training's metrics.json: one-step FID at t 0.2 / 0.4 against the DDPM's Tweedie,
+# the MSE ratio, the labels kept at each task's FiRe t), then one table of all arms.
+#   bash scripts/pmf_ablation.sh prepare        render the faces splits, install (or, where no shipped network has
+#                                               the recipe, train) the networks the gate and the losses use
+#   bash scripts/pmf_ablation.sh ARM [FLAG]     train and score one arm (base, perceptual, perceptual_features,
+#                                               exact_jvp, wide, full); FLAG --train-only (e.g. on a GPU) or
+#                                               --score-only (later, where the judges are); resumable
+#   bash scripts/pmf_ablation.sh table          $OUT/$SET/ablation.md and .json: every scored arm at its budget
+# Environment: SET ref1 | ref2 (default ref1; ref2 adds config/presets/ref2.yaml's seeds), STEPS (default the
+# recipe's, 12,800), PRESET (a config merged before the arm, e.g. config/presets/quick.yaml for a smoke test),
+# EXTRA (a config merged last, e.g. the GPU's device overlay), N_VAL (256: the gate's images), SAMPLES (1000),
+# OUT (runs/pmf-ablation), MODELS ($OUT/$SET/models), DATA ($OUT/$SET/data).
+set -eu
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+SET=${SET:-ref1}
+OUT=${OUT:-runs/pmf-ablation}
+MODELS=${MODELS:-$OUT/$SET/models}
+DATA=${DATA:-$OUT/$SET/data}
+TASK=synthfaces_smile
+ARMS="base perceptual perceptual_features exact_jvp wide full"
+case "$SET" in
+  ref1) CONFIGS=(--config config/config.yaml) ;;
+  ref2) CONFIGS=(--config config/config.yaml --config config/presets/ref2.yaml) ;;
+  *) echo "SET must be ref1 or ref2, got '$SET'" >&2; exit 2 ;;
+esac
+[ -z "${PRESET:-}" ] || CONFIGS+=(--config "$PRESET")
+verb=${1:?usage: scripts/pmf_ablation.sh prepare|table|<arm> [--train-only|--score-only] (arms: $ARMS)}
+case "$verb" in
+  prepare)
+    vcebench data render synthfaces --out "$DATA/synthfaces" "${CONFIGS[@]}"
+    # the pmf gate's networks and the losses' (registry.roles GATE_ROLES, LOSS_ROLES), the DDPM last
+    for role in classifier fid_features perceptual ddpm; do
+      vcebench train "$role" --task "$TASK" --data "$DATA/synthfaces" --model-dir "$MODELS" --no-progress \
+        "${CONFIGS[@]}"
+    done ;;
+  table)
+    python - "$OUT/$SET" $ARMS <<'EOF'
+import json, sys
+from pathlib import Path
+
+out, arms = Path(sys.argv[1]), sys.argv[2:]
+cols = [("predict_clean_t0.2_fid", "FID t0.2"), ("ddpm_tweedie_t0.2_fid", "Tweedie t0.2"),
+        ("predict_clean_t0.4_fid", "FID t0.4"), ("ddpm_tweedie_t0.4_fid", "Tweedie t0.4"),
+        ("gate_mse_ratio_vs_tweedie", "MSE / Tweedie t0.4"), ("sample_fid", "1-step sample FID")]
+rows, found = [], {}
+for arm in arms:
+    p = out / arm / "curve.json"
+    if not p.is_file() or not json.loads(p.read_text()).get("rows"):
+        continue
+    curve = json.loads(p.read_text())
+    r = curve["rows"][-1]
+    found[arm] = {"step": r["step"], "n_val": curve["scoring"]["n_val"], **r}
+    kept = "; ".join(f"{a} {v['pmf']:.3f} vs {v['tweedie']:.3f} (t {v['t']:.3g})"
+                     for a, v in (r.get("gate_label_kept_at_fire_t") or {}).items())
+    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else "-" if v is None else str(v)
+    rows.append(f"| {arm} | {r['step']} | " + " | ".join(fmt(r.get(k)) for k, _ in cols)
+                + f" | {kept or '-'} | {'yes' if r.get('gate_passed') else 'no: ' + ', '.join(r.get('gate_failed') or [])} |")
+if not rows:
+    sys.exit(f"no arm scored in {out} yet (bash scripts/pmf_ablation.sh <arm>)")
+n_val = {v["n_val"] for v in found.values()}
+md = (f"pmf recipe ablation ({out.name}; {', '.join(map(str, sorted(n_val)))} validation images)\n\n"
+      "| arm | steps | " + " | ".join(c for _, c in cols) + " | labels kept at FiRe t (pmf vs Tweedie) | gate |\n"
+      "|---|---:|" + "---:|" * len(cols) + "---|---|\n" + "\n".join(rows) + "\n")
+(out / "ablation.md").write_text(md)
+(out / "ablation.json").write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")
+print(md, end="")
+EOF
+    ;;
+  *)
+    case " $ARMS " in *" $verb "*) ;; *) echo "unknown arm '$verb' (arms: $ARMS)" >&2; exit 2 ;; esac
+    flag=${2:-}
+    case "$flag" in ""|--train-only|--score-only) ;; *) echo "unknown flag '$flag'" >&2; exit 2 ;; esac
+    CONFIGS+=(--config "config/presets/pmf_ablation/$verb.yaml")
+    [ -z "${EXTRA:-}" ] || CONFIGS+=(--config "$EXTRA")
+    vcebench models curve --task "$TASK" --role pmf ${STEPS:+--steps "$STEPS"} --n-val "${N_VAL:-256}" \
+      --samples "${SAMPLES:-1000}" --data "$DATA/synthfaces" --models "$MODELS" --out "$OUT/$SET/$verb" \
+      ${flag:+"$flag"} "${CONFIGS[@]}" ;;
+esac
