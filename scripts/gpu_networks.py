@@ -48,6 +48,10 @@ PLAN = [
     ("ref2", "synthxray", "synthxray_pacemaker", "pmf", []),
     ("ref2", "synthxray", "synthxray_pacemaker", "ddpm", [2400]),
 ]
+# `--plan ablation`: the faces pmf recipe ablation (scripts/pmf_ablation.sh, docs/networks.md), every arm of set 1,
+# then of set 2, each a `vcebench models curve --train-only` run at the recipe's budget
+ARMS = ("base", "perceptual", "perceptual_features", "exact_jvp", "wide", "full")
+ABLATION = [(s, arm) for s in ("ref1", "ref2") for arm in ARMS]
 CLI = [sys.executable, "-c", "import sys; from vcebench.cli import main; sys.exit(main())"]
 WEIGHTS = {"ddpm": "unet/diffusion_pytorch_model.safetensors", "pmf": "model.safetensors"}
 
@@ -63,24 +67,49 @@ def write_overlay(path: Path, args, extra: str = "") -> Path:
     return path
 
 
+def ablation_env(args, s: str) -> dict[str, str]:
+    """The environment of scripts/pmf_ablation.sh for set ``s`` of ``--plan ablation`` under ``--work``."""
+    work = Path(args.work)
+    return {**os.environ, "SET": s, "OUT": str(work / "ablation"), "DATA": str(args.data),
+            "MODELS": str(work / "ablation" / s / "models"), "EXTRA": str(work / "gpu.yaml")}
+
+
+def jobs(args) -> list[dict]:
+    """The plan's jobs in packing priority: name (its log), dir (its curve folder), cmd and env."""
+    work = Path(args.work)
+    if args.plan == "ablation":
+        return [{"name": f"ablation-{s}-{arm}", "dir": work / "ablation" / s / arm,
+                 "cmd": ["bash", "scripts/pmf_ablation.sh", arm, "--train-only"], "env": ablation_env(args, s)}
+                for s, arm in ABLATION]
+    out = []
+    for s, ds, task, role, at in PLAN:
+        sets = ["--config", "config/presets/ref2.yaml"] if s == "ref2" else []
+        cmd = [*CLI, "models", "curve", "--task", task, "--role", role, *(["--at", *map(str, at)] if at else []),
+               "--train-only",
+               "--data", str(Path(args.data) / ds), "--config", "config/config.yaml", *sets,
+               "--config", str(work / "gpu.yaml"),
+               *(c for extra in args.config for c in ("--config", extra)),
+               "--out", str(job_dir(work, s, ds, role))]
+        out.append({"name": f"{s}-{ds}-{role}", "dir": job_dir(work, s, ds, role), "cmd": cmd, "env": None})
+    return out
+
+
 def train(args) -> int:
     work = Path(args.work)
     (work / "logs").mkdir(parents=True, exist_ok=True)
-    overlay = write_overlay(work / "gpu.yaml", args)
-    procs, rcs, queue = {}, {}, list(PLAN)
+    write_overlay(work / "gpu.yaml", args)
+    if args.plan == "ablation":  # the networks the gate and the losses use, installed from networks/<set>
+        for s in sorted({s for s, _ in ABLATION}):
+            with (work / "logs" / f"ablation-{s}-prepare.log").open("w") as log:
+                subprocess.run(["bash", "scripts/pmf_ablation.sh", "prepare"], env=ablation_env(args, s),
+                               stdout=log, stderr=subprocess.STDOUT, check=True)
+    procs, rcs, queue = {}, {}, jobs(args)
     started = time.time()
-    while queue or procs:  # at most --parallel jobs at once, in PLAN's order
+    while queue or procs:  # at most --parallel jobs at once, in the plan's order
         while queue and len(procs) < args.parallel:
-            s, ds, task, role, at = queue.pop(0)
-            sets = ["--config", "config/presets/ref2.yaml"] if s == "ref2" else []
-            cmd = [*CLI, "models", "curve", "--task", task, "--role", role, *(["--at", *map(str, at)] if at else []),
-                   "--train-only",
-                   "--data", str(Path(args.data) / ds), "--config", "config/config.yaml", *sets,
-                   "--config", str(overlay),
-                   *(c for extra in args.config for c in ("--config", extra)),
-                   "--out", str(job_dir(work, s, ds, role))]
-            log = (work / "logs" / f"{s}-{ds}-{role}.log").open("w")
-            procs[f"{s}/{ds}/{role}"] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            job = queue.pop(0)
+            log = (work / "logs" / f"{job['name']}.log").open("w")
+            procs[job["name"]] = subprocess.Popen(job["cmd"], stdout=log, stderr=subprocess.STDOUT, env=job["env"])
             (work / "driver.json").write_text(json.dumps({
                 "started": started, "graphs": args.graphs, "parallel": args.parallel,
                 "pids": {k: p.pid for k, p in procs.items()}}))
@@ -143,17 +172,17 @@ def pack(args) -> int:
         return True
 
     pending = []
-    for s, ds, _, role, _ in PLAN:
-        d = job_dir(work, s, ds, role)
+    for job in jobs(args):
+        d, name = job["dir"], job["name"]
         done = sorted(p.parent for p in d.glob("train-*/metrics.json"))
         for run in done:  # finished budgets: the network folder, less its snapshot (the same weights)
             files = [f for f in sorted(run.rglob("*")) if f.is_file() and "snapshots" not in f.parts
                      and "checkpoint" not in f.parts and not f.name.endswith(".tmp")]
             if not add(files):
                 print(f"[pack] no room for {run}", flush=True)
-        progress[f"{s}/{ds}/{role}"] = {"finished": [r.name for r in done],
-                                        "last_logged_step": last_step(work / "logs" / f"{s}-{ds}-{role}.log")}
-        log = work / "logs" / f"{s}-{ds}-{role}.log"
+        progress[name] = {"finished": [r.name for r in done],
+                          "last_logged_step": last_step(work / "logs" / f"{name}.log")}
+        log = work / "logs" / f"{name}.log"
         if log.exists() and '"trained":' in log.read_text(errors="replace"):
             continue  # every budget of the job finished: nothing to resume
         unfinished = [p for p in sorted(d.glob("train-*/checkpoint/state.pt")) if p.is_file()]
@@ -212,8 +241,8 @@ def unpack(args) -> int:
         data = b"".join(Path(p).read_bytes() for p in sorted(args.parts))
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             tar.extractall(into, filter="data")
-    for run in sorted(into.glob("*/*/*/train-*")):
-        role, step = run.parent.name, int(run.name.split("-")[1])
+    for run in sorted(into.glob("*/*/*/train-*")):  # <set>/<dataset>/<role> and ablation/<set>/<arm>: pmf runs
+        role, step = (run.parent.name if run.parts[-4] != "ablation" else "pmf"), int(run.name.split("-")[1])
         weights = run / WEIGHTS[role]
         if weights.exists() and not snapshot_path(run, step).exists():
             save_snapshot(snapshot_path(run, step), load_file(str(weights)), step)
@@ -236,6 +265,8 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", help="cuda; cpu to try the script here")
     ap.add_argument("--config", action="append", default=[], help="train: a config merged last (a trial's steps)")
     ap.add_argument("--max-mib", type=float, default=58.0, help="pack at most this much")
+    ap.add_argument("--plan", choices=["plateau", "ablation"], default="plateau",
+                    help="train / pack: the generators' plateau runs (PLAN) or the pmf recipe ablation (ABLATION)")
     args = ap.parse_args()
     return {"probe": probe, "train": train, "pack": pack, "stop": stop, "unpack": unpack}[args.verb](args)
 

@@ -9,7 +9,11 @@
 # Expects .gpu/whl/ (the wheels the machine's Python lacks: diffusers less its pipelines, jsonschema and their
 # needs) and .gpu/data/<dataset>/{train,val}.npz (rendered here: `vcebench data render <dataset>`). Back here:
 # python scripts/gpu_networks.py unpack <files_at>/networks.tar.part* --into runs/gpu-networks
+# PLAN=ablation: the faces pmf recipe ablation instead (scripts/pmf_ablation.sh's arms of both sets, 8 at once;
+# docs/networks.md "The pmf recipe ablation"); unpacked, each arm is scored here with
+# `SET=ref1 OUT=runs/gpu-networks/ablation bash scripts/pmf_ablation.sh <arm> --score-only`.
 set -u
+PLAN=${PLAN:-plateau}
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-runs/gpu-networks}; mkdir -p "$OUT"
 WORK=/tmp/gpunets; mkdir -p "$WORK"
@@ -31,7 +35,7 @@ if [ "$verb" = start ]; then
   rate=$(timeout 90 python3 scripts/gpu_networks.py probe --graphs "$graphs" --work "$WORK" 2>"$OUT/probe.log" || echo 0)
   parallel=8; awk "BEGIN{exit !($rate > 220)}" && parallel=2
   echo "graphs=$graphs, one process alone $rate steps/s: $parallel jobs at a time, after $(( $(date +%s) - T0 )) s"
-  setsid nohup python3 scripts/gpu_networks.py train --graphs "$graphs" --parallel "$parallel" --work "$WORK" \
+  setsid nohup python3 scripts/gpu_networks.py train --plan "$PLAN" --graphs "$graphs" --parallel "$parallel" --work "$WORK" \
     >"$WORK/driver.log" 2>&1 &
   # this machine's CPU against the committed fingerprints (docs/internals.md: which kernels round differently)
   timeout 90 python3 scripts/kernel_fingerprint.py --out "$OUT/kernels.json" $(printf -- '--compare %s ' docs/kernels/*.json) \
@@ -40,5 +44,5 @@ fi
 while [ $(( $(date +%s) - T0 )) -lt "$secs" ] && [ ! -f "$WORK/done.json" ]; do sleep 5; done
 [ "$verb" = finish ] && python3 scripts/gpu_networks.py stop --work "$WORK"
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv
-python3 scripts/gpu_networks.py pack --work "$WORK" --out "$OUT"
+python3 scripts/gpu_networks.py pack --plan "$PLAN" --work "$WORK" --out "$OUT"
 echo "packed after $(( $(date +%s) - T0 )) s"

@@ -28,17 +28,22 @@ case "$SET" in
   *) echo "SET must be ref1 or ref2, got '$SET'" >&2; exit 2 ;;
 esac
 [ -z "${PRESET:-}" ] || CONFIGS+=(--config "$PRESET")
+vce() {  # the CLI: the installed command, else the package on PYTHONPATH (the GPU machine)
+  if command -v vcebench >/dev/null; then vcebench "$@"
+  else python3 -c "import sys; from vcebench.cli import main; sys.exit(main())" "$@"; fi
+}
 verb=${1:?usage: scripts/pmf_ablation.sh prepare|table|<arm> [--train-only|--score-only] (arms: $ARMS)}
 case "$verb" in
   prepare)
-    vcebench data render synthfaces --out "$DATA/synthfaces" "${CONFIGS[@]}"
+    [ -f "$DATA/synthfaces/train.npz" ] && [ -f "$DATA/synthfaces/val.npz" ] \
+      || vce data render synthfaces --out "$DATA/synthfaces" "${CONFIGS[@]}"
     # the pmf gate's networks and the losses' (registry.roles GATE_ROLES, LOSS_ROLES), the DDPM last
     for role in classifier fid_features perceptual ddpm; do
-      vcebench train "$role" --task "$TASK" --data "$DATA/synthfaces" --model-dir "$MODELS" --no-progress \
+      vce train "$role" --task "$TASK" --data "$DATA/synthfaces" --model-dir "$MODELS" --no-progress \
         "${CONFIGS[@]}"
     done ;;
   table)
-    python - "$OUT/$SET" $ARMS <<'EOF'
+    python3 - "$OUT/$SET" $ARMS <<'EOF'
 import json, sys
 from pathlib import Path
 
@@ -76,7 +81,7 @@ EOF
     case "$flag" in ""|--train-only|--score-only) ;; *) echo "unknown flag '$flag'" >&2; exit 2 ;; esac
     CONFIGS+=(--config "config/presets/pmf_ablation/$verb.yaml")
     [ -z "${EXTRA:-}" ] || CONFIGS+=(--config "$EXTRA")
-    vcebench models curve --task "$TASK" --role pmf ${STEPS:+--steps "$STEPS"} --n-val "${N_VAL:-256}" \
+    vce models curve --task "$TASK" --role pmf ${STEPS:+--steps "$STEPS"} --n-val "${N_VAL:-256}" \
       --samples "${SAMPLES:-1000}" --data "$DATA/synthfaces" --models "$MODELS" --out "$OUT/$SET/$verb" \
       ${flag:+"$flag"} "${CONFIGS[@]}" ;;
 esac

@@ -179,3 +179,17 @@ def test_the_default_off_switches_leave_the_shipped_pmf_recipes_unchanged(cfg):
                     **cfg["models"][ds]["pmf"], "perceptual_weight": weight, "features_weight": 0}}}}
                 assert len(recipe_differences(card, arm, ds, "pmf")) == n, (weight, s, ds)
     assert json.loads(json.dumps(cfg["models"]["synthfaces"]["pmf"])).get("perceptual_weight") is None
+
+
+def test_training_with_a_loss_network_not_trained_yet_names_the_command(cfg, tmp_path):
+    from vcebench.config.load import ConfigError
+    from vcebench.config.tasks import get_task
+    from vcebench.steps.train import loss_networks
+
+    task = get_task(cfg, "synthfaces_smile")
+    assert loss_networks(cfg, task, "pmf", tmp_path) == {}  # today's recipe trains against nothing
+    on = {**cfg, "models": {**cfg["models"], "synthfaces": {**cfg["models"]["synthfaces"], "pmf": {
+        **cfg["models"]["synthfaces"]["pmf"], "perceptual_weight": 0.4}}}}
+    with pytest.raises(ConfigError, match=r"perceptual network, which is not trained yet: `vcebench train perceptual "
+                                          r"--task synthfaces_smile"):
+        loss_networks(on, task, "pmf", tmp_path)
