@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +19,8 @@ from vcebench.costs.measure import (
     nfe_total,
     profile_run,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class TinyConvNet(nn.Module):
@@ -192,16 +195,97 @@ def test_paper_scale_report_is_consistent_with_its_own_table():
     from vcebench.costs.flops import flops_from_nfe
     from vcebench.costs.paper_nets import CELEBA
     from vcebench.paper.nfe import fire_nfe
-    from vcebench.paper.scale import format_markdown, paper_scale_report
+    from vcebench.paper.scale import format_dataset, paper_scale_report
 
     r = paper_scale_report("celeba", fvcore=False)
     calls = r["networks"]
     assert calls["unet"]["fwd_flops"] > 50 * calls["classifier"]["fwd_flops"]
+    assert set(r["fire"]["implied"]) == {"released", "unet"}
     for pmf, d in r["fire"]["implied"].items():
-        c = {**calls, "pmf": calls["pmf" if pmf == "unet" else "pmf_dit_b16"]}
+        c = {**calls, "pmf": calls["pmf" if pmf == "unet" else "pmf_released"]}
         steps = d["mean_updates_for_1.28_PFLOPs"]
         assert flops_from_nfe(fire_nfe(steps, CELEBA.smoothgrad_n), c) == pytest.approx(1.28e12)
-    assert "MaskDiME / FiRe" in format_markdown(r)
+    assert "MaskDiME / FiRe" in format_dataset(r)
+
+
+@pytest.mark.parametrize("resolution,patch", [(128, 8), (256, 16), (512, 32)])
+def test_released_dit_flops_match_the_standard_dit_count(resolution, patch):
+    """FiRe's released PMF backbone, counted by the FLOP counter, against the DiT count formula (and a net with
+    the wrong patch size, the planted fault, is far from it)."""
+    from vcebench.costs.flops import per_call_flops
+    from vcebench.costs.paper_nets import DiTSize, PMFNet, ReleasedDiT, dit_formula_flops, released_dit
+
+    size = released_dit(resolution)
+    assert (size.patch, size.tokens, size.hidden, size.depth, size.heads) == (patch, 256, 768, 12, 12)
+    with torch.device("meta"):
+        net = PMFNet(ReleasedDiT(size), "dit").requires_grad_(False)
+        wrong = PMFNet(ReleasedDiT(DiTSize(resolution, 2 * patch)), "dit").requires_grad_(False)
+    counted = per_call_flops({"pmf": net}, resolution)["pmf"]
+    assert counted["fwd_flops"] == pytest.approx(dit_formula_flops(size), rel=0.01)
+    # the transformer blocks alone: 12 x (12 N d^2 + 2 N^2 d) multiply-accumulates, x 2
+    blocks = 2 * 12 * (12 * 256 * 768**2 + 2 * 256**2 * 768)
+    assert counted["fwd_flops"] == pytest.approx(blocks, rel=0.06)
+    assert counted["fwd_flops"] > 40e9 and counted["bwd_flops"] > counted["fwd_flops"]
+    wrong_fwd = per_call_flops({"pmf": wrong}, resolution)["pmf"]["fwd_flops"]
+    assert wrong_fwd != pytest.approx(dit_formula_flops(size), rel=0.5)
+
+
+def test_released_dit_rejects_an_unreleased_resolution():
+    from vcebench.costs.paper_nets import build_networks, released_dit
+
+    with pytest.raises(ValueError, match="released PMF backbones exist at"):
+        released_dit(64)
+    with pytest.raises(ValueError, match="pmf architecture must be one of"):
+        build_networks(pmf="dit_b16", include=("pmf",))
+
+
+def test_released_dit_conditions_on_t_h_omega_and_class():
+    from vcebench.costs.paper_nets import DiTSize, ReleasedDiT
+
+    torch.manual_seed(0)
+    net = ReleasedDiT(DiTSize(16, 4, hidden=32, depth=2, heads=2)).eval()
+    z, t = torch.randn(2, 3, 16, 16), torch.full((2,), 0.4)
+    base = net(z, t, t)
+    assert base.shape == z.shape
+    for kw in ({"h": t * 0.5}, {"y": torch.zeros(2, dtype=torch.long)}, {"omega": torch.full((2,), 2.0)}):
+        args = {"h": t, **kw}
+        assert not torch.allclose(net(z, t, args.pop("h"), **args), base)
+
+
+def test_paper_scale_summary_per_dataset_and_the_docs_block(tmp_path):
+    """The summary covers every dataset with its released backbone; the docs block is replaced whole."""
+    from vcebench.cli.profile import PAPER_DATASETS
+    from vcebench.costs.paper_nets import SETTINGS
+    from vcebench.paper import scale as ps
+
+    assert PAPER_DATASETS == tuple(SETTINGS)
+    rs = {"datasets": {}, "summary": [
+        {"dataset": d, "resolution": res, "pmf": f"DiT-B/{p}", "tokens": 256, "pmf_fwd_gflops": 46.0,
+         "fire_tflops_per_update": 0.2, "fire_tflops_K": 3.0, "fire_tflops_paper_profile": 2.0,
+         "maskdime_tflops": 10.0, "maskdime_all_scales_tflops": 30.0, "ratio_K": 10 / 3, "ratio_paper_profile": 5.0,
+         "implied_updates_1.28_PFLOPs": 6.25 if d == "celeba" else None, "implied_updates_8x": 6.5}
+        for d, res, p in (("celeba", 128, 8), ("celebahq", 256, 16), ("chexpert", 512, 32))]}
+    md = ps.summary_markdown(rs)
+    assert md.count("(256 tokens)") == 3 and "**6.25 refinement updates per CF**" in md and md.count("imply") == 1
+    page = f"intro\n{ps.DOCS_BEGIN}\nold numbers\n{ps.DOCS_END}\nafter\n"
+    new = ps.replace_docs_block(page, md)
+    assert "old numbers" not in new and new.startswith("intro\n") and new.endswith("after\n") and md in new
+    assert ps.replace_docs_block(new, md) == new
+    with pytest.raises(ValueError, match="marker lines"):
+        ps.replace_docs_block("no markers here", md)
+
+
+def test_docs_paper_scale_block_is_the_committed_report():
+    """docs/profiling.md's paper-scale summary is what the command writes from the committed
+    results/reference/paper_scale_flops.json (rerun `vcebench profile paper-scale --docs docs/profiling.md`)."""
+    from vcebench.paper import scale as ps
+
+    report = json.loads((ROOT / "results/reference/paper_scale_flops.json").read_text())
+    page = (ROOT / "docs/profiling.md").read_text()
+    assert ps.replace_docs_block(page, ps.summary_markdown(report)) == page
+    assert [r["dataset"] for r in report["summary"]] == ["celeba", "celebahq", "chexpert"]
+    md = (ROOT / "results/reference/paper_scale_flops.md").read_text()
+    assert md == ps.format_markdown(report)
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from ..protocol.run_settings import RunSettings
 
+PAPER_DATASETS = ("celeba", "celebahq", "chexpert")  # vcebench.costs.paper_nets.SETTINGS (a test checks)
 MOVED = {"--compare-compaction": "compaction", "--paper-scale": "paper-scale", "": "task"}
 
 
@@ -66,8 +67,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     s = add_subverb(subs, "paper-scale", run_paper_scale,
                     "FLOPs per CF of every method with paper-size random-weight networks (no data)")
-    s.add_argument("setting", nargs="?", choices=["celeba"], default="celeba",
-                   help="the paper's protocol whose network sizes are built (default celeba)")
+    s.add_argument("setting", nargs="*", type=_paper_dataset, default=list(PAPER_DATASETS),
+                   help="the paper's datasets whose network sizes are built (default all: "
+                        f"{', '.join(PAPER_DATASETS)})")
     s.add_argument("--attempts", type=float, default=1.0,
                    help="mean classifier scales tried per CF by the DDPM family (1 to 3; default 1)")
     s.add_argument("--fire-steps-from", action="append", default=None, metavar="PROFILE_JSON",
@@ -78,6 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-fvcore", action="store_true", help="skip the fvcore cross-check (~20 s)")
     s.add_argument("--out-dir", default="results/reference",
                    help="folder for paper_scale_flops.{md,json} (default results/reference)")
+    s.add_argument("--docs", default=None, metavar="PAGE",
+                   help="also rewrite the summary block of this page (docs/profiling.md)")
     add_config_arg(s)
 
     g = add_subverb(subs, "gpu", run_gpu, "wall time of FiRe and MaskDiME at paper scale (random weights, no "
@@ -94,6 +98,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--repeats", type=int, default=3, help="timed passes per row (median and spread reported)")
     g.add_argument("--compile-mode", default="reduce-overhead", help="torch.compile mode of the +compile variants")
     g.add_argument("--compile-backend", default="inductor", help="torch.compile backend (aot_eager: a CPU check)")
+    g.add_argument("--pmf", choices=["released", "unet"], default="released",
+                   help="FiRe's PMF: its released DiT backbone at the resolution (default) or the UNet")
+
+
+def _paper_dataset(name: str) -> str:
+    """A dataset argument of `profile paper-scale` (argparse's ``choices`` would also check the list default)."""
+    if name not in PAPER_DATASETS:
+        raise argparse.ArgumentTypeError(f"invalid choice: {name!r} (choose from {', '.join(PAPER_DATASETS)})")
+    return name
 
 
 def _task_args(p: argparse.ArgumentParser) -> None:
@@ -198,12 +211,20 @@ def run_paper_scale(args: argparse.Namespace) -> int:
     cfg, _ = _setup(args)
     if not 1.0 <= args.attempts <= 3.0:
         raise ConfigError(f"--attempts is the mean number of classifier scales tried (1 to 3), got {args.attempts}")
+    docs = Path(args.docs) if args.docs else None
+    if docs is not None:  # checked before the counting
+        if not docs.is_file():
+            raise UserError(f"--docs {docs}: no such page")
+        try:
+            ps.replace_docs_block(docs.read_text(), "")
+        except ValueError as e:
+            raise UserError(f"--docs {docs}: {e}") from None
     steps = dict(mean_steps_from(p) for p in (args.fire_steps_from or []))
     measured = None
     if args.measure_nfe:
         measured = measured_paper_nfe(cfg)
-    report = ps.paper_scale_report(args.setting, attempts=args.attempts, measured_fire_steps=steps,
-                                   measured_nfe=measured, fvcore=not args.no_fvcore)
+    report = ps.paper_scale_reports(tuple(args.setting), attempts=args.attempts, measured_fire_steps=steps,
+                                    measured_nfe=measured, fvcore=not args.no_fvcore)
     report.update({"torch": torch.__version__, "threads": torch.get_num_threads()})
     out = Path(args.out_dir)
     write_json(out / "paper_scale_flops.json", report)
@@ -212,6 +233,11 @@ def run_paper_scale(args: argparse.Namespace) -> int:
         tmp.write_text(md)
     sys.stdout.write(md)
     print(f"\nwrote {out / 'paper_scale_flops.md'} and {out / 'paper_scale_flops.json'}")
+    if docs is not None:
+        text = ps.replace_docs_block(docs.read_text(), ps.summary_markdown(report))
+        with atomic_path(docs) as tmp:
+            tmp.write_text(text)
+        print(f"rewrote the paper-scale summary of {docs}")
     return 0
 
 
@@ -230,6 +256,6 @@ def run_gpu(args: argparse.Namespace) -> int:
     plan = pt.load_plan(args.plan, tiny=args.tiny)
     pt.run(Path(args.out), pt.TINY if args.tiny else pt.CELEBA, device, plan, time_limit=args.time_limit,
            name=args.name, log=lambda m: print(m, flush=True), repeats=args.repeats,
-           compile_mode=args.compile_mode, compile_backend=args.compile_backend)
+           compile_mode=args.compile_mode, compile_backend=args.compile_backend, pmf=args.pmf)
     return 0
 

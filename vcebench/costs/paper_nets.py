@@ -1,6 +1,7 @@
-"""Paper-size CelebA networks with random weights (``build_networks``), for counting FLOPs and timing.
+"""Paper-size networks with random weights (``build_networks``), for counting FLOPs and timing.
 
-Architectures (CelebA 128 px protocol) and their sources: ``vcebench.paper.scale``'s docstring.
+Architectures per dataset (CelebA 128 px, CelebA-HQ 256 px, CheXpert 512 px) and their sources:
+``vcebench.paper.scale``'s docstring. FiRe's released PMF backbones: :class:`ReleasedDiT`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models.base import BinaryHead, freeze
+from ..models.released.guided_unet import DEFAULT_CHANNEL_MULT
 
 
 @dataclass(frozen=True)
@@ -37,13 +39,27 @@ class PaperSetting:
     scales: tuple[float, ...] = (8.0, 10.0, 15.0)
     fire_K: int = 15
     smoothgrad_n: int = 20
+    pmf_dit: DiTSize | None = None  # the ``released`` PMF's size; None: FiRe's released one at ``resolution``
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def guided_unet_levels(resolution: int, base: int = 128, attention_at: tuple[int, ...] = (32, 16, 8)
+                       ) -> dict[str, tuple]:
+    """``unet_channels`` / ``unet_attention`` of guided-diffusion's UNet at ``resolution`` with DiME's flags:
+    ``num_channels`` ``base`` times guided-diffusion's default ``channel_mult`` for the image size,
+    attention on the feature maps of side ``attention_at``."""
+    mult = DEFAULT_CHANNEL_MULT[resolution]
+    return {"unet_channels": tuple(int(base * m) for m in mult),
+            "unet_attention": tuple(resolution // 2**i in attention_at for i in range(len(mult)))}
+
+
 CELEBA = PaperSetting()
+CELEBAHQ = PaperSetting(dataset="celebahq", resolution=256, **guided_unet_levels(256))  # 40 attributes, Smiling
+CHEXPERT = PaperSetting(dataset="chexpert", resolution=512, n_attributes=1, query_index=0,  # Pacemaker
+                        **guided_unet_levels(512))
 
 
-SETTINGS = {"celeba": CELEBA}
+SETTINGS = {"celeba": CELEBA, "celebahq": CELEBAHQ, "chexpert": CHEXPERT}
 
 
 def unet_config(s: PaperSetting, out_channels: int, h_conditioning: bool = False) -> dict[str, Any]:
@@ -111,63 +127,126 @@ def _timestep_features(t: Tensor, dim: int) -> Tensor:
     return torch.cat([torch.cos(args), torch.sin(args)], dim=1)
 
 
-class _RMSNorm(nn.Module):
-    def __init__(self, dim: int):
+# FiRe's released PMF backbones (model card of ``DapaoZeng/FiRe``): DiT-B/8 at 128 px (CelebA), DiT-B/16 at
+# 256 px (CelebA-HQ), DiT-B/32 at 512 px (CheXpert); 256 patch tokens each, 2 classes (+1 null).
+RELEASED_PATCH = {128: 8, 256: 16, 512: 32}
+
+
+@dataclass(frozen=True)
+class DiTSize:
+    """A DiT's sizes (DiT-B: hidden 768, depth 12, 12 heads, MLP ratio 4; Peebles & Xie 2023, Table 1)."""
+
+    resolution: int
+    patch: int
+    hidden: int = 768
+    depth: int = 12
+    heads: int = 12
+    mlp_ratio: float = 4.0
+    channels: int = 3
+    num_classes: int = 2  # plus one null class (classifier-free guidance)
+    freq_dim: int = 256
+
+    @property
+    def tokens(self) -> int:
+        return (self.resolution // self.patch) ** 2
+
+    @property
+    def name(self) -> str:
+        return f"DiT-B/{self.patch}"
+
+
+def released_dit(resolution: int) -> DiTSize:
+    """The size of FiRe's released PMF backbone at ``resolution`` (:data:`RELEASED_PATCH`)."""
+    if resolution not in RELEASED_PATCH:
+        raise ValueError(f"FiRe released PMF backbones exist at {sorted(RELEASED_PATCH)} px, not {resolution}")
+    return DiTSize(resolution, RELEASED_PATCH[resolution])
+
+
+def dit_formula_flops(d: DiTSize) -> float:
+    """The standard DiT count of one forward, in FLOPs (2 x multiply-accumulates): per block and token
+    ``(4 + 2 mlp_ratio) hidden^2`` for qkv, the projection and the MLP, plus ``2 tokens hidden`` for the two
+    attention matmuls; plus the patch embedding and the output projection (``tokens x C p^2 x hidden`` each).
+    Left out, as in the DiT paper's count: the conditioning MLPs and modulations (per sample, not per token)."""
+    n, h = d.tokens, d.hidden
+    per_block = n * (4 + 2 * d.mlp_ratio) * h * h + 2 * n * n * h
+    patch_layers = 2 * n * d.channels * d.patch**2 * h
+    return 2.0 * (d.depth * per_block + patch_layers)
+
+
+class _TimeEmbed(nn.Module):
+    """DiT's ``TimestepEmbedder``: sinusoidal features of ``1000 t``, then Linear - SiLU - Linear."""
+
+    def __init__(self, d: int, freq_dim: int):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.freq_dim = freq_dim
+        self.mlp = nn.Sequential(nn.Linear(freq_dim, d), nn.SiLU(), nn.Linear(d, d))
 
-    def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+    def forward(self, t: Tensor) -> Tensor:
+        return self.mlp(_timestep_features(t, self.freq_dim))
 
 
-class _Block(nn.Module):
+class _AdaLNZeroBlock(nn.Module):
+    """A DiT block: LayerNorm (no affine) modulated by shift / scale from the conditioning, self-attention and
+    a GELU MLP, each residual branch gated (adaLN-Zero; the zero initialisation of the modulation is training's
+    business, the weights here are random)."""
+
     def __init__(self, d: int, heads: int, mlp_ratio: float):
         super().__init__()
-        hidden = (int(d * mlp_ratio) + 7) // 8 * 8
         self.heads = heads
-        self.norm1, self.norm2 = _RMSNorm(d), _RMSNorm(d)
-        self.qkv = nn.Linear(d, 3 * d, bias=False)
-        self.proj = nn.Linear(d, d, bias=False)
-        self.w12 = nn.Linear(d, 2 * hidden, bias=False)
-        self.w3 = nn.Linear(hidden, d, bias=False)
+        self.norm1 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.norm2 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        hidden = int(d * mlp_ratio)
+        self.fc1, self.fc2 = nn.Linear(d, hidden), nn.Linear(hidden, d)
+        self.modulation = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, c: Tensor) -> Tensor:
         b, n, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.modulation(c)[:, None].chunk(6, dim=-1)
+        y = self.norm1(x) * (1 + scale1) + shift1
+        q, k, v = self.qkv(y).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, d)
-        x = x + self.proj(a)
-        g, u = self.w12(self.norm2(x)).chunk(2, dim=-1)
-        return x + self.w3(F.silu(g) * u)
+        x = x + gate1 * self.proj(a)
+        y = self.norm2(x) * (1 + scale2) + shift2
+        return x + gate2 * self.fc2(F.gelu(self.fc1(y), approximate="tanh"))
 
 
-class PMFDiT(nn.Module):
-    """A pMF-B/16-style transformer for FLOP counting (Lyy-iiis/pMF ``pmfDiT``; inference path only)."""
+class ReleasedDiT(nn.Module):
+    """FiRe's released PMF backbone at one resolution, for FLOP counting and timing (inference path).
 
-    def __init__(self, resolution: int, patch: int = 16, d: int = 768, depth: int = 16, heads: int = 12,
-                 bottleneck: int = 128, prefix_tokens: int = 18, mlp_ratio: float = 8 / 3):
+    A DiT (patch embedding by a strided convolution, fixed position embedding, adaLN-Zero blocks, a modulated
+    output layer) with pMF-style conditioning: ``c = emb(t) + emb(h) + emb(omega) + class embedding``, where
+    ``h = t - r`` is the MeanFlow interval, ``omega`` the guidance scale (1: none) and the class the null class
+    (index ``num_classes``) unless given.
+    """
+
+    def __init__(self, size: DiTSize):
         super().__init__()
-        self.patch, self.prefix = patch, prefix_tokens
-        n = (resolution // patch) ** 2
-        self.embed_in = nn.Linear(3 * patch * patch, bottleneck)
-        self.embed_out = nn.Linear(bottleneck, d)
-        self.t_embed = nn.Sequential(nn.Linear(256, d), nn.SiLU(), nn.Linear(d, d))
-        self.h_embed = nn.Sequential(nn.Linear(256, d), nn.SiLU(), nn.Linear(d, d))
-        self.tokens = nn.Parameter(torch.zeros(1, prefix_tokens, d))
-        self.pos = nn.Parameter(torch.zeros(1, prefix_tokens + n, d))
-        self.blocks = nn.ModuleList(_Block(d, heads, mlp_ratio) for _ in range(depth))
-        self.norm = _RMSNorm(d)
-        self.head = nn.Linear(d, 3 * patch * patch)
+        d, p, c = size.hidden, size.patch, size.channels
+        self.size = size
+        self.patch_embed = nn.Conv2d(c, d, kernel_size=p, stride=p)
+        self.register_buffer("pos", torch.zeros(1, size.tokens, d))
+        self.t_embed, self.h_embed, self.omega_embed = (_TimeEmbed(d, size.freq_dim) for _ in range(3))
+        self.y_embed = nn.Embedding(size.num_classes + 1, d)
+        self.blocks = nn.ModuleList(_AdaLNZeroBlock(d, size.heads, size.mlp_ratio) for _ in range(size.depth))
+        self.final_norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.final_modulation = nn.Sequential(nn.SiLU(), nn.Linear(d, 2 * d))
+        self.head = nn.Linear(d, c * p * p)
 
-    def forward(self, z: Tensor, t: Tensor, h: Tensor) -> Tensor:
+    def forward(self, z: Tensor, t: Tensor, h: Tensor, y: Tensor | None = None,
+                omega: Tensor | None = None) -> Tensor:
         b, c, hh, ww = z.shape
-        p = self.patch
-        x = z.unfold(2, p, p).unfold(3, p, p).permute(0, 2, 3, 1, 4, 5).reshape(b, -1, c * p * p)
-        x = self.embed_out(self.embed_in(x))
-        cond = self.t_embed(_timestep_features(t, 256)) + self.h_embed(_timestep_features(h, 256))
-        seq = torch.cat([self.tokens.expand(b, -1, -1) + cond[:, None], x], dim=1) + self.pos
+        p = self.size.patch
+        if y is None:
+            y = torch.full((b,), self.size.num_classes, dtype=torch.long, device=z.device)
+        if omega is None:
+            omega = torch.ones(b, dtype=z.dtype, device=z.device)
+        x = self.patch_embed(z).flatten(2).transpose(1, 2) + self.pos
+        cond = self.t_embed(t) + self.h_embed(h) + self.omega_embed(omega) + self.y_embed(y)
         for blk in self.blocks:
-            seq = blk(seq)
-        out = self.head(self.norm(seq[:, self.prefix:]))
+            x = blk(x, cond)
+        shift, scale = self.final_modulation(cond)[:, None].chunk(2, dim=-1)
+        out = self.head(self.final_norm(x) * (1 + scale) + shift)
         gh, gw = hh // p, ww // p
         return out.view(b, gh, gw, c, p, p).permute(0, 3, 1, 4, 2, 5).reshape(b, c, hh, ww)
 
@@ -188,6 +267,11 @@ class VGGPerceptual(nn.Module):
         return F.mse_loss(self.embed(x), self.embed(y), reduction="none").mean(1)
 
 
+# The PMF architectures ``build_networks`` builds: FiRe's released DiT at the setting's resolution, or the UNet
+# with an h = t - r embedding (the size of the DDPM's UNet; this benchmark's own PMFs are UNets).
+PMF_KINDS = ("released", "unet")
+
+
 def build_networks(s: PaperSetting = CELEBA, device: torch.device | str = "meta", pmf: str = "unet",
                    include: tuple[str, ...] = ("unet", "pmf", "classifier", "perceptual")) -> dict[str, nn.Module]:
     """The four networks at paper size with random weights, frozen (``meta``: no memory, shapes only).
@@ -197,12 +281,12 @@ def build_networks(s: PaperSetting = CELEBA, device: torch.device | str = "meta"
     import torchvision
     from diffusers import UNet2DModel
 
-    if pmf not in ("unet", "dit_b16"):
-        raise ValueError(f"pmf architecture must be 'unet' or 'dit_b16', got {pmf!r}")
+    if pmf not in PMF_KINDS:
+        raise ValueError(f"pmf architecture must be one of {', '.join(PMF_KINDS)}, got {pmf!r}")
     builders: dict[str, Callable[[], nn.Module]] = {
         "unet": lambda: EpsUNet(UNet2DModel(**unet_config(s, out_channels=6)), s.num_train_timesteps),
         "pmf": lambda: (PMFNet(UNet2DModel(**unet_config(s, out_channels=3, h_conditioning=True)), "unet")
-                        if pmf == "unet" else PMFNet(PMFDiT(s.resolution), "dit_b16")),
+                        if pmf == "unet" else PMFNet(ReleasedDiT(s.pmf_dit or released_dit(s.resolution)), "dit")),
         "classifier": lambda: BinaryHead(torchvision.models.densenet121(weights=None, num_classes=s.n_attributes),
                                          kind="1logit", index=s.query_index),
         "perceptual": lambda: VGGPerceptual(torchvision.models.vgg19(weights=None).features[: s.vgg_layer]),
