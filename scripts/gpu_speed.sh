@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU speed measurement in one command (under 8 minutes on one H100 / H200); docs/internals.md
 # ("GPU speed check") says what it measures.
-#   scripts/gpu_speed.sh [--tiny]     results in $OUT (default results/speed_gpu)
-# 1. vcebench profile gpu (vcebench/paper/timing.py) on the plan scripts/gpu_speed_plan.json: FiRe's worst case
-#    (all K = 15 updates, batch 5) and MaskDiME (one scale, 60 of 200 steps, batch 5), each with the
-#    workflow's GPU defaults, with bf16 UNets, and with every network call compiled; 3 timed passes a row.
+#   scripts/gpu_speed.sh [--tiny]     logs in $OUT (default results/speed_gpu)
+# 1. vcebench profile gpu (vcebench/paper/timing.py) on the plan scripts/gpu_speed_plan.json, FiRe with its
+#    released PMF backbone (DiT-B/8 at 128 px): FiRe with all 15, 10 and 3 updates (early stopping off) and
+#    MaskDiME (one scale, 60 of 200 steps), at batch 5 and larger batches, with the workflow's GPU defaults,
+#    bf16 UNets and every network call compiled; 3 timed passes a row (median), achieved TFLOP/s and share
+#    of the GPU's peak. It writes results/reference/gpu/<date>_<gpu>.{md,json} (--tiny: $OUT/gpu/).
 # 2. the quick DAG with device: cuda (its own workdir), and its s/CF per method beside the CPU
 #    reference (results/reference/quick).
 # --tiny: the same code paths on the CPU in a few minutes (small networks and plan, DAG dry run).
@@ -18,15 +20,23 @@ mkdir -p "$OUT"
   python -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())'
 } > "$OUT/machine.txt" 2>&1
 
+# <date>_<gpu>: the GPU's name as nvidia-smi gives it, lower case, non-alphanumerics as "-" (a CPU: "cpu")
+GPU=cpu
+if [[ $TINY == 0 ]] && command -v nvidia-smi >/dev/null; then
+  GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')
+fi
+NAME="$(date -u +%F)_${GPU:-gpu}"
 if [[ $TINY == 1 ]]; then
+  SPEED_OUT="$OUT/gpu"
   vcebench profile gpu --tiny --device cpu --plan scripts/gpu_speed_plan.json --repeats 1 \
-    --compile-backend aot_eager --out "$OUT" --name gpu_speed
+    --compile-backend aot_eager --out "$SPEED_OUT" --name "$NAME"
   snakemake -n --quiet --configfile config/presets/quick.yaml --config device=cuda workdir=runs/quick_cuda \
     > "$OUT/quick_cuda_dryrun.txt"
   WORK=results/reference/quick  # compares the reference with itself: exercises the table code
 else
+  SPEED_OUT=results/reference/gpu
   timeout 330 vcebench profile gpu --plan scripts/gpu_speed_plan.json --repeats 3 \
-    --time-limit 210 --out "$OUT" --name gpu_speed || echo "profile gpu stopped: $?"
+    --time-limit 240 --out "$SPEED_OUT" --name "$NAME" 2>&1 | tee "$OUT/profile_gpu.log" || echo "profile gpu stopped: $?"
   timeout 120 snakemake --cores 16 --resources gpu=1 --configfile config/presets/quick.yaml \
     --config device=cuda workdir=runs/quick_cuda > "$OUT/quick_cuda.log" 2>&1 || echo "quick DAG stopped: $?"
   WORK=runs/quick_cuda/results
@@ -49,4 +59,4 @@ for ref in sorted(cpu.glob("*.csv")):
 out.write_text("\n".join(lines) + "\n")
 print(out.read_text())
 PY
-cat "$OUT/gpu_speed.md"
+cat "$SPEED_OUT/$NAME.md"

@@ -426,6 +426,12 @@ def test_paper_timing_runs_every_variant_kind_on_cpu(tmp_path):
     assert len(fire["sec_per_cf_runs"]) == fire["repeats"] == 3
     assert fire["sec_per_cf_min"] <= fire["sec_per_cf"] <= fire["sec_per_cf_max"]
     assert saved["device"].startswith("cpu") and saved["torch"] == torch.__version__
+    # FiRe runs its released-backbone-shaped DiT PMF; a CPU has no peak in the table, the GPUs do
+    assert saved["pmf"] == "released" and fire["share_of_peak"] is None and "| n/a |" in md
+    assert "Variants (median s/CF" in md and "| fire | 2 updates | fp32 |" in md
+    assert pt.peak_tflops("cuda (NVIDIA H200)", "mixed") == pt.PEAK_TFLOPS["H200"]["bf16"]
+    assert pt.peak_tflops("cuda (NVIDIA H100 80GB HBM3)", "fp32") == pt.PEAK_TFLOPS["H100"]["fp32"]
+    assert pt.peak_tflops(saved["device"], "fp32") is None
 
 
 def test_paper_timing_time_limit_skips_the_rest(tmp_path):

@@ -61,23 +61,42 @@ from ..core.io import write_json
 from ..core.rng import SampleGenerators
 from ..costs.flops import flops_from_nfe, per_call_flops
 from ..costs.measure import cat_info, device_name, nfe_by_network, run_batches, timed
-from ..costs.paper_nets import CELEBA, PaperSetting, build_networks
+from ..costs.paper_nets import CELEBA, PMF_KINDS, DiTSize, PaperSetting, build_networks
 from ..models.accelerate import accelerate
 from ..models.base import TaskModels
 from ..models.generative.quality import REFERENCE_T_FLOW
 from ..protocol.noise import resolve_method
 from .scale import PAPER_MINUTES_1000
 
-# Small networks with the same structure, for running the code path on a CPU (tests).
-TINY = replace(CELEBA, resolution=32, unet_channels=(32, 32, 64, 64, 64), head_dim=32)
+# Small networks with the same structure, for running the code path on a CPU (tests); its DiT PMF has the
+# released backbones' 256 patch tokens.
+TINY = replace(CELEBA, resolution=32, unet_channels=(32, 32, 64, 64, 64), head_dim=32,
+               pmf_dit=DiTSize(32, 2, hidden=64, depth=2, heads=2))
+
+# Dense peak TFLOP/s of the GPUs this project is lent (NVIDIA's H100 / H200 SXM data sheets, without
+# sparsity) by the precision a variant computes its matmuls in; a row's share of peak is its achieved
+# TFLOP/s over the peak of its variant's precision (``mixed`` / ``bf16``: the bf16 peak, an upper bound).
+PEAK_TFLOPS = {"H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4},
+               "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4}}
+_PEAK_KIND = {"fp32": "fp32", "tf32": "tf32", "mixed": "bf16", "bf16": "bf16"}
+
+
+def peak_tflops(device: str, precision_mode: str) -> float | None:
+    """The dense peak of ``device`` (a :func:`~vcebench.costs.measure.device_name`) for ``precision_mode``;
+    None for a device not in :data:`PEAK_TFLOPS` (a CPU)."""
+    for gpu, peaks in PEAK_TFLOPS.items():
+        if device.startswith("cuda") and gpu in device:
+            return peaks[_PEAK_KIND[precision_mode]]
+    return None
 
 PAPER_SEC_PER_CF = PAPER_MINUTES_1000 * 60 / 1000  # 0.382 s
 
 
-def timing_models(s: PaperSetting, device: torch.device | str, seed: int = 0) -> TaskModels:
-    """classifier / ddpm / pmf / perceptual at ``s``'s size with random weights (seeded), on ``device``."""
+def timing_models(s: PaperSetting, device: torch.device | str, seed: int = 0, pmf: str = "released") -> TaskModels:
+    """classifier / ddpm / pmf / perceptual at ``s``'s size with random weights (seeded), on ``device``; the PMF
+    FiRe's released DiT (``released``) or the UNet (``unet``)."""
     torch.manual_seed(seed)
-    nets = build_networks(s, device=device, pmf="unet")
+    nets = build_networks(s, device=device, pmf=pmf)
     return TaskModels(classifier=nets["classifier"], ddpm=nets["unet"], pmf=nets["pmf"],
                       perceptual=nets["perceptual"],
                       names={r: f"paper-size random weights ({s.dataset} {s.resolution} px)"
@@ -206,10 +225,10 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
 
 
 def _report_head(device: str, repeats: int, compile_mode: str, s: PaperSetting,
-                 calls: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The report before its first row: the machine, the setting, the per-call GFLOPs."""
+                 calls: dict[str, dict[str, Any]], pmf: str) -> dict[str, Any]:
+    """The report before its first row: the machine, the setting, the PMF, the per-call GFLOPs."""
     return {
-        "device": device, "repeats": repeats, "compile_mode": compile_mode,
+        "device": device, "repeats": repeats, "compile_mode": compile_mode, "pmf": pmf,
         "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
         "setting": s.dataset, "resolution": s.resolution,
         "paper_sec_per_cf": PAPER_SEC_PER_CF, "rows": [], "errors": {}, "skipped": [],
@@ -229,22 +248,25 @@ def _compare_to_fp32(row: dict[str, Any], ref_cf: dict[tuple, Tensor], key: tupl
 
 def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[dict[str, Any]] | None = None,
         seed: int = 0, time_limit: float = float("inf"), log=print, name: str = "gpu_profile", repeats: int = 3,
-        compile_mode: str = "reduce-overhead", compile_backend: str = "inductor") -> dict[str, Any]:
+        compile_mode: str = "reduce-overhead", compile_backend: str = "inductor", pmf: str = "released"
+        ) -> dict[str, Any]:
     """Run ``plan`` (a list of {method, variant, batch, n, early_stop}); write JSON + Markdown to ``out``
-    after every row, so an interrupted run keeps what it measured."""
+    after every row, so an interrupted run keeps what it measured. ``pmf``: :data:`PMF_KINDS`."""
+    if pmf not in PMF_KINDS:
+        raise ValueError(f"pmf must be one of {', '.join(PMF_KINDS)}, got {pmf!r}")
 
     start = time.perf_counter()
     dev = torch.device(device)
     cfg = load_config()
     task = get_task(cfg, "celeba_smile")
-    base = timing_models(s, dev, seed)
-    calls = per_call_flops(build_networks(s, device="meta"), s.resolution)
+    base = timing_models(s, dev, seed, pmf)
+    calls = per_call_flops(build_networks(s, device="meta", pmf=pmf), s.resolution)
     plan = plan if plan is not None else default_plan()
     n_max = max(p["n"] for p in plan)
     x_all = _inputs(s, n_max, dev)
     with torch.no_grad(), precision("fp32", dev):
         target_all = 1 - base.classifier(x_all).argmax(1)
-    report = _report_head(device_name(dev), repeats, compile_mode, s, calls)
+    report = _report_head(device_name(dev), repeats, compile_mode, s, calls, pmf)
     ref_cf: dict[tuple[str, bool, bool], Tensor] = {}  # fp32 edits by (method, early stop, GPU noise)
     out.mkdir(parents=True, exist_ok=True)
     for i, p in enumerate(plan):
@@ -266,6 +288,8 @@ def run(out: Path, s: PaperSetting = CELEBA, device: str = "cuda", plan: list[di
                                      repeats=int(p.get("repeats", repeats)))
             key = (p["method"], bool(params.get("early_stop", True)), v["gpu_noise"])
             _compare_to_fp32(row, ref_cf, key, v["name"], first, x[: p["batch"]].float().cpu())
+            peak = peak_tflops(report["device"], v["precision"])
+            row.update(peak_tflops=peak, share_of_peak=row["achieved_tflops_per_s"] / peak if peak else None)
         except Exception as e:  # one failed configuration must not lose the others
             row = {**p, "error": f"{type(e).__name__}: {e}"}
         finally:
@@ -324,6 +348,7 @@ def format_markdown(r: dict[str, Any]) -> str:
     lines = [f"# FiRe and MaskDiME wall time at paper scale ({r['setting']} {r['resolution']} px, random weights)",
              "", f"Device: **{r['device']}**; torch {r['torch']}, CUDA {r['cuda']}, cuDNN {r.get('cudnn')}. "
              f"Paper (Fig. 2): 6.37 min per 1,000 CFs at batch 5 = {r['paper_sec_per_cf']:.3f} s/CF.", "",
+             f"PMF: {r.get('pmf', 'unet')} (`released`: FiRe's released DiT backbone at this resolution). "
              "Produced by `vcebench profile gpu` (vcebench.paper.timing: variants, what random weights change). "
              "es = early stopping; FiRe with es=0 runs all K = 15 updates (upper bound). MaskDiME runs one "
              "classifier scale (8) here: 60 of 200 guided steps. TFLOPs/CF from the measured NFE x per-call FLOPs. "
@@ -331,12 +356,13 @@ def format_markdown(r: dict[str, Any]) -> str:
              "[min, max] their spread; +compile uses torch.compile mode "
              f"`{r.get('compile_mode')}` on every network call of both methods (vcebench.models.accelerate).",
              "", "| method | variant | batch | n | es | s/CF (median) | [min, max] | reps | vs paper | "
-             "mean updates / steps | s/update | TFLOPs/CF | TFLOP/s | peak GiB | edit diff vs fp32 | warm-up s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "mean updates / steps | s/update | TFLOPs/CF | TFLOP/s | share of peak | peak GiB | edit diff vs fp32 | "
+             "warm-up s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in r["rows"]:
         if "error" in row:
             lines.append(f"| {row['method']} | {row['variant']} | {row['batch']} | {row['n']} | | error: "
-                         f"{row['error'][:120]} | | | | | | | | | | |")
+                         f"{row['error'][:120]} | | | | | | | | | | | |")
             continue
         spu = f"{row['sec_per_update']:.4f}" if "sec_per_update" in row else ""
         mem = f"{row['peak_mem_gib']:.1f}" if row.get("peak_mem_gib") is not None else ""
@@ -345,8 +371,10 @@ def format_markdown(r: dict[str, Any]) -> str:
         lines.append(f"| {row['method']} | {row['variant']} | {row['batch']} | {row['n']} | {int(row['early_stop'])} | "
                      f"{row['sec_per_cf']:.4f} | [{row['sec_per_cf_min']:.4f}, {row['sec_per_cf_max']:.4f}] | "
                      f"{row['repeats']} | {speedup:.1f}x | {row['mean_steps']:.1f} | "
-                     f"{spu} | {row['tflops_per_cf']:.2f} | {row['achieved_tflops_per_s']:.0f} | {mem} | {ed} | "
+                     f"{spu} | {row['tflops_per_cf']:.2f} | {row['achieved_tflops_per_s']:.0f} | {_share(row)} | "
+                     f"{mem} | {ed} | "
                      f"{row['warmup_seconds']:.1f} |")
+    lines += summary_lines(r)
     if r["errors"]:
         keys = list(next(iter(r["errors"].values())))
         lines += ["", "Relative L2 error of each network's output against fp32 (one random batch of 4):", "",
@@ -358,6 +386,33 @@ def format_markdown(r: dict[str, Any]) -> str:
     if "total_seconds" in r:
         lines.append(f"\nTotal wall time of the run: {r['total_seconds']:.0f} s.")
     return "\n".join(lines) + "\n"
+
+
+def _share(row: dict[str, Any]) -> str:
+    return f"{100 * row['share_of_peak']:.1f} %" if row.get("share_of_peak") is not None else "n/a"
+
+
+def summary_lines(r: dict[str, Any]) -> list[str]:
+    """The table of variants: per method, updates (FiRe: K, early stopping off) or scales (MaskDiME) and
+    variant, s/CF at batch 5 and at the fastest batch measured, with its TFLOP/s and share of the peak."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in r["rows"]:
+        if "error" not in row:
+            what = f"{row['K']} updates" if row.get("K") else f"{row.get('mean_attempts') or 0:.0f} scale(s)"
+            groups.setdefault((row["method"], what, row["variant"]), []).append(row)
+    if not groups:
+        return []
+    lines = ["", "Variants (median s/CF; the fastest batch among those measured):", "",
+             "| method | updates / scales | variant | s/CF at batch 5 | fastest batch | s/CF there | TFLOP/s there | "
+             "share of peak there |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for (method, what, variant), rows in groups.items():
+        b5 = [x for x in rows if x["batch"] == 5]
+        best = min(rows, key=lambda x: x["sec_per_cf"])
+        at5 = f"{b5[0]['sec_per_cf']:.4f}" if b5 else ""
+        lines.append(f"| {method} | {what} | {variant} | {at5} | "
+                     f"{best['batch']} | {best['sec_per_cf']:.4f} | {best['achieved_tflops_per_s']:.1f} | "
+                     f"{_share(best)} |")
+    return lines
 
 
 def load_plan(path: str | None, tiny: bool = False) -> list[dict[str, Any]] | None:
