@@ -166,6 +166,29 @@ def test_the_gpu_timing_plan_of_the_tiny_run(tmp_path):
     plan.write_text(json.dumps([{"method": "fire", "variant": "tf32", "batch": 5, "n": 20}]))
     assert pt.load_plan(str(plan)) == [{"method": "fire", "variant": "tf32", "batch": 5, "n": 20}]
     assert pt.load_plan(str(plan), tiny=True)[0]["n"] == 2
+    # shrunk, the rows keep their distinct updates and batches (the summary's smallest / fastest batch)
+    rows = pt.shrink([{"method": "fire", "variant": "tf32", "batch": b, "n": 2 * b, "params": {"K": k}}
+                      for k, b in ((15, 5), (10, 5), (3, 32))])
+    assert [(r["params"]["K"], r["batch"], r["n"]) for r in rows] == [(3, 2, 2), (2, 2, 2), (1, 3, 3)]
+
+
+def test_the_gpu_speed_plan_covers_the_issue_rows():
+    """scripts/gpu_speed_plan.json: FiRe with all 15, 10 and 3 updates and MaskDiME with one scale, each at
+    batch 5 and at a larger batch, in the same variants."""
+    import json
+    from pathlib import Path
+
+    plan = json.loads((Path(__file__).resolve().parents[1] / "scripts/gpu_speed_plan.json").read_text())
+    fire = {(p["params"].get("K", 15) if "params" in p else 15, p["batch"], p["variant"]) for p in plan
+            if p["method"] == "fire"}
+    assert all(p["early_stop"] is False for p in plan if p["method"] == "fire")
+    variant = "mixed+cl+gpunoise+bench"
+    for k in (15, 10, 3):
+        assert (k, 5, variant) in fire and any(kk == k and b > 5 and v == variant for kk, b, v in fire)
+    mask = [p for p in plan if p["method"] == "maskdime"]
+    assert all(p["params"]["scales"] == [8.0] for p in mask)
+    assert {p["batch"] for p in mask if p["variant"] == variant} >= {5, 16, 32}
+    assert {p["variant"] for p in mask} == {p["variant"] for p in plan if p["method"] == "fire"}
 
 
 def test_no_module_keeps_a_main_of_its_own():
