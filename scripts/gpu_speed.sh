@@ -51,9 +51,10 @@ for ref in sorted(cpu.glob("*.csv")):
     if not mine.exists():
         lines.append(f"| {ref.stem} | (no GPU result) | | | |")
         continue
-    c = {r["method"]: float(r["sec_per_cf"]) for r in csv.DictReader(ref.open())}
+    sec = lambda r: float(r["sec_per_cf"] or "nan")  # the reference rows (ground truth) have no time
+    c = {r["method"]: sec(r) for r in csv.DictReader(ref.open())}
     for r in csv.DictReader(mine.open()):
-        g = float(r["sec_per_cf"])
+        g = sec(r)
         lines.append(f"| {ref.stem} | {r['method']} | {g:.4f} | {c.get(r['method'], float('nan')):.4f} | "
                      f"{'yes' if g < c.get(r['method'], 0) else 'no'} |")
 out.write_text("\n".join(lines) + "\n")
