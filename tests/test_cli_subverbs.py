@@ -168,8 +168,9 @@ def test_the_gpu_timing_plan_of_the_tiny_run(tmp_path):
     assert pt.load_plan(str(plan), tiny=True)[0]["n"] == 2
     # shrunk, the rows keep their distinct updates and batches (the summary's smallest / fastest batch)
     rows = pt.shrink([{"method": "fire", "variant": "tf32", "batch": b, "n": 2 * b, "params": {"K": k}}
-                      for k, b in ((15, 5), (10, 5), (3, 32))])
-    assert [(r["params"]["K"], r["batch"], r["n"]) for r in rows] == [(3, 2, 2), (2, 2, 2), (1, 3, 3)]
+                      for k, b in ((15, 5), (10, 5), (3, 32))] + [{"method": "fire", "variant": "tf32", "batch": 5,
+                                                                  "n": 5}])
+    assert [(r["params"]["K"], r["batch"], r["n"]) for r in rows] == [(3, 2, 2), (2, 2, 2), (1, 3, 3), (3, 2, 2)]
 
 
 def test_the_gpu_speed_plan_covers_the_issue_rows():

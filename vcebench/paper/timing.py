@@ -54,6 +54,7 @@ import torch
 from torch import Tensor
 
 from methods import get_method
+from methods.fire import FireParams
 
 from ..config.load import load_config
 from ..config.tasks import get_task, split_method
@@ -323,14 +324,14 @@ def default_plan() -> list[dict[str, Any]]:
 
 def shrink(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``plan`` at smoke-test size (``--tiny --plan``): batch 2 (3 where the plan's batch is larger than 5) and
-    as many inputs, FiRe's K / 5 updates (at least 1; 2 where K is not given) of 2 SmoothGrad copies, 2 of 10
+    as many inputs, FiRe's K / 5 updates (at least 1; K: FiRe's default where not given) of 2 SmoothGrad copies, 2 of 10
     DDPM steps; variants, methods and repetitions unchanged, so the rows keep their distinct updates and
     batches."""
     out = []
     for p in plan:
         params = dict(p.get("params", {}))
         if p["method"] == "fire":
-            params.update(K=max(1, int(params["K"]) // 5) if "K" in params else 2, smoothgrad_n=2)
+            params.update(K=max(1, int(params.get("K", FireParams.K)) // 5), smoothgrad_n=2)
         elif p["method"] == "maskdime":
             params.update(start_step=2, respacing=10)
         batch = 2 if p["batch"] <= 5 else 3
