@@ -70,6 +70,18 @@ def _check_unique_keys(path: Path, root: yaml.Node) -> None:
                 todo.append((value, name))
 
 
+def default_config_paths() -> list[Path]:
+    """The default config files: ``config/config.yaml`` of the working directory, else the repository's that
+    this package sits in (a clone or an editable install, for the Python API run from elsewhere)."""
+    if DEFAULT_CONFIG.exists():
+        return [DEFAULT_CONFIG]
+    beside = Path(__file__).resolve().parents[2] / DEFAULT_CONFIG  # the repository's (vcebench/config/load.py)
+    if beside.exists():
+        return [beside]
+    raise ConfigError(f"no {DEFAULT_CONFIG} in {Path.cwd()} nor beside the vcebench package: run from the "
+                      f"repository root or pass config= (a file, or a loaded configuration)")
+
+
 def schema_path(config_path: Path | None = None) -> Path:
     here = Path(config_path).parent if config_path else DEFAULT_CONFIG.parent
     for cand in (here / "schema.yaml", here.parent / "schema.yaml", DEFAULT_CONFIG.parent / "schema.yaml"):

@@ -135,7 +135,7 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
     import torch
 
     from metrics import metric_names, required_roles
-    from metrics.evaluation import load_counterfactuals, make_batches, run_metrics
+    from metrics.evaluation import load_counterfactuals
 
     from ..data import load_split
 
@@ -155,20 +155,34 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
         roles = tuple(r for r in required_roles(task) if r == "classifier" or
                       any(r in _roles_of(n) for n in names))
         models = load_task_models(settings.config, task, roles=roles, device=device, model_dir=settings.model_dir)
-    need = _inputs_of(names)
-    metrics = _build_metrics(settings, names, need, models, ids, fid_ref)
-    gt_of = _gt_counterfactuals(settings.config, task, ids) if "ground_truth" in need else None
-    bs = int(settings.metrics["batch_size"])
-    checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
-    batches = make_batches(x_of, z["cf"], ids, z["target"], label, models.classifier, bs, gt_of, device=device)
-    core = run_metrics(metrics, _checked(batches, z, checks), progress=progress, strict=strict,
-                       bootstrap=settings.metrics["bootstrap"])
+    gt_of = _gt_counterfactuals(settings.config, task, ids) if "ground_truth" in _inputs_of(names) else None
+    core, metrics, checks = score(settings, names, models, x_of, z["cf"], ids, z["target"], label, gt_of=gt_of,
+                                  fid_ref=fid_ref, device=device, progress=progress, strict=strict, stored=z)
     used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
     inputs = {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": settings.split,
               "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage}
     record = {k: v for m in metrics for k, v in (getattr(m, "record", None) or {}).items()}  # the metrics' settings
     return _metrics_json(settings, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, record, t0)
 
+
+def score(settings: EvalSettings, names: list[str], models, x_of, cf: np.ndarray, ids: np.ndarray,
+          target: np.ndarray, label: np.ndarray, *, gt_of=None, fid_ref: str | None = None, device="cpu",
+          progress: bool = False, strict: bool = False, stored: Mapping[str, np.ndarray] | None = None,
+          built: list | None = None) -> tuple[dict, list, dict]:
+    """The metrics ``names`` of ``settings.task`` on uint8 counterfactuals ``cf`` of the inputs ``x_of(rows)``
+    (sample ids ``ids``, targets, attribute labels: -1 where unknown, which leaves the ``correct`` subsets
+    out), with their bootstrap intervals: (``run_metrics``' result, the metrics, the checks against the
+    ``pred`` / ``flipped`` arrays of ``stored``, a counterfactuals file). `vcebench evaluate` and the Python
+    API (``vcebench.evaluate``) both score through here (``built``: the metrics ``names``, already built)."""
+    from metrics.evaluation import make_batches, run_metrics
+
+    metrics = built if built is not None else _build_metrics(settings, names, _inputs_of(names), models, ids, fid_ref)
+    bs = int(settings.metrics["batch_size"])
+    checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
+    batches = make_batches(x_of, cf, ids, target, label, models.classifier, bs, gt_of, device=device)
+    core = run_metrics(metrics, _checked(batches, stored or {}, checks), progress=progress, strict=strict,
+                       bootstrap=settings.metrics["bootstrap"])
+    return core, metrics, checks
 
 def _metrics_json(settings: EvalSettings, z, core: dict, checks: dict, inputs: dict, models: dict, record: dict,
                   t0: float) -> dict:

@@ -75,9 +75,11 @@ def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -
 
 
 def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], row_ids: torch.Tensor,
-                unreadable: dict[int, str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                unreadable: dict[int, str], target: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(fail reason, prediction, target) of a batch: 0 for the rows a method can start from, else the code of
-    why not (an unreadable image, listed into ``unreadable`` by sample id; a non-finite input or logit)."""
+    why not (an unreadable image, listed into ``unreadable`` by sample id; a non-finite input or logit). The
+    target is ``target`` where given (the Python API's), else 1 - prediction."""
     import torch
 
     from methods.base import FAIL_NONFINITE_INPUT, FAIL_NONFINITE_INPUT_LOGITS, FAIL_UNREADABLE_INPUT, nonfinite
@@ -89,7 +91,8 @@ def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], r
         reason[k] = FAIL_UNREADABLE_INPUT
         unreadable[int(row_ids[k])] = why
     pred = torch.where(reason == 0, logits.argmax(1).cpu(), torch.full_like(reason, -1))
-    target = torch.where(reason == 0, 1 - pred, torch.ones_like(pred))
+    wanted = 1 - pred if target is None else target.to(torch.int64).cpu()
+    target = torch.where(reason == 0, wanted, torch.ones_like(pred))
     return reason, pred, target
 
 
@@ -128,21 +131,41 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     (``vcebench.core.io.input_fingerprint`` of the uint8 input and CF) lets ``vcebench evaluate`` check each
     row against the dataset. Returns the timing record.
     """
+    from ..core.runtime import noise_device
+
+    run = run_batches(method, load_images, ids, models, batch_size=settings.batch_size, seed=settings.seed,
+                      stream=settings.method, device=device,
+                      gen_device=noise_device(settings.runtime.cuda, device), desc=f"{method.name} {out.name}")
+    parts, preds, targets, inputs_u8, seconds, unreadable, memory = run
+    bs = settings.batch_size
+    record = {"seconds": seconds, "n": len(ids), "batch_size": bs, "method": method.name,
+              "sec_per_cf": seconds / max(1, len(ids)), "peak_mem_mb": memory.peak_mb, "peak_mem_kind": memory.kind,
+              **_run_record(models, parts, device), "unreadable": {str(k): v for k, v in unreadable.items()}}
+    save_npz(out, **(_shard_arrays(parts, ids, preds, targets, inputs_u8) if parts else _empty_shard()))
+    write_json(timing_path(out), record)
+    return record
+
+
+def run_batches(method, load_images, ids: torch.Tensor, models, *, batch_size: int, seed: int, stream: str,
+                device: torch.device | str = "cpu", gen_device: torch.device | str = "cpu", desc: str = "",
+                target: torch.Tensor | None = None, progress: bool = True) -> tuple:
+    """The generation loop of :func:`generate` (and of the Python API, ``vcebench.explain``): ``method`` over
+    ``ids`` in batches, each sample's noise from stream ``stream`` of ``seed`` and its id. ``target``: the
+    target class of every position of ``ids`` (None: 1 - the classifier's prediction). Returns (the batches'
+    Counterfactuals with the failed rows filled in, predictions, targets, uint8 inputs, seconds of
+    generation, unreadable images by sample id, the PeakMemory record)."""
     import torch
     from tqdm import tqdm
 
     from ..core.rng import SampleGenerators
-    from ..core.runtime import noise_device
     from ..costs.measure import PeakMemory
 
-    bs, seed, stream = settings.batch_size, settings.seed, settings.method
-    gen_device = noise_device(settings.runtime.cuda, device)
     parts, preds, targets, inputs_u8, seconds = [], [], [], [], 0.0
     unreadable: dict[int, str] = {}
     # peak memory of generation: the kernel's high-water mark where it can be reset (no overhead)
     with PeakMemory(device, interval=0.01) as memory:
-        for start in tqdm(range(0, len(ids), bs), desc=f"{method.name} {out.name}", unit="batch"):
-            idx = torch.arange(start, min(start + bs, len(ids)))
+        for start in tqdm(range(0, len(ids), batch_size), desc=desc, unit="batch", disable=not progress):
+            idx = torch.arange(start, min(start + batch_size, len(ids)))
             loaded = load_images(idx)
             x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
             x = x.to(device)
@@ -150,31 +173,27 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
             t0 = time.perf_counter()
             with torch.no_grad():
                 logits = models.classifier(x)
-            reason, pred, target = _start_rows(x, logits, errors, ids[idx], unreadable)
+            reason, pred, tgt = _start_rows(x, logits, errors, ids[idx], unreadable,
+                                            None if target is None else target[idx])
             ok = reason == 0
             cf = None
             if bool(ok.any()):
                 sel = ok.nonzero().squeeze(1)
-                cf = method(x[sel.to(x.device)], target[sel].to(x.device), models,
+                cf = method(x[sel.to(x.device)], tgt[sel].to(x.device), models,
                             SampleGenerators(seed, ids[idx][sel], stream=stream, device=gen_device))
             if torch.cuda.is_available() and str(device).startswith("cuda"):
                 torch.cuda.synchronize()
             seconds += time.perf_counter() - t0
             parts.append(_with_failed_rows(cf, ok, reason, x))
             preds.append(pred)
-            targets.append(target)
+            targets.append(tgt)
     if unreadable:
         from methods.base import FAIL_UNREADABLE_INPUT
 
         print(f"vcebench explain: {len(unreadable)} unreadable input image(s) failed (fail_reason "
               f"{FAIL_UNREADABLE_INPUT}): " + "; ".join(f"{k}: {v}" for k, v in list(unreadable.items())[:5]),
               file=sys.stderr)
-    record = {"seconds": seconds, "n": len(ids), "batch_size": bs, "method": method.name,
-              "sec_per_cf": seconds / max(1, len(ids)), "peak_mem_mb": memory.peak_mb, "peak_mem_kind": memory.kind,
-              **_run_record(models, parts, device), "unreadable": {str(k): v for k, v in unreadable.items()}}
-    save_npz(out, **(_shard_arrays(parts, ids, preds, targets, inputs_u8) if parts else _empty_shard()))
-    write_json(timing_path(out), record)
-    return record
+    return parts, preds, targets, inputs_u8, seconds, unreadable, memory
 
 
 def _run_record(models, parts: list, device: torch.device | str) -> dict:

@@ -1,0 +1,154 @@
+"""The Python API (vcebench.explain / evaluate / load_network): the README's lines and docs/python-api.md run as
+written, and the API's counterfactuals and scores are those of `vcebench explain` / `vcebench evaluate` (the same
+code, not a second implementation)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = "synthfaces_smile"
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def run_block(code: str, monkeypatch, capsys) -> str:
+    monkeypatch.chdir(ROOT)
+    exec(compile(code, "<doc>", "exec"), {"__name__": "__doc__"})
+    return capsys.readouterr().out
+
+
+def test_the_readme_python_example_runs_as_written(monkeypatch, capsys):
+    (block,) = [b for b in python_blocks(ROOT / "README.md") if "vcebench.explain" in b]
+    out = run_block(block, monkeypatch, capsys)
+    assert "FR" in out and "L1" in out
+
+
+def test_the_python_api_guide_runs_as_written(monkeypatch, capsys):
+    blocks = python_blocks(ROOT / "docs" / "python-api.md")
+    assert len(blocks) == 1
+    out = run_block(blocks[0], monkeypatch, capsys)
+    assert "FR_oracle" in out and "GT_L1" in out
+
+
+def test_import_vcebench_starts_no_torch():
+    code = ("import sys, vcebench; print('torch' in sys.modules, callable(vcebench.explain), 'torch' in sys.modules); "
+            "vcebench.Counterfactuals; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True", "False", "True"]  # the API's module too; torch starts with the first call
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """A small synthfaces config, 12 test inputs, the shipped networks of FiRe, and `vcebench explain`'s
+    shard of those inputs (generate(), as explain_shard runs it) with K = 4."""
+    from vcebench.data import load_split
+    from vcebench.models import load_task_models
+    from vcebench.protocol.run_settings import RunSettings
+    from vcebench.protocol.settings import load_settings
+    from vcebench.steps.explain import generate
+
+    d = tmp_path_factory.mktemp("api")
+    small = d / "small.yaml"
+    small.write_text("threads: 1\ndatasets:\n  synthfaces: {n_identities: 40, images_per_identity: 8}\n"
+                     "metrics:\n  sfid_seeds: [0, 1]\n  batch_size: 8\n  bootstrap: {resamples: 50, "
+                     "feature_resamples: 10}\n")
+    cfg = load_settings([ROOT / "config" / "config.yaml", small], only=(TASK, "fire"))
+    split = load_split(cfg, "synthfaces", "test")
+    ids = torch.sort(split.sample_ids).values[:12]
+    x = split.float_images(split.index_of(ids))
+    settings = RunSettings.resolve({**cfg, "batch_size": 5}, TASK, "fire").with_params(K=4)
+    models = load_task_models(cfg, TASK, roles=("classifier", "pmf", "perceptual", "oracle", "fid_features"),
+                              model_dir=ROOT / "networks" / "ref1")
+    generate(settings.build_method(), lambda idx: x[idx], ids, models, settings, d / "shard-0-of-1.npz")
+    return {"cfg": cfg, "x": x, "ids": ids, "models": models, "npz": d / "shard-0-of-1.npz", "split": split,
+            "settings": settings}
+
+
+def test_explain_with_a_task_makes_the_counterfactuals_vcebench_explain_makes(bench):
+    import vcebench
+    from vcebench.core.io import load_npz, to_uint8
+
+    m = bench["models"]
+    cfs = vcebench.explain(bench["x"], m.classifier, "fire", m.pmf, models={"perceptual": m.perceptual},
+                           task=TASK, config=bench["cfg"], sample_ids=bench["ids"], batch_size=7, K=4)
+    z = load_npz(bench["npz"])
+    assert np.array_equal(to_uint8(cfs.images), z["cf"])  # another batch size, the same images
+    assert np.array_equal(cfs.flipped.numpy(), z["flipped"]) and np.array_equal(cfs.steps.numpy(), z["steps"])
+    assert np.array_equal(cfs.info["target"].numpy(), z["target"]) and z["flipped"].any()
+    # another seed, other noise: the comparison above can fail
+    other = vcebench.explain(bench["x"], m.classifier, "fire", m.pmf, models={"perceptual": m.perceptual},
+                             task=TASK, config=bench["cfg"], sample_ids=bench["ids"], seed=1, K=4)
+    assert not np.array_equal(to_uint8(other.images), z["cf"])
+
+
+def test_evaluate_gives_the_scores_of_vcebench_evaluate(bench):
+    import vcebench
+    from vcebench.core.errors import UserError
+    from vcebench.core.io import from_uint8, load_npz
+    from vcebench.protocol.run_settings import EvalSettings
+    from vcebench.steps.evaluate import evaluate_task
+
+    m, cfg = bench["models"], bench["cfg"]
+    names = ["FR", "L1", "FID", "FR_oracle", "GT"]
+    settings = EvalSettings.resolve({**cfg, "n_eval": 12}, TASK, "fire")
+    ref = evaluate_task(settings, str(bench["npz"]), only=names, models=m)
+    z = load_npz(bench["npz"])
+    split = bench["split"]
+    label = split.attribute("Smiling")[split.index_of(bench["ids"])].long()
+    got = vcebench.evaluate(bench["x"], from_uint8(z["cf"]), TASK, classifier=m.classifier, config=cfg,
+                            models={"oracle": m.oracle, "fid_features": m.fid_features}, target=z["target"],
+                            labels=label, sample_ids=bench["ids"], metrics=names)
+    assert got["metrics"] == ref["metrics"] and got["intervals"] == ref["intervals"]
+    assert got["n"] == ref["n"] and got["skipped"] == ref["skipped"]
+    assert got["metrics"]["GT_L1"] is not None and got["intervals"]["FR"][0] <= got["metrics"]["FR"]
+    # no labels: the metrics of the correct subsets are left out by default and refused when asked for
+    blind = vcebench.evaluate(bench["x"], from_uint8(z["cf"]), TASK, classifier=m.classifier, config=cfg,
+                              models={"oracle": m.oracle, "fid_features": m.fid_features}, target=z["target"],
+                              sample_ids=bench["ids"], model_dir=ROOT / "networks" / "ref1")
+    assert blind["metrics"]["FR"] == ref["metrics"]["FR"] and "GT_L1" not in blind["metrics"]
+    assert "pass labels=" in blind["skipped"]["GT"] and "COUT" in blind["skipped"] and "FVA" in blind["metrics"]
+    with pytest.raises(UserError, match=r"GT are scored on the correct_successful subset, which needs `labels`"):
+        vcebench.evaluate(bench["x"], from_uint8(z["cf"]), TASK, classifier=m.classifier, config=cfg,
+                          sample_ids=bench["ids"], metrics=["FR", "GT"])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda v, c, x: v.explain(x, torch.nn.Flatten(), "fire", lambda_perc=0.0),
+     r"needs the pmf network\(s\): pass them as generator="),
+    (lambda v, c, x: v.explain(x, c, "fire", generator=torch.nn.Identity()), r"needs the perceptual network"),
+    (lambda v, c, x: v.explain(x * 3, c, "input"), r"`images`: float images must be finite and in \[-1, 1\]"),
+    (lambda v, c, x: v.explain(x, torch.nn.Flatten(), "input"), r"`classifier` must return \(N, 2\) logits"),
+    (lambda v, c, x: v.explain(x, c, "fire", generator=torch.nn.Identity(), lambda_perc=0.0, KK=3),
+     r"KK"),
+    (lambda v, c, x: v.explain(x, c, "input", target=[0, 1]), r"`target` must be one value or one per image"),
+])
+def test_bad_arguments_are_one_line_errors(call, message):
+    import vcebench
+    from vcebench.core.errors import UserError
+
+    clf = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 2))
+    x = torch.rand(3, 3, 8, 8) * 2 - 1
+    with pytest.raises(UserError, match=message) as e:
+        call(vcebench, clf, x)
+    assert "\n" not in str(e.value)
+
+
+def test_explain_reaches_a_given_target_and_records_it():
+    import vcebench
+
+    clf = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 2))
+    x = torch.rand(3, 3, 8, 8) * 2 - 1
+    pred = clf(x).argmax(1)
+    cfs = vcebench.explain(x, clf, "input", target=pred)  # the do-nothing row: its target is reached
+    assert cfs.flipped.all() and torch.equal(cfs.info["target"], pred) and torch.equal(cfs.info["pred"], pred)
+    assert torch.equal(cfs.images, torch.from_numpy(np.asarray(x)).clamp(-1, 1))
