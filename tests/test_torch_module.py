@@ -89,6 +89,53 @@ def test_pmf_average_velocity_convention_gives_z_minus_t_u(released, tmp_path):
                                    net(z, torch.full((2,), 100.0), 1000 * t, torch.full((2,), 2)))
 
 
+class ReleasedPMF(TinyDiT):
+    """pMF's released forward ``forward(x, t, h, omega, t_min, t_max, y)``: the guidance scale omega applied
+    inside the interval [t_min, t_max]; it records the constants it was called with."""
+
+    seen: dict = {}
+
+    def forward(self, x, t, h, omega, t_min, t_max, y):  # type: ignore[override]
+        ReleasedPMF.seen = {"omega": omega, "t_min": t_min, "t_max": t_max}
+        inside = (t >= t_min) & (t <= t_max)
+        return super().forward(x, t, h, y) * torch.where(inside, omega, torch.ones_like(omega)).reshape(-1, 1, 1, 1)
+
+
+RELEASED = {"class": "tests.test_torch_module:ReleasedPMF", "inputs": ["z", "t", "h", "omega", "t_min", "t_max", "y"],
+            "const": {"omega": 1.0, "t_min": 0.0, "t_max": 1.0}}
+
+
+def test_constant_inputs_reach_pmfs_released_forward_at_their_places(released):
+    pmf, _ = load_canonical("pmf", pmf_spec(released, **RELEASED), TASK, KEY)
+    z, t, null = torch.randn(2, 3, 32, 32), torch.tensor([0.3, 0.8]), torch.full((2,), 2)
+    with torch.no_grad():  # omega 1 over the whole interval: the DiT's own x-prediction
+        torch.testing.assert_close(pmf.predict_clean(z, t), released["ema"](z, t, t, null), rtol=0, atol=0)
+        seen = type(pmf.call.net).seen  # the class as the loader imported it (tests.test_torch_module)
+        assert all(v.shape == (2,) and v.dtype == torch.float32 for v in seen.values())
+        assert seen["omega"].tolist() == [1.0, 1.0] and seen["t_max"].tolist() == [1.0, 1.0]
+        spec = pmf_spec(released, **{**RELEASED, "const": {"omega": 3.0, "t_min": 0.5, "t_max": 1.0}})
+        scaled, _ = load_canonical("pmf", spec, TASK, KEY)
+        out = scaled.predict_clean(z, t)  # omega 3 inside [0.5, 1]: row 1 (t = 0.8) only
+        torch.testing.assert_close(out[0], released["ema"](z, t, t, null)[0], rtol=0, atol=0)
+        torch.testing.assert_close(out[1], 3 * released["ema"](z, t, t, null)[1], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"const": [1.0]}, r"`models\.synthfaces\.pmf\.const` must be a mapping"),
+    ({"const": {"omega": True, "t_min": 0.0, "t_max": 1.0}}, r"`models\.synthfaces\.pmf\.const\.omega` must be a "
+                                                             r"number"),
+    ({"const": {"t": 0.5, "omega": 1.0, "t_min": 0.0, "t_max": 1.0}}, r"`models\.synthfaces\.pmf\.const` names 't'"),
+    ({"const": {"omega": 1.0, "t_min": 0.0}}, r"`models\.synthfaces\.pmf\.inputs` lists the forward's positional"),
+    ({"inputs": ["z", "t", "h", "y"]}, r"`models\.synthfaces\.pmf\.inputs` \['z', 't', 'h', 'y'\] with "
+                                       r"`models\.synthfaces\.pmf\.const` \['omega', 't_min', 't_max'\] by keyword "
+                                       r"does not fit ReleasedPMF\.forward"),
+])
+def test_bad_constant_inputs_are_one_line_errors(released, over, message):
+    with pytest.raises(UserError, match=message) as e:
+        load_canonical("pmf", pmf_spec(released, **{**RELEASED, **over}), TASK, KEY)
+    assert "\n" not in str(e.value)
+
+
 def test_classifier_logits_and_a_1logit_column(released):
     head, _ = load_canonical("classifier", clf_spec(released), TASK, "models.synthfaces.classifier")
     x = torch.rand(4, 3, 32, 32) * 2 - 1

@@ -14,7 +14,11 @@ its role's contract (``vcebench/models/base.py``) as ``output`` and ``inputs`` d
   velocity ``u(z, r, t)``), on the flow path ``z_t = (1 - t) x + t eps`` (noise at t = 1, vcebench's and
   MeanFlow's convention). ``inputs``: the forward's positional arguments in order, from ``z``, ``t``, ``r``,
   ``h`` (= t - r) and ``y`` (the class label ``class_label`` for every row, e.g. the null class of a
-  class-conditional model used unconditionally); ``time_scale`` multiplies t, r and h. FiRe's
+  class-conditional model used unconditionally); ``time_scale`` multiplies t, r and h. ``const``: further
+  arguments held constant, ``{name: number}`` (pMF's released ``forward(x, t, h, omega, t_min, t_max, y)``:
+  ``const: {omega: 1.0, t_min: 0.0, t_max: 1.0}``), each passed as a per-row tensor (a float, or an integer
+  for an integer value; ``time_scale`` does not apply): at its place when ``inputs`` names it, by keyword
+  otherwise. FiRe's
   ``predict_clean(z, t)`` is ``x(z, r = 0, t)`` or ``z - t u(z, 0, t)`` (one call either way).
 - ddpm, ``output: eps``: ``inputs`` from ``z``, ``t`` (integer train timestep) and ``y``; the schedule is
   ``diffusion_steps`` betas of ``noise_schedule`` (guided-diffusion's names); ``learn_sigma``: the output
@@ -40,8 +44,8 @@ from .guided_unet import betas_for
 
 OUTPUTS = {"classifier": ("logits",), "pmf": ("x", "u"), "ddpm": ("eps",)}
 INPUTS = {"pmf": ("z", "t", "r", "h", "y"), "ddpm": ("z", "t", "y")}
-ROLE_KEYS = {"classifier": {"head", "index"}, "pmf": {"inputs", "class_label", "time_scale"},
-             "ddpm": {"inputs", "class_label", "diffusion_steps", "noise_schedule", "learn_sigma"}}
+ROLE_KEYS = {"classifier": {"head", "index"}, "pmf": {"inputs", "class_label", "time_scale", "const"},
+             "ddpm": {"inputs", "class_label", "diffusion_steps", "noise_schedule", "learn_sigma", "const"}}
 KEYS = frozenset({"class", "kwargs", "state_dict", "output"}.union(*ROLE_KEYS.values()))
 # What a block may leave out of its role's keys: a 2-logit classifier (column 0 of a 1-logit one); t, r and h
 # unscaled (a ddpm's t always: time_scale is not one of its keys); guided-diffusion's linear schedule, no learned
@@ -77,11 +81,13 @@ def check_torch_module(role: str, spec: dict, key: str) -> None:
         if head not in ("1logit", "2logit"):
             raise ConfigError(f"config key `{key}.head` must be 1logit or 2logit, got {head!r}")
         return
+    const = _check_const(role, spec.get("const", {}), key)
     inputs = spec.get("inputs")
     if (not isinstance(inputs, list) or not inputs or inputs[0] != "z" or len(set(inputs)) != len(inputs)
-            or not set(inputs) <= set(INPUTS[role])):
+            or not set(inputs) <= set(INPUTS[role]) | set(const)):
         raise ConfigError(f"config key `{key}.inputs` lists the forward's positional arguments in order: z first, "
-                          f"then any of {', '.join(INPUTS[role][1:])} once each, got {inputs!r}")
+                          f"then any of {', '.join(INPUTS[role][1:])} (and of `{key}.const`) once each, "
+                          f"got {inputs!r}")
     if ("y" in inputs) != ("class_label" in spec):
         raise ConfigError(f"config key `{key}.class_label` (the label passed as y, e.g. the null class) must be "
                           f"set exactly when `{key}.inputs` has y")
@@ -90,6 +96,20 @@ def check_torch_module(role: str, spec: dict, key: str) -> None:
     if role == "ddpm" and not isinstance(spec.get("diffusion_steps"), int):
         raise ConfigError(f"config key `{key}.diffusion_steps` (the training schedule's steps) must be set to an "
                           f"integer, got {spec.get('diffusion_steps')!r}")
+
+
+def _check_const(role: str, const: object, key: str) -> dict:
+    """``const``: a mapping of argument names (none of the role's ``inputs``) to numbers."""
+    if not isinstance(const, dict):
+        raise ConfigError(f"config key `{key}.const` must be a mapping of the forward's constant arguments to "
+                          f"numbers (e.g. {{omega: 1.0, t_min: 0.0, t_max: 1.0}}), got {const!r}")
+    for name, value in const.items():
+        if not isinstance(name, str) or not name.isidentifier() or name in INPUTS[role]:
+            raise ConfigError(f"config key `{key}.const` names {name!r}: an argument name other than "
+                              f"{', '.join(INPUTS[role])} (those come from the sampler)")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"config key `{key}.const.{name}` must be a number, got {value!r}")
+    return const
 
 
 def import_class(spec: dict, key: str) -> type:
@@ -139,27 +159,37 @@ def read_state(role: str, path: Path, which: str | None, key: str) -> dict[str, 
     return {k[len("module."):] if k.startswith("module.") else k: v for k, v in ck.items()}
 
 
-def _check_inputs(net: nn.Module, names: list[str], key: str) -> None:
-    """The declared ``inputs`` bind to the forward's signature (a wrong call convention fails here, not
-    in the middle of a method)."""
+def _check_inputs(net: nn.Module, names: list[str], key: str, const: dict | None = None) -> None:
+    """The declared ``inputs`` (and the ``const`` arguments they do not name, by keyword) bind to the
+    forward's signature (a wrong call convention fails here, not in the middle of a method)."""
     try:
         sig = inspect.signature(net.forward)
     except (TypeError, ValueError):
         return
     try:
-        sig.bind(*names)
+        sig.bind(*names, **{k: k for k in (const or {}) if k not in names})
     except TypeError as e:
-        raise ConfigError(f"config key `{key}.inputs` {names} does not fit {type(net).__name__}.forward{sig}: "
-                          f"{e}") from None
+        extra = [k for k in (const or {}) if k not in names]
+        by_kw = f" with `{key}.const` {extra} by keyword" if extra else ""
+        raise ConfigError(f"config key `{key}.inputs` {names}{by_kw} does not fit {type(net).__name__}.forward"
+                          f"{sig}: {e}") from None
 
 
 class DeclaredCall(nn.Module):
-    """``net`` called with the declared positional ``inputs`` built from (z, t, r)."""
+    """``net`` called with the declared positional ``inputs`` built from (z, t, r), and the ``const`` arguments
+    (at their place in ``inputs``, else by keyword)."""
 
-    def __init__(self, net: nn.Module, inputs: list[str], class_label: int | None, time_scale: float, key: str):
+    def __init__(self, net: nn.Module, inputs: list[str], class_label: int | None, time_scale: float, key: str,
+                 const: dict | None = None):
         super().__init__()
         self.net, self.inputs, self.class_label, self.time_scale, self.key = net, list(inputs), class_label, \
             float(time_scale), key
+        self.const = dict(const or {})
+
+    def _const(self, name: str, z: Tensor) -> Tensor:
+        value = self.const[name]
+        dtype = torch.long if isinstance(value, int) else z.dtype
+        return torch.full((z.shape[0],), value, dtype=dtype, device=z.device)
 
     def call(self, z: Tensor, t: Tensor, r: Tensor | None = None) -> Tensor:
         values = {"z": z, "t": t, "r": r, "h": None if r is None else t - r}
@@ -167,11 +197,13 @@ class DeclaredCall(nn.Module):
         for name in self.inputs:
             if name == "y":
                 args.append(torch.full((z.shape[0],), int(self.class_label), dtype=torch.long, device=z.device))
+            elif name in self.const:
+                args.append(self._const(name, z))
             elif name == "z" or not torch.is_floating_point(values[name]):
                 args.append(values[name])
             else:
                 args.append(values[name] * self.time_scale)
-        out = self.net(*args)
+        out = self.net(*args, **{k: self._const(k, z) for k in self.const if k not in self.inputs})
         if not isinstance(out, Tensor):
             raise CheckpointError(f"config key `{self.key}.output`: {type(self.net).__name__} returned "
                                   f"{type(out).__name__}, not a tensor")
@@ -277,8 +309,9 @@ def load_torch_module(role: str, spec: dict, path: Path, key: str, name: str | N
         head = BinaryHead(CheckedLogits(net, kind, index, key), kind, index)
         head.name = label
         return head, label
-    _check_inputs(net, spec["inputs"], key)
-    call = DeclaredCall(net, spec["inputs"], spec.get("class_label"), float(spec["time_scale"]), key)
+    _check_inputs(net, spec["inputs"], key, spec.get("const"))
+    call = DeclaredCall(net, spec["inputs"], spec.get("class_label"), float(spec["time_scale"]), key,
+                        spec.get("const"))
     if role == "pmf":
         return ModulePMF(call, spec["output"], label), label
     return ModuleDDPM(call, spec["diffusion_steps"], str(spec["noise_schedule"]), bool(spec["learn_sigma"]),
