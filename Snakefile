@@ -24,6 +24,8 @@ wf.fail_fast(wf.check_config_files, workflow.configfiles)
 # the schema with the registry's method names (vcebench.registry: built-ins and installed plug-ins)
 wf.fail_fast(wf.validate, config, os.path.join(workflow.basedir, "config/schema.yaml"))
 wf.fail_fast(wf.check_method_names, config)
+# weights written hf://owner/repo/file@revision: the file in the local Hub cache (vcebench/core/hub.py)
+wf.fail_fast(wf.resolve_hub_weights, config)
 # config/tuned/<task>.yaml, written by `snakemake tune`
 wf.attach_tuned(config, workflow.basedir)
 # method and model settings (keys, types, ranges) from the code's dataclasses: fail before any job runs

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from . import registry
-from .config.load import ConfigError, attach_tuned, read_yaml, validate  # noqa: F401 (Snakefile)
+from .config.load import ConfigError, attach_tuned, read_yaml, resolve_hub_weights, validate  # noqa: F401 (Snakefile)
 from .config.tasks import (  # noqa: F401 (Snakefile)
     SYNTHETIC_DATASETS,
     check_method_names,

@@ -5,6 +5,7 @@ Examples::
 
     vcebench models parity --dataset synthfaces --data resources/data/synthfaces \\
         --out resources/models/synthfaces/parity.json
+    vcebench models fetch celeba --dry-run
     vcebench models curve --task synthfaces_smile --role ddpm --steps 9600 --at 300 600 1200 2400 4800 \\
         --data resources/data/synthfaces --out resources/curves/synthfaces/ddpm
 """
@@ -50,6 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--score-only", action="store_true", help="train nothing: score the budgets already trained "
                    "(e.g. while --train-only trains the larger ones in the background)")
     add_config_arg(s)
+    s = add_subverb(subs, "fetch", run_fetch, "fetch a real dataset's released networks from the Hugging Face Hub "
+                    "at their pinned revisions, check their sha256, and write a config overlay per task")
+    s.add_argument("dataset", help="a real dataset with configured tasks, e.g. celeba, celebahq, chexpert")
+    s.add_argument("--dry-run", action="store_true", help="list every role, its source, revision and hash state; "
+                   "fetch and write nothing")
+    s.add_argument("--pins", default="config/hub.yaml", help="the project's Hub pins (default config/hub.yaml; "
+                   "the first download of a file records its commit and sha256 there)")
+    s.add_argument("--out", default="resources/hub", help="folder of the overlays <task>.yaml (default "
+                   "resources/hub)")
+    add_config_arg(s)
     s = add_subverb(subs, "check", run_check, "re-measure a trained network set with all of it present: the "
                     "generators' FID and the pmf gate, the embedding judge's truth vs regenerate levels")
     s.add_argument("--models", required=True, help="trained networks: <models>/<dataset>/<role>/")
@@ -79,6 +90,17 @@ def run_check(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     setup_torch(cfg["threads"], "cpu")
     print(json.dumps(check_networks(cfg, args.models, args.data_root, args.n), indent=1, default=str))
+    return 0
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    """Offline (HF_HUB_OFFLINE=1) the local Hub cache is read and nothing is fetched. A file whose sha256
+    differs from its pin is refused (one line naming it). Roles without a Hub file are printed with where to
+    get them and the config key to set; so are the keys still to set by hand (docs/real-data.md)."""
+    from ..config.load import load_config
+    from ..steps.fetch import fetch
+
+    fetch(load_config(args.config), args.dataset, pins=args.pins, out_dir=args.out, dry_run=args.dry_run)
     return 0
 
 

@@ -124,10 +124,24 @@ def load_config(paths: list[str | Path] | None = None, overrides: dict | None = 
     if overrides:
         cfg = deep_merge(cfg, overrides)
     validate(cfg, schema_path(paths[0]))
+    resolve_hub_weights(cfg)
     from .tasks import check_method_names
 
     check_method_names(cfg)
     attach_tuned(cfg, repo_root(paths[0]))
+    return cfg
+
+
+def resolve_hub_weights(cfg: dict) -> dict:
+    """Every ``models.<dataset>.<role>.weights`` written ``hf://owner/repo/file@revision`` replaced, in place, by
+    the file in the local Hub cache (fetched into it unless offline; :mod:`vcebench.core.hub`)."""
+    from ..core import hub
+
+    for dataset, roles in (cfg.get("models") or {}).items():
+        for role, spec in (roles or {}).items():
+            if isinstance(spec, dict) and hub.is_hub_url(spec.get("weights")):
+                key = f"models.{dataset}.{role}.weights"
+                spec["weights"] = str(hub.local_path(hub.parse(spec["weights"], key), key))
     return cfg
 
 
