@@ -9,6 +9,7 @@ later files are deep-merged over earlier ones, then validated against
 from __future__ import annotations
 
 import math
+import sys
 import types
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -72,14 +73,15 @@ def _check_unique_keys(path: Path, root: yaml.Node) -> None:
 
 def default_config_paths() -> list[Path]:
     """The default config files: ``config/config.yaml`` of the working directory, else the repository's that
-    this package sits in (a clone or an editable install, for the Python API run from elsewhere)."""
+    this package sits in (a clone or an editable install, run from elsewhere), else the copy a wheel installs
+    under ``<prefix>/share/vcebench/`` (pyproject.toml ``data-files``)."""
     if DEFAULT_CONFIG.exists():
         return [DEFAULT_CONFIG]
-    beside = Path(__file__).resolve().parents[2] / DEFAULT_CONFIG  # the repository's (vcebench/config/load.py)
-    if beside.exists():
-        return [beside]
-    raise ConfigError(f"no {DEFAULT_CONFIG} in {Path.cwd()} nor beside the vcebench package: run from the "
-                      f"repository root or pass config= (a file, or a loaded configuration)")
+    for root in (Path(__file__).resolve().parents[2], Path(sys.prefix) / "share" / "vcebench"):
+        if (root / DEFAULT_CONFIG).exists():  # the repository's (vcebench/config/load.py), or a wheel's copy
+            return [root / DEFAULT_CONFIG]
+    raise ConfigError(f"no {DEFAULT_CONFIG} in {Path.cwd()}, beside the vcebench package or under "
+                      f"{Path(sys.prefix) / 'share' / 'vcebench'}: run from the repository root or pass the config")
 
 
 def schema_path(config_path: Path | None = None) -> Path:
@@ -111,7 +113,7 @@ def validate(cfg: dict, schema_file: Path | None = None) -> dict:
 
 def load_config(paths: list[str | Path] | None = None, overrides: dict | None = None) -> dict:
     """Deep-merge the YAML files in order (default: config/config.yaml) and validate."""
-    paths = [Path(p) for p in (paths or [DEFAULT_CONFIG])]
+    paths = [Path(p) for p in (paths or default_config_paths())]
     cfg: dict[str, Any] = {}
     for p in paths:
         if not p.exists():

@@ -66,7 +66,7 @@ def _hub():
     try:
         import huggingface_hub
     except ImportError:
-        raise HubError("the Hub needs huggingface_hub: pip install 'vcebench[hub]' (or huggingface_hub)") from None
+        raise HubError("the Hub needs huggingface_hub (a vcebench dependency): pip install huggingface_hub") from None
     return huggingface_hub
 
 
