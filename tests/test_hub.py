@@ -174,3 +174,16 @@ def test_snakemake_dry_run_of_celeba_smile_on_the_overlay(cfg, hub, tmp_path):
     # without the overlay the pmf has no weights: the same dry run fails, naming the key
     r = subprocess.run(args[:-1], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode != 0 and "models.celeba.pmf" in r.stderr + r.stdout
+
+
+def test_load_network_reads_a_hub_path(hub):
+    import vcebench
+
+    pmf = vcebench.load_network("pmf", f"hf://DapaoZeng/FiRe/{FILES[0]}@{COMMIT}", format="torch_module",
+                                **{"class": "tests.user_nets:TinyDiT"}, kwargs=DIT, state_dict="ema", output="x",
+                                inputs=["z", "t", "h", "y"], class_label=2)
+    ref = TinyDiT(**DIT)
+    ref.load_state_dict(torch.load(hub["repo"] / "snapshots" / COMMIT / FILES[0], weights_only=True)["ema"])
+    z, t = torch.randn(1, 3, 32, 32), torch.full((1,), 0.5)
+    with torch.no_grad():
+        torch.testing.assert_close(pmf.predict_clean(z, t), ref.eval()(z, t, t, torch.full((1,), 2)))

@@ -76,8 +76,10 @@ def load_network(role: str, weights: str | Path, *, task: str | None = None, con
 
     t = get_task(_config(config, task, None), task) if task else Task(name="python", dataset="python",
                                                                    attribute=str(spec.pop("attribute", "")))
-    block = {"weights": str(weights), **spec}
-    module, _ = load_role({"models": {t.dataset: {role: block}}}, t, role)
+    from ..config.load import resolve_hub_weights
+
+    cfg = resolve_hub_weights({"models": {t.dataset: {role: {"weights": str(weights), **spec}}}})
+    module, _ = load_role(cfg, t, role)
     return freeze(module)
 
 
