@@ -150,13 +150,16 @@ def explain(images: Any, classifier: nn.Module, method: str = "fire", generator:
     from methods.base import cat_counterfactuals
 
     x = _images(images, "images")
+    gen_device = "cpu"  # each image's noise stream: drawn on the CPU, or where a task's config says (`cuda`)
     if task is None:
         m = methods.get_method(method, dict(params))
     else:
+        from ..core.runtime import noise_device
         from ..protocol.run_settings import RunSettings
 
         rs = RunSettings.resolve(_config(config, task, method), task, method)
         m = (rs.with_params(**params) if params else rs).build_method()
+        gen_device = noise_device(rs.runtime.cuda, device)
     tm = _task_models(classifier, generator, m.roles, models)
     missing = [r for r in m.roles if getattr(tm, r) is None]
     if missing:
@@ -172,7 +175,7 @@ def explain(images: Any, classifier: nn.Module, method: str = "fire", generator:
     from .explain import run_batches
 
     parts, preds, targets, *_ = run_batches(m, lambda idx: x[idx], ids, tm, batch_size=int(batch_size),
-                                            seed=int(seed), stream=method, device=device, gen_device="cpu",
+                                            seed=int(seed), stream=method, device=device, gen_device=gen_device,
                                             desc=method, target=_per_sample(target, n, "target"),
                                             progress=progress)
     cf = cat_counterfactuals(parts)
