@@ -315,9 +315,9 @@ def test_footer_says_which_columns_catch_the_pixel_attack_and_which_rank_it_firs
 
 
 def test_the_paper_tables_put_ace_l1_and_l2_beside_their_reported_rows():
-    from vcebench.cli.report import PAPER_TABLE_ROWS
     from vcebench.config.load import load_config
     from vcebench.paper import numbers
+    from vcebench.steps.paper import comparison_rows
 
     for task in ("celeba_smile", "celeba_age", "celebahq_smile", "celebahq_age"):
         rep = numbers.reported(task)
@@ -325,8 +325,38 @@ def test_the_paper_tables_put_ace_l1_and_l2_beside_their_reported_rows():
     assert numbers.reported("celeba_smile")["ace"]["FR"] == 97.6
     assert numbers.reported("celeba_age")["ace_l2"]["FR"] == 77.5
     cfg = load_config()
-    assert set(PAPER_TABLE_ROWS) <= set(cfg["paper_methods"])  # `snakemake paper` runs what the tables show
+    rows = comparison_rows(cfg)  # `snakemake paper` runs what the tables show: `methods` and `paper_methods`
+    assert rows == cfg["methods"] + ["ace_l2", "ace_paper"]
     assert "ace" in cfg["methods"] and "pixel_attack" in cfg["methods"] and "ace_paper" in cfg["paper_methods"]
+
+
+def test_the_ablation_tables_take_their_rows_from_paper_methods_and_variants():
+    """Tables 4-6 hold the FiRe variants of config `paper_methods`, each in the table of what it changes:
+    the paper's layout on the default config; a variant added there (or a FiRe row changed) moves the table."""
+    import copy
+
+    from vcebench.config.load import load_config
+    from vcebench.config.tasks import get_task
+    from vcebench.steps.paper import ablation_rows
+
+    cfg = load_config()
+    task = get_task(cfg, "synthfaces_smile")
+    assert ablation_rows(cfg, task) == {
+        "Table 4 (ablation)": ["fire_one_step", "fire_reverse", "fire_fixed", "fire_fixed_maskdime_mask",
+                               "fire_fixed_fire_mask", "fire_no_early_stop", "fire"],
+        "Table 5 (refinement budget K)": ["fire_K5", "fire_K10", "fire", "fire_K20"],  # FiRe's own K is 15
+        "Table 6 (noise level t)": ["fire_t02", "fire_t04", "fire_t06", "fire_t08", "fire"],  # t04 is FiRe's t
+    }
+    planted = copy.deepcopy(cfg)
+    planted["variants"]["fire"].update(K7={"K": 7}, t03={"t": 0.3})
+    planted["paper_methods"] = ["fire_K20", "fire_K7", "fire_t03", "fire_paper", "fire_no_compaction",
+                                "fire_reverse", "ace_l2"]
+    planted["method_defaults"]["fire"]["K"] = 30
+    assert ablation_rows(planted, task) == {
+        "Table 4 (ablation)": ["fire_reverse", "fire"],
+        "Table 5 (refinement budget K)": ["fire_K7", "fire_K20", "fire"],  # by K; FiRe's own 30 last
+        "Table 6 (noise level t)": ["fire_t03", "fire"],  # 0.3 < FiRe's 0.4
+    }
 
 
 def test_each_cpu_kind_keeps_its_own_regression_reference(table, tmp_path, monkeypatch, capsys):
