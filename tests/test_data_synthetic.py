@@ -8,7 +8,7 @@ import torch
 
 from vcebench.data import DatasetError, eval_split_name, get_synthetic, load_split
 from vcebench.data.base import save_split
-from vcebench.data.registry import _synthetic_meta
+from vcebench.data.registry import synthetic_meta
 
 
 def small(cfg, name, **kw):
@@ -140,7 +140,7 @@ def test_cache_round_trip_and_mismatch(cfg, tmp_path):
     c = small(cfg, "synthxray")
     ds = get_synthetic(c, "synthxray")
     split = load_split(c, "synthxray", "val")
-    save_split(split, tmp_path, _synthetic_meta(ds))
+    save_split(split, tmp_path, synthetic_meta(ds))
     back = load_split(c, "synthxray", "val", data_dir=tmp_path)
     assert torch.equal(back.images, split.images) and torch.equal(back.labels, split.labels)
     assert back.attribute_names == split.attribute_names

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from ..config.tasks import REAL_DATASETS, SYNTHETIC_DATASETS
@@ -66,12 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _config(args: argparse.Namespace) -> dict:
-    from ..core.runtime import setup_torch
-    from ..protocol.settings import load_settings
+    from ..steps.data import settings
 
-    cfg = load_settings(args.config)
-    setup_torch(cfg["threads"], "cpu")
-    return cfg
+    return settings(args.config)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,46 +76,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from ..data.base import save_split, write_attribute_table
-    from ..data.registry import _synthetic_meta, get_synthetic
+    from ..steps.data import render
 
-    cfg = _config(args)
-    ds = get_synthetic(cfg, args.dataset)
     out = Path(args.out)
-    splits = []
-    for name in args.splits:
-        t = time.perf_counter()
-        split = ds.split(name)
-        save_split(split, out, _synthetic_meta(ds))
-        splits.append(split)
+    for name, split, seconds in render(_config(args), args.dataset, out, args.splits):
         print(f"{args.dataset}/{name}: {len(split)} images, {len(split.identity.unique())} identities, "
-              f"{split.images.shape[-1]} px, {time.perf_counter() - t:.1f} s")
-    write_attribute_table(out / "attributes.csv", splits)
+              f"{split.images.shape[-1]} px, {seconds:.1f} s")
     print(f"wrote {out}/{{{','.join(args.splits)}}}.npz and {out}/attributes.csv")
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ..data import DatasetError, load_split
-    from ..data.registry import eval_split_name
+    from ..steps.data import DatasetError, check, eval_split_name
 
     cfg = _config(args)
-    dc = cfg["datasets"].setdefault(args.dataset, {})
-    for key, val in (("root", args.root), ("celeba_root", args.celeba_root), ("pacemaker_csv", args.pacemaker_csv)):
-        if val is not None:
-            dc[key] = val
-    splits = ["train", "val", "test"] + [s for s in (eval_split_name(args.dataset),) if s not in ("val", "test")]
+    roots = {"root": args.root, "celeba_root": args.celeba_root, "pacemaker_csv": args.pacemaker_csv}
     try:
-        for name in splits:
-            s = load_split(cfg, args.dataset, name)
-            extra = ""
-            if args.read_images and len(s):
-                for start in range(0, len(s), 256):
-                    s.uint8_images(slice(start, start + 256))
-                extra = ", all images decoded"
-            shape = tuple(s.uint8_images([0]).shape[1:]) if len(s) else ()
-            print(f"{args.dataset}/{name}: {len(s)} images, {len(s.identity.unique())} identities, "
-                  f"image {shape}{extra}")
+        for s in check(cfg, args.dataset, roots, args.read_images):
+            extra = ", all images decoded" if s["decoded"] else ""
+            print(f"{args.dataset}/{s['name']}: {s['n']} images, {s['identities']} identities, "
+                  f"image {s['shape']}{extra}")
         print(f"ok; evaluation split: {eval_split_name(args.dataset)}")
     except DatasetError as e:
         print(f"vcebench data check: {e}", file=sys.stderr)
@@ -128,76 +104,27 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    import torch
-    from torchvision.utils import save_image
-
-    from ..data import DatasetError, get_synthetic, load_split
-    from ..data.registry import eval_split_name
-
-    cfg = _config(args)
-    if args.resolution and args.dataset in SYNTHETIC_DATASETS:
-        cfg["datasets"][args.dataset]["resolution"] = args.resolution
-    if args.root:
-        cfg["datasets"][args.dataset]["root"] = args.root
-    split_name = args.split or eval_split_name(args.dataset)
-    if args.dataset in SYNTHETIC_DATASETS:
-        ds = get_synthetic(cfg, args.dataset)
-        ids = ds.split_sample_ids(split_name)
-        ids = ids[torch.linspace(0, len(ids) - 1, min(args.n, len(ids))).round().long()]  # spread over people
-        x = ds.render(ids)
-        if args.counterfactual:
-            tiles = [x]
-            for attr in args.counterfactual:
-                cf = ds.gt_counterfactuals(ids, attr)
-                tiles += [cf, ((cf - x).abs().amax(1, keepdim=True) * 2 - 1).expand_as(x)]
-            k = len(tiles)
-            grid = torch.stack(tiles, 1).reshape(-1, *x.shape[1:])
-            nrow = k * max(1, int(round((len(ids) / k) ** 0.5)))
-        else:
-            grid, nrow = x, max(1, int(round(len(ids) ** 0.5)))
-    else:
-        if args.counterfactual:
-            raise DatasetError("--counterfactual needs a synthetic dataset (real data has no ground truth)")
-        split = load_split(cfg, args.dataset, split_name)
-        grid = split.float_images(slice(0, args.n))
-        nrow = max(1, int(round(len(grid) ** 0.5)))
-    if args.scale > 1:
-        grid = torch.nn.functional.interpolate(grid, scale_factor=args.scale, mode="nearest")
-    from ..core.io import atomic_path
+    from ..steps.data import show
 
     out = Path(args.out)
-    with atomic_path(out) as tmp:
-        save_image((grid + 1) / 2, tmp, format=out.suffix.lstrip(".") or "png", nrow=nrow, padding=1,
-                   pad_value=1.0)
-    print(f"wrote {out} ({len(grid)} tiles)")
+    n = show(_config(args), args.dataset, out, args.n, args.split, args.counterfactual, args.resolution, args.root,
+             args.scale)
+    print(f"wrote {out} ({n} tiles)")
     return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
-    import torch
-
-    from ..data import get_synthetic
+    from ..steps.data import bench, torch_threads
 
     cfg = _config(args)
-    print(f"torch threads: {torch.get_num_threads()}")
-    for name in SYNTHETIC_DATASETS:
-        for res in args.resolutions:
-            cfg["datasets"][name]["resolution"] = res
-            ds = get_synthetic(cfg, name)
-            ids = torch.arange(min(args.n, ds.n_samples))
-            ds.render(ids[:64])
-            t, c = time.perf_counter(), time.process_time()
-            ds.render(ids)
-            wall, cpu = time.perf_counter() - t, time.process_time() - c
-            print(f"{name:<11} {res:>4} px: {len(ids) / wall:8.0f} images/s wall, "
-                  f"{len(ids) / cpu:8.0f} images/s per CPU-second")
+    print(f"torch threads: {torch_threads()}")
+    for name, res, n, wall, cpu in bench(cfg, args.n, args.resolutions):
+        print(f"{name:<11} {res:>4} px: {n / wall:8.0f} images/s wall, {n / cpu:8.0f} images/s per CPU-second")
     return 0
 
 
 def _describe(args: argparse.Namespace) -> int:
-    from ..data import get_synthetic
+    from ..steps.data import describe
 
-    cfg = _config(args)
-    print(get_synthetic(cfg, args.dataset).describe())
+    print(describe(_config(args), args.dataset))
     return 0
-

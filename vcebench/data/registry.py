@@ -38,7 +38,8 @@ def get_synthetic(cfg: dict, name: str) -> SyntheticDataset:
     return spec.load()(dc)
 
 
-def _synthetic_meta(ds: SyntheticDataset) -> dict:
+def synthetic_meta(ds: SyntheticDataset) -> dict:
+    """The generator settings a rendered split file records (a cached split must match them)."""
     return dict(resolution=ds.resolution, seed=ds.seed, n_identities=ds.n_identities,
                 images_per_identity=ds.images_per_identity)
 
@@ -53,7 +54,7 @@ def load_split(cfg: dict, name: str, split: str, data_dir: str | os.PathLike | N
     dc = _dataset_cfg(cfg, name)
     if name in SYNTHETIC_DATASETS:
         ds = get_synthetic(cfg, name)
-        meta = _synthetic_meta(ds)
+        meta = synthetic_meta(ds)
         if data_dir is not None:
             return load_cached_split(name, split, Path(data_dir), expect=meta)
         key = (name, split, tuple(sorted(meta.items())))
