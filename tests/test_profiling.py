@@ -295,8 +295,8 @@ def test_docs_paper_scale_block_is_the_committed_report():
 def tiny_load(monkeypatch, cfg):
     """Replace data + trained-model loading by tiny stand-ins (the profile logic is what is tested)."""
     from methods import get_method
-    from vcebench.costs import task_profile as cmd
     from vcebench.costs.standins import tiny_standins
+    from vcebench.steps import profile as cmd
 
     def fake_load(settings, *, n, device):
         params = {**settings.params, "K": 3, "smoothgrad_n": 4}  # overrides (compaction) are in settings.params

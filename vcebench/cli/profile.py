@@ -14,31 +14,11 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from ..config.load import ConfigError
-from ..core.errors import UserError
 from ..core.io import write_json
-from ..costs.task_profile import (
-    apply_timings,
-    compare_compaction,
-    peak_memory_of,
-    print_compaction,
-    profile_task,
-    release_memory,
-    timing_files_by_method,
-    with_overrides,
-)
-from ..steps.profile import mean_steps_from, ratio_table
 from . import add_config_arg, add_subverb, add_subverbs
-
-if TYPE_CHECKING:
-    import torch
-
-    from ..protocol.run_settings import RunSettings
 
 PAPER_DATASETS = ("celeba", "celebahq", "chexpert")  # vcebench.costs.paper_nets.SETTINGS (a test checks)
 MOVED = {"--compare-compaction": "compaction", "--paper-scale": "paper-scale", "": "task"}
@@ -122,62 +102,28 @@ def _task_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-warmup", action="store_true", help="warm up on one input instead of a full batch")
 
 
-def _setup(args: argparse.Namespace) -> tuple[dict, torch.device]:
-    """Settings and the torch device of `profile paper-scale`."""
-    from ..core.runtime import setup_torch
-    from ..protocol.settings import load_settings
+def _job_settings(args: argparse.Namespace, methods: list[str]):
+    """Each method's run settings on --task with --data and --models, in batches of ``--batch-size``, and the
+    torch device (:func:`vcebench.steps.profile.job_settings`)."""
+    from ..steps.profile import job_settings
 
-    cfg = load_settings(args.config)
-    return cfg, setup_torch(cfg["threads"], cfg["device"], cfg["cuda"])
-
-
-def _job_settings(args: argparse.Namespace, methods: list[str]) -> tuple[dict[str, RunSettings], torch.device]:
-    """Each method's :class:`~vcebench.protocol.run_settings.RunSettings` on --task with --data and --models, in batches
-    of ``--batch-size`` (default config key ``batch_size``; it and ``--n`` checked positive), and the torch
-    device of their runtime options (the same for all)."""
-    from ..core.runtime import setup_torch
-    from ..protocol.run_settings import RunSettings
-    from ..protocol.settings import load_settings
-
-    cfg = load_settings(args.config)
-    if args.n < 1:
-        raise ConfigError(f"--n must be >= 1, got {args.n}")
-    batch_size = int(args.batch_size or cfg["batch_size"])
-    if batch_size < 1:
-        raise ConfigError(f"--batch-size (config key `batch_size`) must be >= 1, got {batch_size}")
-    settings = {m: dataclasses.replace(RunSettings.resolve(cfg, args.task, m, data_dir=args.data,
-                                                           model_dir=args.models), batch_size=batch_size)
-                for m in methods}
-    rt = settings[methods[0]].runtime
-    return settings, setup_torch(rt.threads, rt.device, rt.cuda)
+    return job_settings(args.config, args.task, methods, n=args.n, batch_size=args.batch_size, data_dir=args.data,
+                        model_dir=args.models)
 
 
 def run_task(args: argparse.Namespace) -> int:
     """Runs each --method on the first --n evaluation inputs of --task and writes its profile.json:
     seconds, FLOPs and network calls (NFE) per counterfactual, peak memory, mean steps. With --timings,
     sec_per_cf comes from the explain run's timing files instead (the workflow's profile rule)."""
+    from ..steps.profile import output_paths, profile_methods, ratio_table
+
     methods = list(dict.fromkeys(args.method))
-    if len(methods) > 1 and args.out and "{method}" not in args.out:
-        raise ConfigError(f"--out {args.out!r} must contain {{method}} when several methods are profiled")
+    paths = output_paths(args.task, methods, args.out)
     settings, device = _job_settings(args, methods)
-    overrides = {"compaction": False} if args.no_compaction else {}
-    settings = {m: with_overrides(s, overrides) for m, s in settings.items()}
-    timings = timing_files_by_method(args.timings, methods) if args.timings else {}
-    reports = {}
-    several = len(methods) > 1 and device.type == "cpu"
-    for method in methods:  # time, FLOPs and NFE first, with the allocator as it is
-        reports[method] = profile_task(settings[method], n=args.n, device=device, flop_n=args.flop_n,
-                                       warmup=not args.no_warmup, memory=not several)
-    if several:  # then each method's peak RSS increase, from a trimmed heap that unmaps what it frees
-        for method in methods:
-            release_memory()
-            reports[method]["peak_mem_mb"] = peak_memory_of(settings[method], n=args.n, device=device)
-            reports[method]["peak_mem_note"] = ("measured in a separate pass after the other methods' time and "
-                                                "FLOP passes, heap trimmed, 128 KiB mmap threshold")
+    reports = profile_methods(settings, n=args.n, device=device, flop_n=args.flop_n, warmup=not args.no_warmup,
+                              no_compaction=args.no_compaction, timings=args.timings)
     for method, report in reports.items():
-        if args.timings:
-            apply_timings(report, timings[method])
-        out = Path((args.out or "results/{task}/{method}/profile.json").format(task=args.task, method=method))
+        out = paths[method]
         write_json(out, report)
         print(f"{args.task}/{method}: {report['sec_per_cf']:.4f} s/CF, {report['tflops_per_cf']:.3g} TFLOPs/CF, "
               f"NFE/CF {report['nfe_per_cf']:.1f}, peak {report['peak_mem_mb']:.0f} MiB, "
@@ -190,53 +136,41 @@ def run_task(args: argparse.Namespace) -> int:
 def run_compaction(args: argparse.Namespace) -> int:
     """Profiles FiRe on the same inputs twice in one process, with and without batch compaction (finished
     samples leave the batch), and writes both profiles with the speed-up in time and FLOPs."""
+    from ..steps.profile import compare_compaction
+
     settings, device = _job_settings(args, [args.method])
     out = Path(args.out or f"results/{args.task}/{args.method}/compaction.json")
     report = compare_compaction(settings[args.method], n=args.n, device=device, flop_n=args.flop_n,
                                 warmup=not args.no_warmup)
     write_json(out, report)
-    print_compaction(report)
+    _print_compaction(report)
     return 0
+
+
+def _print_compaction(r: dict) -> None:
+    print(f"{r['task']}/{r['method']}: n = {r['n']}, batch {r['batch_size']}, {r['device']}, {r['threads']} threads")
+    for label in ("with_compaction", "without_compaction"):
+        d = r[label]
+        print(f"  {label:20s} {d['sec_per_cf']:.4f} s/CF  {d['tflops_per_cf'] * 1e3:.4f} GFLOPs/CF  "
+              f"mean steps {d['mean_steps']:.2f}  FR {100 * d['flip_rate']:.1f}%")
+    fr = r["flop_ratio"]
+    print(f"  compaction speed-up: {r['speedup_time']:.2f}x time, " + (f"{fr:.2f}x FLOPs" if fr else "n/a"))
 
 
 def run_paper_scale(args: argparse.Namespace) -> int:
     """Builds the paper protocol's networks with random weights (no data, no training) and counts the FLOPs
     per counterfactual of every method from their calls per CF; writes <out-dir>/paper_scale_flops.{md,json}."""
-    import torch
+    from ..steps.profile import paper_scale, write_docs_summary
 
-    from ..core.io import atomic_path, write_json
-    from ..paper import scale as ps
-    from ..paper.nfe import measured_paper_nfe
-
-    cfg, _ = _setup(args)
-    if not 1.0 <= args.attempts <= 3.0:
-        raise ConfigError(f"--attempts is the mean number of classifier scales tried (1 to 3), got {args.attempts}")
-    docs = Path(args.docs) if args.docs else None
-    if docs is not None:  # checked before the counting
-        if not docs.is_file():
-            raise UserError(f"--docs {docs}: no such page")
-        try:
-            ps.replace_docs_block(docs.read_text(), "")
-        except ValueError as e:
-            raise UserError(f"--docs {docs}: {e}") from None
-    steps = dict(mean_steps_from(p) for p in (args.fire_steps_from or []))
-    measured = None
-    if args.measure_nfe:
-        measured = measured_paper_nfe(cfg)
-    report = ps.paper_scale_reports(tuple(args.setting), attempts=args.attempts, measured_fire_steps=steps,
-                                    measured_nfe=measured, fvcore=not args.no_fvcore)
-    report.update({"torch": torch.__version__, "threads": torch.get_num_threads()})
     out = Path(args.out_dir)
-    write_json(out / "paper_scale_flops.json", report)
-    md = ps.format_markdown(report)
-    with atomic_path(out / "paper_scale_flops.md") as tmp:
-        tmp.write_text(md)
+    docs = Path(args.docs) if args.docs else None
+    md, summary = paper_scale(args.config, tuple(args.setting), attempts=args.attempts,
+                              fire_steps_from=args.fire_steps_from or [], measure_nfe=args.measure_nfe,
+                              fvcore=not args.no_fvcore, out_dir=out, docs=docs)
     sys.stdout.write(md)
     print(f"\nwrote {out / 'paper_scale_flops.md'} and {out / 'paper_scale_flops.json'}")
     if docs is not None:
-        text = ps.replace_docs_block(docs.read_text(), ps.summary_markdown(report))
-        with atomic_path(docs) as tmp:
-            tmp.write_text(text)
+        write_docs_summary(docs, summary)
         print(f"rewrote the paper-scale summary of {docs}")
     return 0
 
@@ -246,16 +180,9 @@ def run_gpu(args: argparse.Namespace) -> int:
     a plan (method, precision / runtime variant, batch, n): median and spread of --repeats timed passes, mean
     updates, FLOPs and TFLOP/s, peak memory, each variant's error against fp32. Writes <out>/<name>.{json,md}
     after every row (vcebench.paper.timing says what each variant changes)."""
-    import torch
+    from ..steps.profile import gpu_profile
 
-    from ..paper import timing as pt
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise UserError("no CUDA device: run with --device cpu --tiny for a smoke run")
-    plan = pt.load_plan(args.plan, tiny=args.tiny)
-    pt.run(Path(args.out), pt.TINY if args.tiny else pt.CELEBA, device, plan, time_limit=args.time_limit,
-           name=args.name, log=lambda m: print(m, flush=True), repeats=args.repeats,
-           compile_mode=args.compile_mode, compile_backend=args.compile_backend, pmf=args.pmf)
+    gpu_profile(Path(args.out), args.device, args.tiny, args.plan, log=lambda m: print(m, flush=True),
+                time_limit=args.time_limit, name=args.name, repeats=args.repeats, compile_mode=args.compile_mode,
+                compile_backend=args.compile_backend, pmf=args.pmf)
     return 0
-
