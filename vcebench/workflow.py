@@ -11,7 +11,14 @@ import subprocess
 from pathlib import Path
 
 from . import registry
-from .config.load import ConfigError, attach_tuned, read_yaml, resolve_hub_weights, validate  # noqa: F401 (Snakefile)
+from .config.load import (  # noqa: F401 (Snakefile)
+    ConfigError,
+    attach_tuned,
+    read_yaml,
+    resolve_hub_weights,
+    train_threads,
+    validate,
+)
 from .config.tasks import (  # noqa: F401 (Snakefile)
     SYNTHETIC_DATASETS,
     check_method_names,
@@ -19,6 +26,8 @@ from .config.tasks import (  # noqa: F401 (Snakefile)
     external_name,
     get_task,
     method_roles,
+    pareto_methods,
+    pareto_n_eval,
     split_method,
     task_methods,
 )
@@ -251,11 +260,6 @@ def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
                 f"(see docs/real-data.md).")
 
 
-def train_threads(cfg: dict) -> int:
-    """Torch threads of a training job: config ``train_threads``, else ``threads``."""
-    return int(cfg.get("train_threads") or cfg["threads"])
-
-
 def settings_key(cfg: dict, kind: str, *names: str) -> str:
     """A stable string of the configuration a job's output depends on, passed to the rule as an unused
     ``params`` entry so that Snakemake's params trigger reruns it when that configuration changes
@@ -332,29 +336,6 @@ def other_seeds(cfg: dict) -> list[int]:
 
 
 # --- the `pareto` target (workflows/pareto.smk) -----------------------------------------------------------
-
-def pareto_n_eval(cfg) -> int | None:
-    """Inputs per Pareto point (config `pareto.n_eval`); None when that is unset or not below the table's
-    `n_eval` (the Pareto points then run on the table's inputs and the default points are the table rows)."""
-    n = (cfg.get("pareto") or {}).get("n_eval")
-    return None if n is None or int(n) >= int(cfg["n_eval"]) else int(n)
-
-
-def pareto_methods(cfg) -> list[tuple[str, str, str]]:
-    """(method name, base method, sweep) of the `pareto` target: each swept method's default row, then its
-    budget variants and its starting-SNR variants (config `pareto`)."""
-    pc = cfg.get("pareto") or {}
-    out: list[tuple[str, str, str]] = []
-    for sweep in ("budgets", "snr"):
-        for base, variants in (pc.get(sweep) or {}).items():
-            # with its own n (`pareto.n_eval`), the default point is the variant `<base>_base` (no overrides),
-            # run on the same inputs as the other points rather than the table row's n_eval
-            default = base if pareto_n_eval(cfg) is None else f"{base}_base"
-            if (default, base, "default") not in out:
-                out.append((default, base, "default"))
-            out += [(f"{base}_{v}", base, "budget" if sweep == "budgets" else "snr") for v in variants]
-    return out
-
 
 def n_eval_arg(cfg: dict, method: str) -> str:
     """``--n-eval N`` for a method that only the `pareto` target runs when `pareto.n_eval` sets its own n;

@@ -19,7 +19,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from .. import workflow as wf
 from ..config.load import read_yaml
 from ..core.errors import UserError
 from ..steps.report import galleries, task_report
@@ -202,68 +201,29 @@ def run_regression(args: argparse.Namespace) -> int:
 
 def run_seeds(args: argparse.Namespace) -> int:
     """Writes <out-dir>/<task>_seeds.{csv,md}: each method's metrics over the generation seeds."""
-    from .. import report
-    from ..config.tasks import get_task, task_methods
-    from ..report import seeds
+    from ..config.tasks import task_methods
+    from ..steps.report import seed_report
 
     cfg = _config(args)
-    sc = cfg["seeds"]
-    task = get_task(cfg, args.task)
     methods = args.methods or task_methods(cfg, args.task, cfg["methods"])
-    tables = {}
-    main = Path(args.results) / args.task
-    for s, d in seeds.seed_dirs(Path(args.results), args.task, list(sc["seeds"]), int(cfg["seed"])).items():
-        tables[s], _ = report.load_task_table(d.parent, d.name, methods, task.kind, task.synthetic, profiles=main)
-    spread = seeds.seed_table(tables)
-    out = Path(args.out_dir)
-    with report.atomic_path(out / f"{args.task}_seeds.csv") as tmp:
-        spread.to_csv(tmp, index=False, float_format="%.6g")
-    report.write_text(out / f"{args.task}_seeds.md", seeds.seed_markdown(args.task, spread, list(sc["seeds"])))
-    print((out / f"{args.task}_seeds.md").read_text())
+    print(seed_report(cfg, args.task, methods, Path(args.results), Path(args.out_dir)).read_text())
     return 0
-
 
 def run_sets(args: argparse.Namespace) -> int:
     """Writes --out (markdown) and its .json: the task's table of set --b against set --a."""
-    import pandas as pd
+    from ..steps.report import compare_sets
 
-    from ..core.io import write_json
-    from ..registry import column_directions
-    from ..report import network_sets
-
-    a = pd.read_csv(Path(args.a) / f"{args.task}.csv")
-    b = pd.read_csv(Path(args.b) / f"{args.task}.csv")
-    ranked = [m for m in a["method"] if m not in args.rank_exclude]
-    res = network_sets.compare(a, b, column_directions(), ranked)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(network_sets.to_markdown(args.task, res, *args.names))
-    write_json(out.with_suffix(".json"), res)
+    compare_sets(args.task, Path(args.a), Path(args.b), args.rank_exclude, args.names, out)
     print(out.read_text())
     return 0
 
-
 def run_pareto(args: argparse.Namespace) -> int:
     """Writes <out-dir>/<task>_pareto.{csv,png} and _pareto_snr.png from the variants of config `pareto`."""
-    import pandas as pd
+    from ..steps.report import pareto_report
 
-    from .. import report
-    from ..config.tasks import get_task
-
-    cfg = _config(args)
-    task = get_task(cfg, args.task)
-    rows = wf.pareto_methods(cfg)
-    df, higher = report.load_task_table(Path(args.results), args.task, [m for m, _, _ in rows], task.kind,
-                                        task.synthetic)
-    df = df.assign(base=[b for _, b, _ in rows], sweep=[s for _, _, s in rows])
-    out = Path(args.out_dir)
-    with report.atomic_path(out / f"{args.task}_pareto.csv") as tmp:
-        df.to_csv(tmp, index=False, float_format="%.6g")
-    report.pareto_figures(out / f"{args.task}_pareto.png", out / f"{args.task}_pareto_snr.png", df, higher,
-                          title=args.task)
-    print(pd.DataFrame(df).to_string())
+    print(pareto_report(_config(args), args.task, Path(args.results), Path(args.out_dir)).to_string())
     return 0
-
 
 def run_tolerances(args: argparse.Namespace) -> int:
     """Derives <reference>/tolerances.yaml from <out-dir>/<task>_seeds.csv of --tasks (vcebench/report/seeds.py)
@@ -291,28 +251,13 @@ def run_tolerances(args: argparse.Namespace) -> int:
 def run_accept(args: argparse.Namespace) -> int:
     """Accepts the current results as the reference of this kind of CPU: copies <out-dir>/<task>.{csv,md} into
     --reference (or its cpu/<kind>/ when --reference was made on another kind) with a machine.json."""
-    import torch
-
-    from ..config.kernels import cpu_kind, record
-    from ..core.io import write_json
-    from ..report.regression import MACHINE_FILE, accept_dir, machine_record, reference_kind
+    from ..steps.report import accept
 
     cfg = _config(args)
-    kind = cpu_kind()
-    ref_dir = accept_dir(Path(args.reference), kind)
-    ref_dir.mkdir(parents=True, exist_ok=True)
-    for t in args.tasks or cfg["run_tasks"]:
-        for ext in ("csv", "md"):
-            src = Path(args.out_dir) / f"{t}.{ext}"
-            shutil.copyfile(src, ref_dir / src.name)
-            print(f"reference updated: {ref_dir / src.name}")
-    write_json(ref_dir / MACHINE_FILE, machine_record(kind, record(), torch.__version__))
+    kind, ref_dir, others = accept(args.tasks or cfg["run_tasks"], Path(args.reference), Path(args.out_dir),
+                                   copied=lambda path: print(f"reference updated: {path}"))
     print(f"reference of this CPU kind ({kind}): {ref_dir}")
-    top = Path(args.reference)
-    for d in [top, *sorted((top / "cpu").glob("*"))]:
-        other = reference_kind(d) if d != ref_dir else None
-        if other:
-            print(f"also kept: {d} ({other}); if this change moved the numbers, delete its tables "
-                  "(stale) and accept again on that kind of CPU (docs/ci.md)")
+    for d, other in others:
+        print(f"also kept: {d} ({other}); if this change moved the numbers, delete its tables "
+              "(stale) and accept again on that kind of CPU (docs/ci.md)")
     return 0
-

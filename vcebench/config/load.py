@@ -147,6 +147,11 @@ def resolve_hub_weights(cfg: dict) -> dict:
     return cfg
 
 
+def train_threads(cfg: dict) -> int:
+    """Torch threads of a training job: config ``train_threads``, else ``threads``."""
+    return int(cfg.get("train_threads") or cfg["threads"])
+
+
 def repo_root(config_path: str | Path) -> Path:
     """The repository a config file belongs to: the parent of its ``config/`` folder."""
     p = Path(config_path).resolve()

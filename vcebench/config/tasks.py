@@ -207,3 +207,26 @@ def method_roles(method: str) -> tuple[str, ...]:
     if external_name(method):
         return ("classifier",)  # `vcebench import` classifies the inputs and the imported CFs
     return registry.get_method_spec(split_method(method)[0]).roles
+
+
+def pareto_n_eval(cfg) -> int | None:
+    """Inputs per Pareto point (config `pareto.n_eval`); None when that is unset or not below the table's
+    `n_eval` (the Pareto points then run on the table's inputs and the default points are the table rows)."""
+    n = (cfg.get("pareto") or {}).get("n_eval")
+    return None if n is None or int(n) >= int(cfg["n_eval"]) else int(n)
+
+
+def pareto_methods(cfg) -> list[tuple[str, str, str]]:
+    """(method name, base method, sweep) of the `pareto` target: each swept method's default row, then its
+    budget variants and its starting-SNR variants (config `pareto`)."""
+    pc = cfg.get("pareto") or {}
+    out: list[tuple[str, str, str]] = []
+    for sweep in ("budgets", "snr"):
+        for base, variants in (pc.get(sweep) or {}).items():
+            # with its own n (`pareto.n_eval`), the default point is the variant `<base>_base` (no overrides),
+            # run on the same inputs as the other points rather than the table row's n_eval
+            default = base if pareto_n_eval(cfg) is None else f"{base}_base"
+            if (default, base, "default") not in out:
+                out.append((default, base, "default"))
+            out += [(f"{base}_{v}", base, "budget" if sweep == "budgets" else "snr") for v in variants]
+    return out

@@ -4,6 +4,7 @@ task tables and figures, the paper's tables, and the CI metric regression.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,94 @@ def task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir,
     figures.efficiency_figure(out_dir / f"{task_name}_efficiency.png", costs, title=task_name)
     _qualitative(cfg, task, methods, results, out_dir / f"{task_name}_qualitative.png", data_dir, n_qual)
     print((out_dir / f"{task_name}.md").read_text())
+
+
+def seed_report(cfg, task_name: str, methods: list[str], results: Path, out_dir: Path) -> Path:
+    """`report seeds`: writes ``<out_dir>/<task>_seeds.{csv,md}``, each method's metrics over the generation
+    seeds of config ``seeds.seeds`` (the runs of the other seeds under ``<results>/seeds/``, their costs from
+    the main run's profiles); returns the markdown file."""
+    from .. import report
+    from ..config.tasks import get_task
+    from ..report import seeds
+
+    sc = cfg["seeds"]
+    task = get_task(cfg, task_name)
+    tables = {}
+    main = results / task_name
+    for s, d in seeds.seed_dirs(results, task_name, list(sc["seeds"]), int(cfg["seed"])).items():
+        tables[s], _ = report.load_task_table(d.parent, d.name, methods, task.kind, task.synthetic, profiles=main)
+    spread = seeds.seed_table(tables)
+    with report.atomic_path(out_dir / f"{task_name}_seeds.csv") as tmp:
+        spread.to_csv(tmp, index=False, float_format="%.6g")
+    report.write_text(out_dir / f"{task_name}_seeds.md", seeds.seed_markdown(task_name, spread, list(sc["seeds"])))
+    return out_dir / f"{task_name}_seeds.md"
+
+
+def compare_sets(task_name: str, a: Path, b: Path, rank_exclude: list[str], names: list[str], out: Path) -> None:
+    """`report sets`: the task table ``<b>/<task>.csv`` of one network set against ``<a>/<task>.csv`` of
+    another (each cell inside the first set's interval or not, each metric's method order without the rows
+    ``rank_exclude``), as markdown at ``out`` and every cell in the .json beside it."""
+    import pandas as pd
+
+    from ..core.io import write_json
+    from ..registry import column_directions
+    from ..report import network_sets
+
+    ta = pd.read_csv(a / f"{task_name}.csv")
+    tb = pd.read_csv(b / f"{task_name}.csv")
+    ranked = [m for m in ta["method"] if m not in rank_exclude]
+    res = network_sets.compare(ta, tb, column_directions(), ranked)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(network_sets.to_markdown(task_name, res, *names))
+    write_json(out.with_suffix(".json"), res)
+
+
+def pareto_report(cfg, task_name: str, results: Path, out_dir: Path):
+    """`report pareto`: writes ``<out_dir>/<task>_pareto.{csv,png}`` and ``_pareto_snr.png`` from the variants
+    of config ``pareto`` (``config.tasks.pareto_methods``); returns the table."""
+    from .. import report
+    from ..config.tasks import get_task, pareto_methods
+
+    task = get_task(cfg, task_name)
+    rows = pareto_methods(cfg)
+    df, higher = report.load_task_table(results, task_name, [m for m, _, _ in rows], task.kind, task.synthetic)
+    df = df.assign(base=[b for _, b, _ in rows], sweep=[s for _, _, s in rows])
+    with report.atomic_path(out_dir / f"{task_name}_pareto.csv") as tmp:
+        df.to_csv(tmp, index=False, float_format="%.6g")
+    report.pareto_figures(out_dir / f"{task_name}_pareto.png", out_dir / f"{task_name}_pareto_snr.png", df, higher,
+                          title=task_name)
+    return df
+
+
+def accept(tasks: list[str], reference: Path, out_dir: Path,
+           copied: Callable[[Path], None] = lambda path: None) -> tuple[str, Path, list[tuple[Path, str]]]:
+    """`report accept`: copies ``<out_dir>/<task>.{csv,md}`` into the reference folder of this kind of CPU
+    (``reference``, or its ``cpu/<kind>/`` when ``reference`` was made on another kind), calling ``copied``
+    with each file written, then its machine.json. Returns the CPU kind, that folder and the references of
+    other kinds kept beside it (folder, kind)."""
+    import shutil
+
+    import torch
+
+    from ..config.kernels import cpu_kind, record
+    from ..core.io import write_json
+    from ..report.regression import MACHINE_FILE, accept_dir, machine_record, reference_kind
+
+    kind = cpu_kind()
+    ref_dir = accept_dir(reference, kind)
+    ref_dir.mkdir(parents=True, exist_ok=True)
+    for t in tasks:
+        for ext in ("csv", "md"):
+            src = out_dir / f"{t}.{ext}"
+            shutil.copyfile(src, ref_dir / src.name)
+            copied(ref_dir / src.name)
+    write_json(ref_dir / MACHINE_FILE, machine_record(kind, record(), torch.__version__))
+    others = []
+    for d in [reference, *sorted((reference / "cpu").glob("*"))]:
+        other = reference_kind(d) if d != ref_dir else None
+        if other:
+            others.append((d, other))
+    return kind, ref_dir, others
 
 
 def _tuned_file(cfg, task_name: str) -> dict | None:
