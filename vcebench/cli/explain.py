@@ -22,8 +22,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..registry import builtin_method_names
-from ..steps.explain import ShardError, explain_shard, merge_shards, merge_timings, timing_path
+from ..steps.explain import (
+    ShardError,
+    builtin_method_names,
+    explain_shard,
+    merge_shards,
+    merge_timings,
+    shard_settings,
+    timing_path,
+)
 from . import add_config_arg
 
 
@@ -63,15 +70,8 @@ def run(args: argparse.Namespace) -> int:
         raise ShardError("needs --task and --method (or --merge)")
     if not 0 <= args.shard < args.n_shards:
         raise ShardError(f"--shard must be in [0, --n-shards={args.n_shards}), got {args.shard}")
-    from ..protocol.run_settings import RunSettings
-    from ..protocol.settings import load_settings
-
-    cfg = load_settings(args.config, only=(args.task, args.method))  # the settings this job runs
-    if args.seed is not None:  # in the config too: the loaders read the whole of it
-        cfg["seed"] = int(args.seed)
-    if args.n_eval is not None:
-        cfg["n_eval"] = int(args.n_eval)
-    settings = RunSettings.resolve(cfg, args.task, args.method, data_dir=args.data, model_dir=args.models)
+    settings = shard_settings(args.config, args.task, args.method, seed=args.seed, n_eval=args.n_eval,
+                              data_dir=args.data, model_dir=args.models)
     out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
     explain_shard(settings, args.shard, args.n_shards, out)
     return 0

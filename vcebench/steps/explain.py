@@ -1,6 +1,27 @@
-"""`vcebench explain` as a library: counterfactuals for one shard of a task's evaluation set, or the shards
-merged. How shards take their ids, what the shard and timing files hold: :mod:`vcebench.cli.explain` (the
-verb's `--help`).
+"""`vcebench explain` as a library (its arguments and printing: :mod:`vcebench.cli.explain`): counterfactuals
+for one shard of a task's evaluation set, or the shards merged into one file.
+
+The contract:
+
+- **Which inputs a shard explains.** The evaluation inputs are the first ``n_eval`` (config key) sample ids
+  of the task's evaluation split, sorted; shard ``i`` of ``n`` takes ``sorted_ids[i::n]`` (:func:`shard_ids`).
+  Every sample draws its noise from its own stream, seeded by config ``seed``, its sample id and the method
+  (``vcebench.core.rng.SampleGenerators``), so a counterfactual depends neither on the sharding nor on
+  ``batch_size``, and merging the shards of any ``n`` gives the same file.
+- **The shard file** ``shard-<i>-of-<n>.npz`` (:func:`explain_shard`) holds one row per input of the shard
+  (docs/internals.md "Counterfactual files"): ``sample_id``, ``cf`` (uint8), ``target`` (1 - the
+  classifier's prediction), ``pred``, ``flipped``, ``steps``, ``failed``, ``input_hash`` (the uint8 input and
+  CF fingerprinted, which `vcebench evaluate` checks against the dataset) and the ``info_<key>`` arrays the
+  method records, ``info_fail_reason`` among them (a row the method could not start from keeps its input:
+  an unreadable image, a non-finite input or logit).
+- **The timing file** ``timing-<i>-of-<n>.json`` beside it (:func:`timing_path`) holds the shard's costs:
+  ``seconds`` spent in generation only (no data loading or I/O), ``n``, ``batch_size``, ``sec_per_cf``, the
+  peak memory during generation (``peak_mem_mb``, ``peak_mem_kind``), the FLOPs of one call of each network
+  the method called (``flops_per_call``; counted after generation), the machine (device, threads, torch,
+  CPU kernels) and the unreadable inputs by sample id.
+- **Merging** (:func:`merge_shards`) needs every shard of one ``-of-<n>`` once and no sample id twice, and
+  writes the rows sorted by sample id; :func:`merge_timings` merges the timing files into the method's
+  ``profile.json`` (``vcebench.costs.columns.explain_profile``).
 """
 
 from __future__ import annotations
@@ -15,6 +36,7 @@ import numpy as np
 
 from ..core.errors import UserError
 from ..core.io import load_npz, save_npz, to_uint8, write_json
+from ..registry import builtin_method_names  # noqa: F401 (the CLI's help names them)
 
 if TYPE_CHECKING:
     import torch
@@ -27,6 +49,22 @@ SHARD_RE = re.compile(r"shard-(\d+)-of-(\d+)\.npz$")
 
 class ShardError(UserError, ValueError):
     """Bad shard arguments or an inconsistent set of shard files; the message says which."""
+
+
+def shard_settings(config: list[str] | None, task: str, method: str, *, seed: int | None = None,
+                   n_eval: int | None = None, data_dir: str | None = None,
+                   model_dir: str = "resources/models") -> RunSettings:
+    """The settings one explain job runs: the config files ``config`` checked for ``task`` and ``method``;
+    ``seed`` (generation seed, the networks unchanged) and ``n_eval`` in place of the config's."""
+    from ..protocol.run_settings import RunSettings
+    from ..protocol.settings import load_settings
+
+    cfg = load_settings(config, only=(task, method))  # the settings this job runs
+    if seed is not None:  # in the config too: the loaders read the whole of it
+        cfg["seed"] = int(seed)
+    if n_eval is not None:
+        cfg["n_eval"] = int(n_eval)
+    return RunSettings.resolve(cfg, task, method, data_dir=data_dir, model_dir=model_dir)
 
 
 def timing_path(out: Path) -> Path:
