@@ -17,8 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..registry import BUILTIN_METRICS
-from ..steps.evaluate import evaluate_task, write_reference
+from ..steps.evaluate import eval_config, eval_settings, evaluate_task, metric_families, write_reference
 from . import add_config_arg
 
 
@@ -37,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
     p.add_argument("--only", action="append", metavar="METRIC",
                    help="evaluate only these metric families (repeatable), e.g. --only FID --only FR; known: "
-                        f"{', '.join(s.name for s in BUILTIN_METRICS)} and the plug-ins' (vcebench.registry)")
+                        f"{', '.join(metric_families())} and the plug-ins' (vcebench.registry)")
     p.add_argument("--strict", action="store_true",
                    help="fail when a metric has too few samples (default: write null and the reason under "
                         "`skipped`, e.g. FID of a method with < 2 successful counterfactuals)")
@@ -53,21 +52,14 @@ def run(args: argparse.Namespace) -> int:
     """Resolves the task (and the method's name, given or the --cfs folder's) once into an
     :class:`~vcebench.protocol.run_settings.EvalSettings`, then writes the FID reference or metrics.json."""
     from ..config.load import ConfigError
-    from ..config.tasks import get_task
     from ..core.io import check_writable
-    from ..core.runtime import setup_torch
-    from ..protocol.run_settings import EvalSettings
-    from ..protocol.settings import load_settings
 
-    cfg = load_settings(args.config, only=(args.task, None if args.reference else args.method))
-    if args.n_eval is not None:
-        cfg["n_eval"] = int(args.n_eval)
-    task = get_task(cfg, args.task)
+    cfg = eval_config(args.config, args.task, None if args.reference else args.method, args.n_eval)
     if not args.reference and not args.method and not args.cfs:
         raise ConfigError("vcebench evaluate needs --method (and/or --cfs), or --reference")
     method = None if args.reference else args.method or Path(args.cfs).parent.name
-    settings = EvalSettings.resolve(cfg, task, method, data_dir=args.data, model_dir=args.models)
-    device = setup_torch(settings.runtime.threads, settings.runtime.device, settings.runtime.cuda)
+    settings, device = eval_settings(cfg, args.task, method, data_dir=args.data, model_dir=args.models)
+    task = settings.task
     if args.reference:
         out = args.out or f"results/{task.name}/fid_ref.npz"
         check_writable(Path(out).parent, "the FID reference")

@@ -20,6 +20,38 @@ if TYPE_CHECKING:
     from ..protocol.run_settings import EvalSettings
 
 
+def metric_families() -> list[str]:
+    """The built-in metric families (``--only``; the plug-ins' join them, ``vcebench.registry``)."""
+    from ..registry import BUILTIN_METRICS
+
+    return [s.name for s in BUILTIN_METRICS]
+
+
+def eval_config(config: list[str] | None, task: str, method: str | None, n_eval: int | None = None) -> dict:
+    """The config of one evaluate job: the files ``config`` checked for ``task`` and ``method`` (None: the
+    method-independent settings, the FID reference), ``n_eval`` in place of the config's; ``task`` checked."""
+    from ..config.tasks import get_task
+    from ..protocol.settings import load_settings
+
+    cfg = load_settings(config, only=(task, method))
+    if n_eval is not None:
+        cfg["n_eval"] = int(n_eval)
+    get_task(cfg, task)
+    return cfg
+
+
+def eval_settings(cfg: dict, task: str, method: str | None, *, data_dir: str | None = None,
+                  model_dir: str = "resources/models") -> tuple[EvalSettings, torch.device]:
+    """``method``'s settings on ``task`` (None: the FID reference's), resolved once from ``cfg``
+    (:func:`eval_config`), and the torch device of their runtime options."""
+    from ..config.tasks import get_task
+    from ..core.runtime import setup_torch
+    from ..protocol.run_settings import EvalSettings
+
+    settings = EvalSettings.resolve(cfg, get_task(cfg, task), method, data_dir=data_dir, model_dir=model_dir)
+    return settings, setup_torch(settings.runtime.threads, settings.runtime.device, settings.runtime.cuda)
+
+
 def _image_batches(split, rows: np.ndarray, batch_size: int, device) -> Iterator[torch.Tensor]:
     for s in range(0, len(rows), batch_size):
         yield split.float_images(rows[s:s + batch_size]).to(device)
