@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..steps.import_cf import LAYOUTS, import_folder
+from ..steps.import_cf import LAYOUTS, import_job
 from . import add_config_arg
 
 
@@ -57,16 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``vcebench import``; an :class:`ImportFolderError` is a user error (one line, exit 2, in cli.main)."""
-    from ..config.tasks import get_task
-    from ..core.runtime import setup_torch
-    from ..protocol.settings import load_settings
-
-    cfg = load_settings(args.config)
-    device = setup_torch(cfg["threads"], cfg["device"], cfg["cuda"])
-    task = get_task(cfg, args.task)
-    summary = import_folder(cfg, task, args.path, args.layout, args.out, mapping=args.mapping,
-                            data_dir=args.data, model_dir=args.models, device=device)
-    print(f"{task.name}: imported {summary['n']} counterfactuals ({args.layout} layout, {args.path}); "
+    summary = import_job(args.config, args.task, args.path, args.layout, args.out, mapping=args.mapping,
+                         data_dir=args.data, model_dir=args.models)
+    print(f"{summary['task']}: imported {summary['n']} counterfactuals ({args.layout} layout, {args.path}); "
           f"flipped by the task's classifier: {summary['flipped']}/{summary['n']}; "
           f"disagreements with the folder's own predictions: {summary['disagreements']} -> {args.out}")
     return 0

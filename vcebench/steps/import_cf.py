@@ -278,3 +278,16 @@ def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Pat
     write_json(Path(out).with_name("import.json"), summary)
     return summary
 
+
+def import_job(config: list[str] | None, task: str, path: str | Path, layout: str, out: str | Path, *,
+               mapping=None, data_dir: str | None = None, model_dir: str = "resources/models") -> dict:
+    """`vcebench import`: the config files ``config`` checked, torch set up from them, then
+    :func:`import_folder` on ``task``."""
+    from ..config.tasks import get_task
+    from ..core.runtime import setup_torch
+    from ..protocol.settings import load_settings
+
+    cfg = load_settings(config)
+    device = setup_torch(cfg["threads"], cfg["device"], cfg["cuda"])
+    return import_folder(cfg, get_task(cfg, task), path, layout, out, mapping=mapping, data_dir=data_dir,
+                         model_dir=model_dir, device=device)
