@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
-import time
-from pathlib import Path
 
 from . import add_config_arg
 
@@ -38,57 +35,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from ..steps.benchmark import benchmark
 
-    from metrics.fid import compute_reference
-
-    from ..config.load import ConfigError, load_config
-    from ..config.tasks import get_task
-    from ..core.runtime import setup_torch
-    from ..costs.standins import arch_standin_models, fake_counterfactuals, standin_models
-    from ..data import eval_split_name, load_split
-    from ..protocol.run_settings import EvalSettings
-    from ..steps.evaluate import evaluate_task
-
-    cfg = load_config(args.config)
-    setup_torch(cfg.get("threads"))
-    task = get_task(cfg, args.task)
-    t0 = time.perf_counter()
-    split = load_split(cfg, task.dataset, eval_split_name(task.dataset), args.data)
-    load_split(cfg, task.dataset, "train", args.data)  # memoised for CD
-    t_data = time.perf_counter() - t0
-    if len(split) < args.n:
-        raise ConfigError(f"--n {args.n}: the evaluation split has only {len(split)} images")
-    if args.trained:
-        from metrics import required_roles
-
-        from ..models import load_task_models
-
-        models = load_task_models(cfg, task, roles=required_roles(task), model_dir=args.models)
-    x = split.float_images(slice(0, args.n))
-    if not args.trained:
-        build = standin_models if args.tiny else arch_standin_models
-        models = build(split.attribute_names, split.images.shape[1], threshold=float(x.flatten(1).mean(1).median()))
-    with tempfile.TemporaryDirectory() as tmp:
-        cfs, ref = Path(tmp) / "counterfactuals.npz", Path(tmp) / "fid_ref.npz"
-        fake_counterfactuals(x, split.sample_ids[:args.n], models.classifier, cfs)
-        t1 = time.perf_counter()
-        bs = int(cfg["metrics"]["batch_size"])
-        compute_reference((split.float_images(slice(s, s + bs)) for s in range(0, len(split), bs)),
-                          split.sample_ids, models.fid_features, models.names["fid_features"]).save(ref)
-        t_ref = time.perf_counter() - t1
-        t2, c2 = time.perf_counter(), time.process_time()
-        result = evaluate_task(EvalSettings.resolve(cfg, task, "benchmark", data_dir=args.data), str(cfs),
-                               fid_ref=str(ref), models=models)
-        t_eval, c_eval = time.perf_counter() - t2, time.process_time() - c2
-    result["benchmark"] = {"n": args.n, "seconds_data": t_data, "seconds_reference": t_ref,
-                           "n_reference": len(split), "seconds_evaluate": t_eval,
-                           "cpu_seconds_evaluate": c_eval, "threads": torch.get_num_threads(),
-                           "models": "trained" if args.trained else ("tiny" if args.tiny else "arch") + " stand-ins"}
+    result = benchmark(args.config, args.task, args.n, trained=args.trained, tiny=args.tiny, model_dir=args.models,
+                       data_dir=args.data)
     if args.out:
         from ..core.io import write_json
 
         write_json(args.out, result)
     print(json.dumps({k: result[k] for k in ("metrics", "n", "seconds", "benchmark")}, indent=1))
     return 0
-
