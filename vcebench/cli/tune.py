@@ -15,7 +15,6 @@ docs/protocol.md.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from ..steps.tune import run_tune
@@ -38,11 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
-
-    from ..config.load import DEFAULT_CONFIG, load_config, read_yaml, repo_root
-    from ..core.io import atomic_path
-    from ..protocol.tune import merge_tuned, sweep_markdown
+    from ..config.load import DEFAULT_CONFIG, load_config, repo_root
+    from ..steps.tune import write_tuned
 
     cfg = load_config(args.config)
     tuned_dir = cfg["protocol"]["tuned_dir"]
@@ -50,20 +46,9 @@ def run(args: argparse.Namespace) -> int:
     md = Path(args.md or f"results/tune/{args.task}.md")
     result = run_tune(cfg, args.task, data_dir=args.data, model_dir=args.models, work_dir=args.work_dir,
                       method_names=args.method)
-    if args.method and out.exists():  # tune some methods again: keep the others' rows of the existing file
-        result = merge_tuned(read_yaml(out), result)
-    header = (f"# Written by `vcebench tune --task {args.task}` ({result['date']}): the settings the default run "
-              f"reads (protocol.use_tuned).\n# Picked on {result['validation']['n']} inputs of the "
-              f"`{result['validation']['split']}` split, never evaluated; rule and sweep below.\n")
-    plain = json.loads(json.dumps(result))  # no YAML anchors for the shared config mappings
-    for path, text in ((out, header + yaml.safe_dump(plain, sort_keys=False, width=110)),
-                       (md, sweep_markdown(result))):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
-            Path(tmp).write_text(text)
+    result = write_tuned(args.task, result, out, md, merge=bool(args.method))
     print(f"{args.task}: tuned settings -> {out}, sweep -> {md} ({result['wall_seconds']:.0f} s)")
     for m, p in result["picked"].items():
         print(f"  {m}: setting {p['setting']} ({'rule' if p['qualified'] else 'fallback'}) "
               f"{result['settings'][m] or 'untuned'} {p['metrics']}")
     return 0
-

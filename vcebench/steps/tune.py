@@ -263,3 +263,27 @@ def _eval_split(sw: _Sweep) -> str:
     from ..data import eval_split_name
 
     return eval_split_name(sw.task.dataset)
+
+
+def write_tuned(task: str, result: dict[str, Any], out: Path, md: Path, merge: bool) -> dict[str, Any]:
+    """Writes the tuned file ``out`` (a header saying how it was made, then ``result`` as YAML; ``merge``:
+    the other methods' rows of an existing ``out`` kept) and the sweep table ``md``; returns what ``out``
+    holds."""
+    import yaml
+
+    from ..config.load import read_yaml
+    from ..core.io import atomic_path
+    from ..protocol.tune import merge_tuned, sweep_markdown
+
+    if merge and out.exists():  # tune some methods again: keep the others' rows of the existing file
+        result = merge_tuned(read_yaml(out), result)
+    header = (f"# Written by `vcebench tune --task {task}` ({result['date']}): the settings the default run "
+              f"reads (protocol.use_tuned).\n# Picked on {result['validation']['n']} inputs of the "
+              f"`{result['validation']['split']}` split, never evaluated; rule and sweep below.\n")
+    plain = json.loads(json.dumps(result))  # no YAML anchors for the shared config mappings
+    for path, text in ((out, header + yaml.safe_dump(plain, sort_keys=False, width=110)),
+                       (md, sweep_markdown(result))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(text)
+    return result
