@@ -125,30 +125,12 @@ def run_curve(args: argparse.Namespace) -> int:
     validation images and noise (vcebench.steps.curves) and write --out/curve.json and curve.md with the
     budget past which doubling improves the primary number by less than 10 %."""
     from ..config.load import load_config
-    from ..config.tasks import get_task
-    from ..core.runtime import setup_torch
-    from ..models.task_models import role_spec
-    from ..models.training.distributed import training_processes
-    from ..models.training.settings import require
-    from ..steps.curves import to_markdown, training_curve
-    from ..workflow import train_threads
+    from ..steps.curves import curve_job, to_markdown
 
-    cfg = load_config(args.config)
-    task = get_task(cfg, args.task)
-    steps = args.steps or int(require(role_spec(cfg, task.dataset, args.role), "steps", args.role))
-    device = setup_torch(train_threads(cfg), cfg["device"] if args.train_only else "cpu", cfg["cuda"])
     kw = dict(n_val=args.n_val, n_samples=args.samples, sample_steps=args.sample_steps)
-    if args.train_only:
-        with training_processes(device, cfg["cuda"]["train_graphs"]) as shard:
-            done = training_curve(cfg, task, args.role, steps, args.at, args.out,
-                                  args.data, args.models, score=False, shard=shard, **kw)
-        print(json.dumps(done, indent=1, default=str))
-        return 0
-    curve = training_curve(cfg, task, args.role, steps, args.at, args.out, args.data,
-                           args.models, train=not args.score_only, **kw)
-    md = to_markdown(curve)
-    Path(args.out, "curve.md").write_text(md)
-    print(md)
+    done = curve_job(load_config(args.config), args.task, args.role, args.steps, args.at, args.out, args.data,
+                     args.models, train_only=args.train_only, score_only=args.score_only, **kw)
+    print(json.dumps(done, indent=1, default=str) if args.train_only else to_markdown(done))
     return 0
 
 
@@ -158,16 +140,7 @@ def run_parity(args: argparse.Namespace) -> int:
     of each task's classifier labels kept) and judges the pmf label gate at each task's FiRe operating
     noise (vcebench.protocol.parity). Writes --out (JSON) and the table beside it (.md)."""
     from ..config.load import load_config
-    from ..core.io import write_json
-    from ..core.runtime import setup_torch
-    from ..protocol.parity import measure, to_markdown
+    from ..steps.networks import parity
 
-    cfg = load_config(args.config)
-    setup_torch(cfg["threads"], "cpu")
-    res = measure(cfg, args.dataset, args.models, args.data, args.n)
-    write_json(Path(args.out), res)
-    md = to_markdown(res)
-    Path(args.out).with_suffix(".md").write_text(md)
-    print(md)
+    print(parity(load_config(args.config), args.dataset, args.models, args.data, args.n, Path(args.out)))
     return 0
-

@@ -301,3 +301,29 @@ def to_markdown(curve: dict[str, Any]) -> str:
     if curve.get("pending"):
         lines.append(f"- not trained yet: budgets {', '.join(map(str, curve['pending']))} (the curve is unfinished)")
     return "\n".join(lines) + "\n"
+
+
+def curve_job(cfg: dict, task_name: str, role: str, steps: int | None, at: Sequence[int], out_dir: str | Path,
+              data_dir: str | None, model_dir: str, *, train_only: bool = False, score_only: bool = False,
+              **kw: Any) -> dict[str, Any]:
+    """`models curve`: :func:`training_curve` of ``role`` on ``task_name``'s dataset up to ``steps`` (default
+    the recipe's ``steps``). ``train_only``: trained on the config's device (its launch's processes), nothing
+    scored; returns what was trained. Else on the CPU, trained first unless ``score_only``; writes
+    ``<out_dir>/curve.md`` beside curve.json and returns the curve. ``kw``: n_val, n_samples, sample_steps."""
+    from ..config.load import train_threads
+    from ..config.tasks import get_task
+    from ..core.runtime import setup_torch
+    from ..models.training.distributed import training_processes
+    from ..models.training.settings import require
+
+    task = get_task(cfg, task_name)
+    steps = steps or int(require(role_spec(cfg, task.dataset, role), "steps", role))
+    device = setup_torch(train_threads(cfg), cfg["device"] if train_only else "cpu", cfg["cuda"])
+    if train_only:
+        with training_processes(device, cfg["cuda"]["train_graphs"]) as shard:
+            return training_curve(cfg, task, role, steps, at, out_dir, data_dir, model_dir, score=False,
+                                  shard=shard, **kw)
+    curve = training_curve(cfg, task, role, steps, at, out_dir, data_dir, model_dir, train=not score_only, **kw)
+    Path(out_dir, "curve.md").write_text(to_markdown(curve))
+    return curve
+

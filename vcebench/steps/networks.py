@@ -26,6 +26,48 @@ QUALITY_KEYS = ("gates", "truth_vs_regenerate", "test_accuracy", "test_mean_accu
                 "test_cos_clean_different_images", "collapse_check_std_x_sqrt_dim")
 
 
+def shipped_folder(value: str | None, cfg: dict) -> str | None:
+    """The shipped networks a `train` job installs from: ``value`` (``--networks``: a folder, or 'none' to
+    train), else config ``networks``; None: train."""
+    if value is None:
+        value = cfg.get("networks")
+    return None if value in (None, "", "none") else value
+
+
+def install(cfg: dict, role: str, task: str, *, out_dir: str | None, model_dir: str, networks: str | None,
+            progress: bool) -> dict[str, Any] | None:
+    """The shipped network of ``role`` installed without starting torch (a file copy; ``train_role`` does the
+    same when called as a library) when its card has the config's recipe (``cfg``: validated against the
+    schema; the role's settings are the card's, checked when it was trained); returns its metrics, or None
+    (train it). Not under torchrun: there every process takes the training path, and only its writer copies."""
+    import os
+
+    from ..config.tasks import get_task
+    from ..models.shipping.cards import install_shipped
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return None
+    ds = get_task(cfg, task).dataset
+    out = Path(out_dir) if out_dir else Path(model_dir) / ds / role
+    # say_why=False: the training path checks the settings first, then says why it trains
+    return install_shipped(cfg, ds, role, shipped_folder(networks, cfg), out, progress=progress, say_why=False)
+
+
+def parity(cfg: dict, dataset: str, model_dir: str, data_dir: str | None, n: int, out: Path) -> str:
+    """`models parity` (``vcebench.protocol.parity``) on the CPU: writes ``out`` (JSON) and the table beside it
+    (.md); returns the table."""
+    from ..core.io import write_json
+    from ..core.runtime import setup_torch
+    from ..protocol.parity import measure, to_markdown
+
+    setup_torch(cfg["threads"], "cpu")
+    res = measure(cfg, dataset, model_dir, data_dir, n)
+    write_json(out, res)
+    md = to_markdown(res)
+    out.with_suffix(".md").write_text(md)
+    return md
+
+
 def recorded_settings(folder: Path) -> dict[str, Any]:
     """The training settings a trained folder's ``config.json`` recorded (``config`` for ddpm / pmf,
     ``train`` for the small roles)."""

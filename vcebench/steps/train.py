@@ -152,3 +152,25 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
 
     write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def train_job(config: list[str] | None, role: str, task: str, *, data_dir: str | None = None,
+              out_dir: str | None = None, model_dir: str = "resources/models", progress: bool = True,
+              networks: str | None = None) -> tuple[dict[str, Any], bool]:
+    """`vcebench train`: the config files ``config`` checked for a network of ``task``'s dataset, torch on the
+    config's ``device`` with ``train_threads`` threads (cuda without a GPU: ``ConfigError``), then
+    :func:`train_role` in the processes of the launch (one, or torchrun's). Returns the metrics and whether
+    this process is the one that writes."""
+    from ..config.load import train_threads
+    from ..core.runtime import setup_torch
+    from ..models.training.distributed import training_processes
+    from ..protocol.settings import load_settings
+    from .networks import shipped_folder
+
+    cfg = load_settings(config, only=(task, None))  # a network: its model settings
+    device = setup_torch(train_threads(cfg), cfg["device"], cfg["cuda"])  # cuda without a GPU: ConfigError
+    with training_processes(device, cfg["cuda"]["train_graphs"]) as shard:
+        metrics = train_role(cfg, role, task, data_dir=data_dir, out_dir=out_dir, model_dir=model_dir,
+                             progress=progress, shard=shard, networks=shipped_folder(networks, cfg))
+    return metrics, shard.writer
+
