@@ -26,14 +26,6 @@ QUALITY_KEYS = ("gates", "truth_vs_regenerate", "test_accuracy", "test_mean_accu
                 "test_cos_clean_different_images", "collapse_check_std_x_sqrt_dim")
 
 
-def shipped_folder(value: str | None, cfg: dict) -> str | None:
-    """The shipped networks a `train` job installs from: ``value`` (``--networks``: a folder, or 'none' to
-    train), else config ``networks``; None: train."""
-    if value is None:
-        value = cfg.get("networks")
-    return None if value in (None, "", "none") else value
-
-
 def install(cfg: dict, role: str, task: str, *, out_dir: str | None, model_dir: str, networks: str | None,
             progress: bool) -> dict[str, Any] | None:
     """The shipped network of ``role`` installed without starting torch (a file copy; ``train_role`` does the
@@ -43,7 +35,7 @@ def install(cfg: dict, role: str, task: str, *, out_dir: str | None, model_dir: 
     import os
 
     from ..config.tasks import get_task
-    from ..models.shipping.cards import install_shipped
+    from ..models.shipping.cards import install_shipped, shipped_folder
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         return None

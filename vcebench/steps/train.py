@@ -22,7 +22,7 @@ from ..core.io import check_writable, quantize, write_json
 from ..data import load_split
 from ..data.registry import SYNTHETIC_DATASETS, get_synthetic
 from ..models.recipes import TRAINABLE, TRAINERS
-from ..models.shipping.cards import install_shipped
+from ..models.shipping.cards import install_shipped, shipped_folder
 from ..models.task_models import check_settings, load_role, role_spec, train_command
 from ..models.training.distributed import Shard
 from ..protocol.noise import resolve_method
@@ -165,7 +165,6 @@ def train_job(config: list[str] | None, role: str, task: str, *, data_dir: str |
     from ..core.runtime import setup_torch
     from ..models.training.distributed import training_processes
     from ..protocol.settings import load_settings
-    from .networks import shipped_folder
 
     cfg = load_settings(config, only=(task, None))  # a network: its model settings
     device = setup_torch(train_threads(cfg), cfg["device"], cfg["cuda"])  # cuda without a GPU: ConfigError

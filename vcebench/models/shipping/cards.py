@@ -140,6 +140,14 @@ def card_markdown(card: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def shipped_folder(value: str | None, cfg: dict) -> str | None:
+    """The shipped networks a `train` job installs from: ``value`` (``--networks``: a folder, or 'none' to
+    train), else config ``networks``; None: train."""
+    if value is None:
+        value = cfg.get("networks")
+    return None if value in (None, "", "none") else value
+
+
 def install_shipped(cfg: dict, ds: str, role: str, networks: str | Path | None, out: Path, progress: bool,
                     shard=None, say_why: bool = True) -> dict[str, Any] | None:
     """The shipped network of ``ds``/``role`` installed into ``out`` when its card's recipe is the config's
