@@ -303,3 +303,69 @@ def test_model_floor_checker_sees_a_planted_upward_import():
     up = upward_model_imports(graph)
     assert any(u.startswith("vcebench.models.synthetic.oracle (floor 2) -> vcebench.models.task_models") for u in up)
     assert any(u.startswith("vcebench.models.generative.ddpm (floor 2) -> vcebench.models.released") for u in up)
+
+
+# What a module of vcebench.cli may import: argparse and printing over the steps, the config and the plumbing
+# (and the role names its choices list); the standard library beside them. Anything else it needs is a step's.
+CLI_ALLOWED = ("vcebench.cli", "vcebench.steps", "vcebench.config", "vcebench.core", "vcebench.registry.roles")
+# (module, function) still reading a library directly: `report regression` and `report tolerances`, whose
+# library halves issue 49 moves to steps/report.py (remove each entry as it lands)
+CLI_PENDING = {("vcebench.cli.report", "run_regression"), ("vcebench.cli.report", "run_tolerances")}
+
+
+def cli_imports() -> dict[str, list[tuple[str, str | None]]]:
+    """Module of vcebench.cli -> (imported module, the top-level function or class holding the import, None at
+    module level), every import of its source, relative ones made absolute."""
+    out = {}
+    for module, path in module_files().items():
+        if not (module == "vcebench.cli" or module.startswith("vcebench.cli.")):
+            continue
+        is_package = path.name == "__init__.py"
+        out[module] = []
+        for stmt in ast.parse(path.read_text(), str(path)).body:
+            where = stmt.name if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else None
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Import):
+                    out[module] += [(alias.name, where) for alias in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    out[module].append((_absolute(module, is_package, node), where))
+    return out
+
+
+def cli_import_errors(imports: dict[str, list[tuple[str, str | None]]]) -> list[str]:
+    """The imports of ``imports`` (:func:`cli_imports`) outside the standard library and CLI_ALLOWED, less the
+    (module, function) pairs of CLI_PENDING."""
+    import sys
+
+    def allowed(target: str) -> bool:
+        return (target.split(".")[0] in sys.stdlib_module_names
+                or any(target == p or target.startswith(p + ".") for p in CLI_ALLOWED))
+
+    return [f"{m}{'.' + w if w else ''} imports {t}" for m, pairs in sorted(imports.items())
+            for t, w in pairs if not allowed(t) and (m, w) not in CLI_PENDING]
+
+
+def test_the_cli_is_argparse_and_printing():
+    """Every module of vcebench.cli imports only vcebench.steps, vcebench.config, vcebench.core and
+    vcebench.registry.roles (and the standard library): the verbs' library halves live in vcebench/steps/."""
+    imports = cli_imports()
+    assert {"vcebench.cli", "vcebench.cli.report", "vcebench.cli.profile", "vcebench.cli.data"} <= set(imports)
+    assert ("vcebench.steps.paper", "run_paper") in imports["vcebench.cli.report"]  # a lazy, relative import
+    errors = cli_import_errors(imports)
+    assert not errors, "CLI modules importing past the steps:\n" + "\n".join(errors)
+
+
+def test_cli_import_checker_sees_a_planted_import():
+    """A fake graph: a library, a third-party package, the registry's face and a plug-in family imported
+    by a CLI verb are reported; a pending function is exempt only for itself."""
+    fake = {"vcebench.cli.x": [("argparse", None), ("__future__", None), ("vcebench.steps.report", "run_a"),
+                               ("vcebench.config.tasks", "run_a"), ("vcebench.core.io", None),
+                               ("vcebench.registry.roles", None), ("vcebench.cli", None),
+                               ("vcebench.report", "run_a"), ("torch", "run_a"), ("vcebench.registry", None),
+                               ("metrics.fid", "run_b"), ("vcebench.workflow", None)],
+            "vcebench.cli.report": [("vcebench.report", "run_regression"), ("vcebench.report.seeds", "run_paper")]}
+    assert cli_import_errors(fake) == [
+        "vcebench.cli.report.run_paper imports vcebench.report.seeds",
+        "vcebench.cli.x.run_a imports vcebench.report", "vcebench.cli.x.run_a imports torch",
+        "vcebench.cli.x imports vcebench.registry", "vcebench.cli.x.run_b imports metrics.fid",
+        "vcebench.cli.x imports vcebench.workflow"]
