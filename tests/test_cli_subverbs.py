@@ -1,5 +1,5 @@
-"""`vcebench <verb> <subverb>`: each subverb parses only its own arguments, the former mode flags name the
-subverb that replaced them, `--help` lists the subverbs, and a user error names the subverb."""
+"""`vcebench <verb> <subverb>`: each subverb parses only its own arguments, `--help` lists the subverbs, and a
+user error names the subverb."""
 
 import pytest
 
@@ -87,28 +87,6 @@ def test_each_subverb_rejects_another_subverbs_argument(argv, foreign, capsys):
         cli.build_parser().parse_args(argv + foreign)
     assert e.value.code == 2
     assert f"unrecognized arguments: {' '.join(foreign)}" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("argv,subverb", [
-    (["report", "--task", "t", "--gallery"], "gallery"),
-    (["report", "--paper", "--out-dir", "results/paper"], "paper"),
-    (["report", "--regression", "--reference", "r"], "regression"),
-    (["report", "--update-reference", "--reference", "r"], "accept"),
-    (["report", "--seeds", "--task", "t"], "seeds"),
-    (["report", "--pareto", "--task", "t"], "pareto"),
-    (["report", "--tolerances", "--reference", "r"], "tolerances"),
-    (["report", "--task", "t", "--methods", "fire"], "task"),
-    (["profile", "--task", "t", "--method", "fire", "--compare-compaction"], "compaction"),
-    (["profile", "--paper-scale", "celeba"], "paper-scale"),
-    (["profile", "--paper-scale=celeba"], "paper-scale"),
-    (["profile", "--task", "t", "--method", "fire", "--timings", "a.json"], "task"),
-])
-def test_the_former_flag_forms_name_their_subverb(argv, subverb, capsys):
-    with pytest.raises(SystemExit) as e:
-        cli.main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert f"`vcebench {argv[0]} {subverb} " in err and f"vcebench {argv[0]}: error:" in err
 
 
 def test_a_missing_subverb_lists_them(capsys):

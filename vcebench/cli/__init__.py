@@ -44,30 +44,10 @@ VERBS = ("data", "train", "models", "explain", "import", "evaluate", "profile", 
 MODULES = {"import": "import_cf"}  # `import` is a Python keyword
 
 
-class CommandParser(argparse.ArgumentParser):
-    """An argument parser that, for a verb whose modes were flags (``moved``: old flag -> subverb), names
-    the subverb to use instead of failing on the first unknown option."""
-
-    moved: dict[str, str] = {}
-
-    def parse_known_args(self, args=None, namespace=None):
-        if self.moved and args and args[0].startswith("-") and args[0] not in ("-h", "--help"):
-            self.error(self._moved_message(args))
-        return super().parse_known_args(args, namespace)
-
-    def _moved_message(self, args: list[str]) -> str:
-        for a in args:
-            flag = a.split("=", 1)[0]
-            if flag in self.moved:
-                return f"{flag} is now a subverb: `{self.prog} {self.moved[flag]} ...` (see `{self.prog} --help`)"
-        return (f"give the subverb first: `{self.prog} {self.moved.get('', 'SUBVERB')} {' '.join(args[:2])} ...` "
-                f"(see `{self.prog} --help`)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vcebench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="verb", required=True, parser_class=CommandParser)
+    sub = parser.add_subparsers(dest="verb", required=True)
     for verb in VERBS:
         module = importlib.import_module(f"vcebench.cli.{MODULES.get(verb, verb)}")
         module.register(sub)
@@ -79,11 +59,8 @@ def add_config_arg(p: argparse.ArgumentParser) -> None:
                    help="config file(s), later ones deep-merged over earlier (default: config/config.yaml)")
 
 
-def add_subverbs(p: argparse.ArgumentParser, moved: dict[str, str] | None = None) -> argparse._SubParsersAction:
-    """The subverbs of verb parser ``p`` (`vcebench <verb> <subverb>`). ``moved``: the verb's former mode
-    flags and the subverb each became (key ``""``: the subverb of the former plain form), for the error."""
-    if moved is not None:
-        p.moved = moved
+def add_subverbs(p: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    """The subverbs of verb parser ``p`` (`vcebench <verb> <subverb>`)."""
     return p.add_subparsers(dest="subverb", required=True, title="subverbs")
 
 

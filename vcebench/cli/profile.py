@@ -21,13 +21,12 @@ from ..core.io import write_json
 from . import add_config_arg, add_subverb, add_subverbs
 
 PAPER_DATASETS = ("celeba", "celebahq", "chexpert")  # vcebench.costs.paper_nets.SETTINGS (a test checks)
-MOVED = {"--compare-compaction": "compaction", "--paper-scale": "paper-scale", "": "task"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("profile", help="FLOPs, NFE, time and memory per counterfactual (task, compaction, "
                        "paper-scale, gpu)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    subs = add_subverbs(p, MOVED)
+    subs = add_subverbs(p)
     t = add_subverb(subs, "task", run_task, "profile.json of one or more methods on a task's evaluation inputs")
     _task_args(t)
     t.add_argument("--method", action="append", required=True,

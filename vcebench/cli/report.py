@@ -24,15 +24,12 @@ from ..core.errors import UserError
 from ..steps.report import galleries, task_report
 from . import add_config_arg, add_subverb, add_subverbs
 
-MOVED = {"--gallery": "gallery", "--paper": "paper", "--regression": "regression", "--update-reference": "accept",
-         "--seeds": "seeds", "--pareto": "pareto", "--tolerances": "tolerances", "": "task"}
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="tables, figures, paper tables, metric regression (task, gallery, paper, "
                        "regression, accept, seeds, pareto, tolerances)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    subs = add_subverbs(p, MOVED)
+    subs = add_subverbs(p)
     t = add_subverb(subs, "task", run_task, "a task's table (csv, md, tex), efficiency and qualitative figures")
     _task_arg(t)
     _methods_arg(t)
