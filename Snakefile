@@ -11,7 +11,6 @@ from snakemake.utils import min_version
 
 from vcebench import workflow as wf
 from vcebench.config.kernels import DEFAULT_CPU_ISA, pin_environment
-from vcebench.protocol.settings import check_settings
 
 min_version("8.0")
 
@@ -19,17 +18,11 @@ min_version("8.0")
 configfile: os.path.join(workflow.basedir, "config/config.yaml")
 
 
-# a key written twice in a config file (Snakemake's reader keeps the last one silently)
-wf.fail_fast(wf.check_config_files, workflow.configfiles)
-# the schema with the registry's method names (vcebench.registry: built-ins and installed plug-ins)
-wf.fail_fast(wf.validate, config, os.path.join(workflow.basedir, "config/schema.yaml"))
-wf.fail_fast(wf.check_method_names, config)
-# weights written hf://owner/repo/file@revision: the file in the local Hub cache (vcebench/core/hub.py)
-wf.fail_fast(wf.resolve_hub_weights, config)
-# config/tuned/<task>.yaml, written by `snakemake tune`
-wf.attach_tuned(config, workflow.basedir)
-# method and model settings (keys, types, ranges) from the code's dataclasses: fail before any job runs
-wf.fail_fast(check_settings, config)
+# every config value checked before any job runs (vcebench.workflow.check_config): a key written twice, the schema
+# with the registry's names, hf:// weights (the local Hub cache), the method names, config/tuned/<task>.yaml
+# (written by `snakemake tune`), every method and model setting (keys, types, choices, ranges), and the files as
+# the jobs merge them; one line naming the key
+wf.fail_fast(wf.check_config, config, workflow.configfiles, workflow.basedir)
 wf.warn_empty_shards(config)
 # every job's CPU kernels (config `cpu_isa`, vcebench/config/kernels.py): jobs inherit the variables set here
 pin_environment(config.get("cpu_isa", DEFAULT_CPU_ISA))

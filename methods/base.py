@@ -8,7 +8,6 @@ per-sample failure codes (``FAIL_*``) and the final flip check (:func:`finalize`
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Protocol, TypeVar
@@ -16,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 from torch import Tensor
 
-from vcebench.config.load import ConfigError, check_keys, coerce_value
+from vcebench.config.load import ConfigError, check_keys, coerce_value, field_types
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
@@ -221,7 +220,7 @@ def parse_params(cls: type[P], params: dict[str, Any], section: str) -> P:
     :class:`ConfigError` naming ``section.key``; missing keys take the dataclass defaults."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     check_keys(section, params, set(fields))
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     values = {}
     for k, v in params.items():
         values[k] = coerce_value(v, hints[k], f"{section}.{k}")

@@ -5,6 +5,7 @@ Logic lives here (importable, tested), not in the rule files (docs/style.md).
 
 from __future__ import annotations
 
+import copy
 import os
 import shlex
 import subprocess
@@ -42,9 +43,14 @@ def config_args(configfiles: list, basedir: str | Path = ".") -> str:
     rules run in the config's ``workdir``, and shell-quoted (a clone under a path with spaces or
     shell characters).
     """
+    return " ".join(f"--config {shlex.quote(p)}" for p in config_paths(configfiles, basedir))
+
+
+def config_paths(configfiles: list, basedir: str | Path = ".") -> list[str]:
+    """The config files in the order the jobs merge them (:func:`config_args`), absolute."""
     default = (Path(basedir) / "config/config.yaml").resolve()
     rest = [str(Path(p).resolve()) for p in configfiles if Path(p).resolve() != default]
-    return " ".join(f"--config {shlex.quote(p)}" for p in [str(default), *rest])
+    return [str(default), *rest]
 
 
 def reference_dir(cfg: dict, basedir: str | Path = ".") -> str:
@@ -54,15 +60,53 @@ def reference_dir(cfg: dict, basedir: str | Path = ".") -> str:
 
 
 def fail_fast(check, *args) -> None:
-    """Run a config check at DAG construction; a ConfigError ends Snakemake with its one-line message
-    (no traceback)."""
+    """Run a config check at DAG construction; a ConfigError (any error that is the user's to fix, e.g. a
+    checkpoint block's format) ends Snakemake with its one-line message (no traceback)."""
     import sys
+
+    from .core.errors import UserError
 
     try:
         check(*args)
-    except ConfigError as e:
+    except UserError as e:
         print(f"vcebench config error: {e}", file=sys.stderr)
         sys.exit(1)
+
+
+def check_config(cfg: dict, configfiles: list, basedir: str | Path = ".") -> dict:
+    """Every check the Snakefile runs on the config when it builds the DAG (``snakemake -n`` included), so a
+    wrong key, type, choice or range ends the run there with one line naming the key (:func:`fail_fast`), before
+    any job: each file read as the CLI reads it, the schema (registry's names filled in), ``hf://`` weights, the
+    method names, the tuned files, every method and model setting
+    (:func:`vcebench.protocol.settings.check_settings`), and the config as the jobs merge the same files
+    (:func:`jobs_config`). ``cfg``: Snakemake's config (coerced in place); returns it."""
+    from .protocol.settings import check_settings
+
+    given = copy.deepcopy(cfg)
+    check_config_files(configfiles)
+    validate(cfg, Path(basedir) / "config" / "schema.yaml")
+    resolve_hub_weights(cfg)  # weights written hf://owner/repo/file@revision: the file in the local Hub cache
+    check_method_names(cfg)
+    attach_tuned(cfg, basedir)
+    check_settings(cfg)
+    jobs_config(given, configfiles, basedir)
+    return cfg
+
+
+def jobs_config(given: dict, configfiles: list, basedir: str | Path = ".") -> None:
+    """The config files as every job reads them (``vcebench <verb> --config ...``, :func:`config_args`'s order),
+    checked by the jobs' own loader (:func:`vcebench.protocol.settings.load_settings`) wherever that merge differs
+    from Snakemake's (``given``). The two merge a mapping over a value that is none differently: Snakemake keeps
+    ``scales: [8, 10, 15]`` under a preset's ``scales: {}``, the jobs take ``{}``, so only their check sees it."""
+    from .core.merge import deep_merge
+    from .protocol.settings import load_settings
+
+    paths = config_paths(configfiles, basedir)
+    merged: dict = {}
+    for p in paths:
+        merged = deep_merge(merged, read_yaml(p) or {})
+    if merged != given:
+        load_settings(paths)
 
 
 def check_config_files(paths) -> None:

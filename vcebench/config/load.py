@@ -8,9 +8,11 @@ later files are deep-merged over earlier ones, then validated against
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import types
+import typing
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -94,7 +96,7 @@ def schema_path(config_path: Path | None = None) -> Path:
 
 def validate(cfg: dict, schema_file: Path | None = None) -> dict:
     """Validate against the JSON schema (method names filled in from ``vcebench.registry``); raise
-    :class:`ConfigError` naming the bad key."""
+    :class:`ConfigError` naming the bad key, in one line (the first three errors when there are more)."""
     import jsonschema
 
     from ..registry import fill_schema
@@ -103,11 +105,10 @@ def validate(cfg: dict, schema_file: Path | None = None) -> dict:
     validator = jsonschema.validators.validator_for(schema)(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = []
-        for e in errors[:10]:
-            where = ".".join(str(p) for p in e.absolute_path) or "<top level>"
-            lines.append(f"  config key `{where}`: {e.message}")
-        raise ConfigError("invalid configuration:\n" + "\n".join(lines))
+        shown = [f"config key `{'.'.join(str(p) for p in e.absolute_path) or '<top level>'}`: "
+                 f"{' '.join(e.message.split())}" for e in errors[:3]]
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise ConfigError("; ".join(shown) + more)
     return cfg
 
 
@@ -189,6 +190,13 @@ def check_keys(section: str, given: dict, allowed: set[str] | dict) -> None:
             close = difflib.get_close_matches(u, list(allowed), n=1)
             hints.append(f"`{section}.{u}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
         raise ConfigError(f"unknown config key(s): {', '.join(hints)}; allowed: {', '.join(sorted(allowed))}")
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """``typing.get_type_hints`` of a settings dataclass, computed once per class (the config checks ask for
+    the same classes hundreds of times: every task x method)."""
+    return typing.get_type_hints(cls)
 
 
 def coerce_value(v: Any, tp: Any, where: str) -> Any:

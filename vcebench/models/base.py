@@ -27,6 +27,10 @@ from torch import Tensor, nn
 from ..registry.roles import ROLES
 
 
+# the two ways a classifier's output reads as one binary query (config `models.<dataset>.classifier.head`)
+HEAD_KINDS = ("1logit", "2logit")
+
+
 class BinaryHead(nn.Module):
     """Expose a multi-output classifier as 2 logits for one binary query.
 
@@ -36,8 +40,8 @@ class BinaryHead(nn.Module):
 
     def __init__(self, net: nn.Module, kind: str = "1logit", index: int = 0):
         super().__init__()
-        if kind not in ("1logit", "2logit"):
-            raise ValueError(f"classifier head kind must be '1logit' or '2logit', got {kind!r}")
+        if kind not in HEAD_KINDS:
+            raise ValueError(f"classifier head kind must be one of {list(HEAD_KINDS)}, got {kind!r}")
         self.net, self.kind, self.index = net, kind, index
 
     def forward(self, x: Tensor) -> Tensor:

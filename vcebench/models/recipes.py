@@ -16,11 +16,12 @@ from ..core.io import write_json
 from ..registry.roles import GENERATIVE
 from .generative.ddpm import DDPM_DEFAULTS, DiffusersDDPM, evaluate_ddpm
 from .generative.pmf import PMF_DEFAULTS, PixelMeanFlow, evaluate_pmf
-from .synthetic.classifier import CLASSIFIER_DEFAULTS, train_classifier
+from .synthetic.classifier import CLASSIFIER_DEFAULTS, DATA_HALVES, train_classifier
 from .synthetic.face_identity import IDENTITY_DEFAULTS, train_identity
 from .synthetic.fid_features import FID_DEFAULTS, train_fid_features
 from .synthetic.oracle import ORACLE_DEFAULTS, train_oracle
 from .synthetic.perceptual import PERCEPTUAL_DEFAULTS, train_perceptual
+from .synthetic.nets import TRUNK_ARCHS, TRUNK_POOLS
 from .synthetic.simsiam import SIMSIAM_DEFAULTS, train_simsiam
 from .training.loops import to_float_images
 
@@ -33,6 +34,11 @@ TRAINERS = {
     "fid_features": (FID_DEFAULTS, train_fid_features),
 }
 TRAINABLE = (*TRAINERS, *GENERATIVE)
+# The recipes' settings that name a choice (any role that has the key; the others' types are their defaults'):
+# checked when the config is loaded. `attributes` (null, all or a list of the dataset's labels) is checked against
+# the dataset (vcebench.protocol.settings).
+SETTING_CHOICES: dict[str, tuple[Any, ...]] = {"arch": TRUNK_ARCHS, "pool": TRUNK_POOLS,
+                                               "data_half": (*DATA_HALVES, None)}
 
 
 def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tensor,

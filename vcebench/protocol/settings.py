@@ -20,12 +20,12 @@ the number.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ..config.load import ConfigError, check_keys, coerce_value, load_config
+from ..config.load import ConfigError, check_keys, coerce_value, field_types, load_config
 from ..config.tasks import all_methods, check_runs_on, external_name, get_task, runs_on
+from .noise import NOISE_RULES
 
 # Ranges of model settings (keys and types come from the code, see the module docstring).
 POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
@@ -53,12 +53,15 @@ def check_settings(cfg: dict, only: tuple[str, str | None] | None = None) -> dic
     checked the whole config when it built the DAG. Resolving every task x method takes about a second and
     imports every method's module, once per job.
     """
+    # the keys and types of every section first, the resolution of every task x method (the slow part) last
     if only is None:
-        check_method_settings(cfg)
+        check_method_layers(cfg)
     elif only[1] is not None and not external_name(only[1]):
         check_one_method(cfg, *only)
     check_task_attributes(cfg, None if only is None else [only[0]])
     check_model_settings(cfg)
+    if only is None:
+        check_resolved_methods(cfg)
     return cfg
 
 
@@ -85,6 +88,10 @@ def check_task_attributes(cfg: dict, names: list[str] | None = None) -> None:
 # Keys of a method's config layers that the noise protocol consumes (vcebench.protocol.noise.resolve_method) before
 # the method's dataclass sees the settings, with their types.
 PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respacing": int, "warmup_fraction": float}
+# The keys of a method's own ``protocol`` mapping (over config ``protocol`` for that method, e.g. a ``paper``
+# variant's ``{noise: paper, use_tuned: false}``), with their types: the noise rule, the resolution its paper
+# noise level is given at, whether the tuned settings are read.
+METHOD_PROTOCOL_SETTINGS = {"noise": Literal[NOISE_RULES], "reference_resolution": int, "use_tuned": bool}
 
 
 def _typed_layer(section: str, layer: Any, cls: type) -> None:
@@ -92,14 +99,25 @@ def _typed_layer(section: str, layer: Any, cls: type) -> None:
     protocol keys (:data:`PROTOCOL_SETTINGS`, and a per-method ``protocol`` mapping) are admitted too."""
     if not isinstance(layer, dict):
         raise ConfigError(f"config key `{section}` must be a mapping of hyperparameters, got {layer!r}")
-    hints = {**typing.get_type_hints(cls), **PROTOCOL_SETTINGS}
+    hints = {**field_types(cls), **PROTOCOL_SETTINGS}
     check_keys(section, layer, {f.name for f in dataclasses.fields(cls)} | set(PROTOCOL_SETTINGS) | {"protocol"})
     for k, v in layer.items():
         if k == "protocol":
-            if not isinstance(v, dict):
-                raise ConfigError(f"config key `{section}.protocol` must be a mapping, got {v!r}")
+            _typed_protocol(f"{section}.protocol", v)
             continue
         layer[k] = _write_back(v, coerce_value(v, hints[k], f"{section}.{k}"))
+
+
+def _typed_protocol(section: str, layer: Any) -> None:
+    """A method's ``protocol`` mapping: its keys and types (:data:`METHOD_PROTOCOL_SETTINGS`), coerced in place."""
+    if not isinstance(layer, dict):
+        raise ConfigError(f"config key `{section}` must be a mapping, got {layer!r}")
+    check_keys(section, layer, METHOD_PROTOCOL_SETTINGS)
+    for k, v in layer.items():
+        value = coerce_value(v, METHOD_PROTOCOL_SETTINGS[k], f"{section}.{k}")
+        if k == "reference_resolution" and value < 1:
+            raise ConfigError(f"config key `{section}.{k}` must be >= 1, got {v!r}")
+        layer[k] = _write_back(v, value)
 
 
 def _write_back(old: Any, new: Any) -> Any:
@@ -112,10 +130,10 @@ def _write_back(old: Any, new: Any) -> Any:
     return old
 
 
-def check_method_settings(cfg: dict) -> None:
-    """``method_defaults``, ``variants`` (and the older ``fire_variants``) and every task's ``params``: keys
-    and types checked in the section where they are written; then each task's settings of every method,
-    resolved by the noise protocol, are parsed by the method's dataclass (its ranges)."""
+def check_method_layers(cfg: dict) -> None:
+    """``method_defaults``, ``variants`` (and the older ``fire_variants``) and every task's ``params``: keys and
+    types checked in the section where they are written (coerced in place); their merge on each task is
+    :func:`check_resolved_methods`."""
     from methods import params_class
 
     known = all_methods(cfg)
@@ -133,6 +151,12 @@ def check_method_settings(cfg: dict) -> None:
                                   f"`method_defaults` and `variants`); known: {', '.join(known)}")
             check_runs_on(get_task(cfg, tname), m, f"config key `tasks.{tname}.params.{m}`")
             _typed_layer(f"tasks.{tname}.params.{m}", layer, params_class(m))
+
+
+def check_resolved_methods(cfg: dict) -> None:
+    """Each task's settings of every method it runs, resolved by the noise protocol, parsed by the method's
+    dataclass (its ``validate`` ranges); a range error names the config key that set the value."""
+    known = all_methods(cfg)
     for tname in cfg.get("tasks") or {}:
         task = get_task(cfg, tname)
         for m in known:
@@ -156,8 +180,9 @@ def _parse_resolved(cfg: dict, task, method: str) -> None:
 
 
 def check_one_method(cfg: dict, task_name: str, method: str) -> None:
-    """:func:`check_method_settings` for ``method`` on ``task_name`` alone: the config layers it merges (keys
-    and types, coerced in place), then its protocol-resolved settings parsed by its dataclass."""
+    """:func:`check_method_layers` and :func:`check_resolved_methods` for ``method`` on ``task_name`` alone: the
+    config layers it merges (keys and types, coerced in place), then its protocol-resolved settings parsed by its
+    dataclass."""
     from methods import params_class
 
     from ..config.tasks import split_method
@@ -230,8 +255,9 @@ def _typed_settings(section: str, spec: dict, types: dict[str, Any], strict_keys
 
 
 def role_setting_types(role: str) -> dict[str, Any] | None:
-    """Key -> type of the training settings of a trained role (None: not a trainable role)."""
-    from ..models.recipes import TRAINERS
+    """Key -> type of the training settings of a trained role (None: not a trainable role): its default's type,
+    or the choices of a setting that names one (``recipes.SETTING_CHOICES``)."""
+    from ..models.recipes import SETTING_CHOICES, TRAINERS
 
     if role == "ddpm":
         from ..models.generative.ddpm import DDPM_SETTINGS
@@ -240,7 +266,8 @@ def role_setting_types(role: str) -> dict[str, Any] | None:
         from ..models.generative.pmf import PMF_SETTINGS
         return PMF_SETTINGS
     if role in TRAINERS:
-        return {k: _type_of_default(v) for k, v in TRAINERS[role][0].items()}
+        return {k: Literal[SETTING_CHOICES[k]] if k in SETTING_CHOICES else _type_of_default(v)
+                for k, v in TRAINERS[role][0].items()}
     return None
 
 
@@ -264,18 +291,33 @@ def check_model_settings(cfg: dict) -> None:
             if "weights" in spec:  # canonical weights: the format's keys (generative folders: their own too)
                 if is_canonical(role, spec):
                     check_spec(role, spec, section)
-                else:
-                    _typed_settings(section, spec, types or {}, strict_keys=False)
+                else:  # a ddpm / pmf folder: its path, and the training settings it may hold
+                    _typed_settings(section, spec, {**(types or {}), "weights": str | None}, strict_keys=False)
                 continue
             if types is None:
                 raise ConfigError(f"config key `{section}`: role {role!r} cannot be trained; set "
                                   f"`{section}.weights` to canonical weights")
             _typed_settings(section, spec, types)
+            _check_attributes(cfg, ds, section, spec)
             if isinstance(spec.get("unet"), dict):
                 _typed_settings(f"{section}.unet", spec["unet"], UNET_SETTINGS)
             _check_resolution(cfg, ds, role, spec)
             if role == "pmf" and "steps" in spec:
                 _check_fm_warmup(section, spec)
+
+
+def _check_attributes(cfg: dict, ds: str, section: str, spec: dict) -> None:
+    """A trained role's ``attributes`` as its training reads them (``classifier.resolve_attributes``): null (the
+    query attributes of the dataset's tasks), ``all``, or a list of the dataset's labels; a wrong one changes the
+    role's recipe, so it must fail here, not when the network is trained."""
+    from .. import registry
+    from ..models.synthetic.classifier import resolve_attributes
+
+    if "attributes" not in spec or spec["attributes"] is None or ds not in registry.DATASET_SPECS:
+        return
+    tasks = [t.get("attribute") for t in (cfg.get("tasks") or {}).values() if (t or {}).get("dataset") == ds]
+    resolve_attributes(spec["attributes"], list(registry.get_dataset_spec(ds).attributes), tasks,
+                       f"{section}.attributes")
 
 
 def _check_fm_warmup(section: str, spec: dict) -> None:

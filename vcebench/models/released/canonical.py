@@ -46,14 +46,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from ...config.load import ConfigError, check_keys
+from ...config.load import ConfigError, check_keys, coerce_value
 from ...config.tasks import Task
-from ..base import BinaryHead
+from ..base import HEAD_KINDS, BinaryHead
 from ..checkpoints import CheckpointError, load_state_strict, uninitialised
 from ..generative.ddpm import DIFFUSERS_FORMAT
 from ..synthetic.nets import AttributeClassifier
@@ -84,7 +84,13 @@ CELEBA_ATTRIBUTES = [
     "Wearing_Necklace", "Wearing_Necktie", "Young",
 ]
 Loaded = tuple[nn.Module, str]
-SPEC_KEYS = {"weights", "format", "head", "num_outputs", "index", "attribute_names", "net", "name"}
+LPIPS_NETS = ("vgg", "alex")  # the lpips format's backbones (`net`)
+# The keys every canonical block may hold, with their types (checked when the config is loaded, whether or not the
+# run uses the block): `weights` a path (null: not set yet; whether it exists is checked when a task needs it).
+SPEC_TYPES: dict[str, Any] = {"weights": str | None, "format": str, "head": Literal[HEAD_KINDS], "num_outputs": int,
+                              "index": int | None, "attribute_names": tuple[str, ...] | None,
+                              "net": Literal[LPIPS_NETS], "name": str | None}
+SPEC_KEYS = set(SPEC_TYPES)
 # What a canonical block may leave out, per format (merged by load_canonical): DiME's CelebA classifier has 40
 # sigmoid logits (``head: 1logit``); LPIPS' default backbone is VGG.
 FORMAT_DEFAULTS: dict[str, dict[str, Any]] = {"dime_densenet121": {"head": "1logit"}, "lpips": {"net": "vgg"}}
@@ -245,8 +251,6 @@ def _load_lpips(role: str, spec: dict, path: Path, task: Task, key: str, name: s
     import lpips
 
     net = spec["net"]
-    if net not in ("vgg", "alex"):
-        raise CheckpointError(f"role {role!r}: `{key}.net` must be 'vgg' or 'alex', got {net!r}")
     model = lpips.LPIPS(pretrained=False, net=net, pnet_rand=True, verbose=False)
     lin = torch_load(role, Path(lpips.__file__).parent / "weights" / "v0.1" / f"{net}.pth")
     model.load_state_dict(lin, strict=False)
@@ -373,13 +377,27 @@ def is_canonical(role: str, spec: dict) -> bool:
 
 
 def check_spec(role: str, spec: dict, key: str) -> None:
-    """The block of canonical weights of ``role`` at config key ``key``: format, keys, and the format's own
-    check (run when the config is loaded, and again by :func:`load_canonical`)."""
+    """The block of canonical weights of ``role`` at config key ``key``: format, keys, their types
+    (:data:`SPEC_TYPES`) and ranges, and the format's own check (run when the config is loaded, and again by
+    :func:`load_canonical`)."""
     fmt = spec.get("format")
     if fmt not in FORMATS.get(role, ()):
         raise CheckpointError(f"role {role!r}: config key `{key}.format` is {fmt!r}; supported for this role: "
                               f"{', '.join(FORMATS.get(role, ())) or 'none (train it instead)'}")
     check_keys(key, spec, SPEC_KEYS | LOADERS[fmt].keys)
+    values = {k: coerce_value(v, SPEC_TYPES[k], f"{key}.{k}") for k, v in spec.items() if k in SPEC_TYPES}
+    n_out, index = values.get("num_outputs"), values.get("index")
+    if n_out is not None and n_out < 1:
+        raise ConfigError(f"config key `{key}.num_outputs` must be >= 1, got {n_out!r}")
+    if index is not None and not 0 <= index < (n_out or index + 1):
+        raise ConfigError(f"config key `{key}.index` must be an output of the network (0 to "
+                          f"{'num_outputs - 1' if n_out is None else n_out - 1}), got {index!r}")
+    names = values.get("attribute_names")
+    if names is not None and len(set(names)) != len(names):
+        raise ConfigError(f"config key `{key}.attribute_names` names an output twice: {list(names)}")
+    if names is not None and n_out is not None and len(names) != n_out:
+        raise ConfigError(f"config key `{key}.attribute_names` names {len(names)} outputs, `{key}.num_outputs` "
+                          f"is {n_out}")
     if LOADERS[fmt].check is not None:
         LOADERS[fmt].check(role, spec, key)
 

@@ -29,6 +29,8 @@ CLASSIFIER_DEFAULTS: dict[str, Any] = {
     "flip": True,
 }
 GATE_ACCURACY = 0.97
+# the training rows a role uses (`data_half`, :func:`select_rows`): identity half A or B, or all of them
+DATA_HALVES = ("A", "B", "all")
 
 
 def resolve_attributes(spec: Any, available: list[str], task_attributes: list[str], key: str) -> list[str]:
@@ -52,8 +54,8 @@ def select_rows(split: Any, half: str | None, seed: int = 0) -> Tensor:
     n = split.images.shape[0]
     if half in (None, "all"):
         return torch.arange(n)
-    if half not in ("A", "B"):
-        raise ConfigError(f"`data_half` must be 'A', 'B' or 'all', got {half!r}")
+    if half not in DATA_HALVES:
+        raise ConfigError(f"`data_half` must be one of {list(DATA_HALVES)}, got {half!r}")
     a, b = identity_halves(split.identity, seed)
     return a if half == "A" else b
 

@@ -106,14 +106,19 @@ class VGGTrunk(nn.Module):
         return global_pool(self.feature_maps(x)[-1], self.pool)
 
 
+# the trunks and poolings of the small networks (a recipe's `arch` / `pool`; checked when the config is loaded)
+TRUNK_ARCHS = ("resnet", "vgg")
+TRUNK_POOLS = ("avg", "avgmax")
+
+
 def build_trunk(arch: str, in_channels: int, width: int, blocks: int = 1, pool: str = "avg") -> nn.Module:
-    if pool not in ("avg", "avgmax"):
-        raise ValueError(f"unknown pooling {pool!r}; known: avg, avgmax")
+    if pool not in TRUNK_POOLS:
+        raise ValueError(f"unknown pooling {pool!r}; known: {', '.join(TRUNK_POOLS)}")
     if arch == "resnet":
         return ResNetTrunk(in_channels, width, blocks, pool)
     if arch == "vgg":
         return VGGTrunk(in_channels, width, blocks, pool)
-    raise ValueError(f"unknown trunk architecture {arch!r}; known: resnet, vgg")
+    raise ValueError(f"unknown trunk architecture {arch!r}; known: {', '.join(TRUNK_ARCHS)}")
 
 
 class SyntheticNet(nn.Module):
