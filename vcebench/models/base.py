@@ -26,7 +26,6 @@ from torch import Tensor, nn
 
 from ..registry.roles import ROLES
 
-
 # the two ways a classifier's output reads as one binary query (config `models.<dataset>.classifier.head`)
 HEAD_KINDS = ("1logit", "2logit")
 

@@ -19,9 +19,9 @@ from .generative.pmf import PMF_DEFAULTS, PixelMeanFlow, evaluate_pmf
 from .synthetic.classifier import CLASSIFIER_DEFAULTS, DATA_HALVES, train_classifier
 from .synthetic.face_identity import IDENTITY_DEFAULTS, train_identity
 from .synthetic.fid_features import FID_DEFAULTS, train_fid_features
+from .synthetic.nets import TRUNK_ARCHS, TRUNK_POOLS
 from .synthetic.oracle import ORACLE_DEFAULTS, train_oracle
 from .synthetic.perceptual import PERCEPTUAL_DEFAULTS, train_perceptual
-from .synthetic.nets import TRUNK_ARCHS, TRUNK_POOLS
 from .synthetic.simsiam import SIMSIAM_DEFAULTS, train_simsiam
 from .training.loops import to_float_images
 
