@@ -1,10 +1,14 @@
 """Config errors name their file and key in one line (issue 25, item 4): YAML syntax errors, a top level that is
 no mapping and a key written twice; and what a dry run used to accept and a run failed on later (a task's
 attribute its dataset lacks, a resolution the networks cannot take) fails at `snakemake -n`. More shards than
-inputs is a warning there."""
+inputs is a warning there. Issue 52: every value of every section is checked there, whether or not the run uses
+it, and the files as the jobs merge them (`vcebench.workflow.check_config`): a wrong-type value in any leaf of
+config/config.yaml is one line naming the key."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import shutil
 import subprocess
@@ -12,12 +16,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from snakemake.common.configfile import load_configfile
+from snakemake.utils import update_config
 
+from vcebench import workflow as wf
 from vcebench.cli import main
 from vcebench.config.load import ConfigError, read_yaml
+from vcebench.core.errors import UserError
 from vcebench.protocol.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
+DEFAULT = ROOT / "config" / "config.yaml"
 SNAKEMAKE = shutil.which("snakemake", path=str(Path(sys.executable).parent)) or "snakemake"
 
 DUPLICATE = "n_eval: 8\ntasks:\n  synthfaces_smile:\n    attribute: Smiling\n    attribute: Young\n"
@@ -145,6 +155,10 @@ def _dry_run(tmp_path, text: str) -> subprocess.CompletedProcess:
     (DUPLICATE, "mine.yaml, line 5: key `tasks.synthfaces_smile.attribute` is given twice"),
     ("tasks:\n  synthfaces_smile: {attribute: Nope}\n", "config key `tasks.synthfaces_smile.attribute`"),
     ("datasets:\n  synthfaces: {resolution: 31}\n", "config key `datasets.synthfaces.resolution` (31)"),
+    # issue 52: the jobs' merge of the files (Snakemake's keeps the list), and a dataset the run does not use
+    ("method_defaults:\n  dime: {scales: {}}\n", "config key `method_defaults.dime.scales` must be a non-empty list"),
+    ("models:\n  celebahq:\n    classifier: {head: definitely-not-a-choice}\n",
+     "config key `models.celebahq.classifier.head` must be one of"),
 ])
 def test_the_dry_run_fails_in_one_line(tmp_path, text, named):
     r = _dry_run(tmp_path, text)
@@ -153,6 +167,13 @@ def test_the_dry_run_fails_in_one_line(tmp_path, text, named):
     errors = [ln for ln in out.splitlines() if ln.startswith("vcebench config error")]
     assert len(errors) == 1 and named in errors[0], out
     assert "Traceback" not in out
+
+
+def test_the_legal_values_pass_the_dry_run(tmp_path):
+    r = _dry_run(tmp_path, "method_defaults:\n  fastdime: {log_snr_offset: -1.0}\n"
+                           "models:\n  synthxray:\n    pmf: {fm_warmup_steps: null}\n"
+                           "tune:\n  select:\n    require: {FR_oracle: -7}\n")
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_more_shards_than_inputs_is_a_warning_at_the_dry_run(tmp_path):
@@ -191,3 +212,128 @@ def test_the_schema_takes_datasets_and_their_keys_from_their_declarations():
         validate({**cfg, "datasets": {**cfg["datasets"], "synthxray": {"n_patient": 10}}})
     with pytest.raises(ConfigError, match="tasks.x.dataset"):
         validate({**cfg, "tasks": {**cfg["tasks"], "x": {"dataset": "mnist", "attribute": "a"}}})
+
+
+# --- issue 52: every value checked when the DAG is built ---------------------------------------------------------
+
+@functools.cache
+def _default_doc() -> dict:
+    return load_configfile(str(DEFAULT))
+
+
+def _dag_check(tmp_path: Path, override: dict | str) -> dict:
+    """What the Snakefile runs when it builds the DAG (`vcebench.workflow.check_config`) with ``override`` given
+    as `--configfile`, on the config as Snakemake merges it (its own reader and merge: the command line's files
+    first, the Snakefile's `configfile:` over them, the command line's again on top)."""
+    pre = tmp_path / "mine.yaml"
+    pre.write_text(override if isinstance(override, str) else yaml.safe_dump(override))
+    given: dict = {}
+    update_config(given, load_configfile(str(pre)))
+    cfg = copy.deepcopy(given)
+    update_config(cfg, copy.deepcopy(_default_doc()))
+    update_config(cfg, given)
+    return wf.check_config(cfg, [str(pre), str(DEFAULT)], ROOT)
+
+
+def _one_line_error(tmp_path: Path, override: dict | str) -> str:
+    with pytest.raises(UserError) as e:  # what the Snakefile's fail_fast prints as one line
+        _dag_check(tmp_path, override)
+    msg = str(e.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+# The values issue 52 found passing `snakemake -n` and failing a job later (the first six), and two more the walk
+# below found (a trained role's data_half, a variant's protocol mapping: read with bool(), so any string was true).
+WRONG = [
+    ("method_defaults: {dime: {scales: {}}}",
+     "config key `method_defaults.dime.scales` must be a non-empty list, got {}"),
+    ("models: {synthfaces: {oracle: {attributes: [a]}}}",
+     "config key `models.synthfaces.oracle.attributes`: unknown attribute(s) ['a'] (dataset has ['Bangs'"),
+    ("models: {synthxray: {oracle: {pool: null}}}",
+     "config key `models.synthxray.oracle.pool` must be one of ['avg', 'avgmax'], got None"),
+    ("models: {celeba: {classifier: {weights: -1}}}", "config key `models.celeba.classifier.weights` must be a string"),
+    ("models: {chexpert: {classifier: {weights: -1}}}",
+     "config key `models.chexpert.classifier.weights` must be a string"),
+    ("models: {celebahq: {classifier: {head: definitely-not-a-choice}}}",
+     "config key `models.celebahq.classifier.head` must be one of ['1logit', '2logit']"),
+    ("models: {synthfaces: {classifier: {data_half: C}}}",
+     "config key `models.synthfaces.classifier.data_half` must be one of ['A', 'B', 'all', None]"),
+    ("variants: {fire: {paper: {protocol: {use_tuned: maybe}}}}",
+     "config key `variants.fire.paper.protocol.use_tuned` must be true or false"),
+]
+LEGAL = ["method_defaults: {fastdime: {log_snr_offset: -1.0}}", "models: {synthxray: {pmf: {fm_warmup_steps: null}}}",
+         "tune: {select: {require: {FR_oracle: -7}}}"]
+
+
+@pytest.mark.parametrize("text,msg", WRONG)
+def test_a_wrong_value_fails_the_dag_build_naming_its_key(tmp_path, text, msg):
+    err = _one_line_error(tmp_path, text)
+    assert err.startswith(msg), err
+
+
+@pytest.mark.parametrize("text", LEGAL)
+def test_legal_values_pass_the_dag_build(tmp_path, text):
+    _dag_check(tmp_path, text)
+
+
+def test_the_jobs_merge_is_checked_where_snakemake_merges_otherwise(tmp_path):
+    """Snakemake keeps a list under a preset's empty mapping, the jobs (`vcebench <verb> --config`) take the
+    mapping: the DAG build checks both, so the explain job's error comes at `snakemake -n`."""
+    given: dict = {}
+    update_config(given, {"method_defaults": {"dime": {"scales": {}}}})
+    cfg = copy.deepcopy(_default_doc())
+    update_config(cfg, given)
+    assert cfg["method_defaults"]["dime"]["scales"] == [8, 10, 15]  # Snakemake's merge: nothing to find there
+    (tmp_path / "jobs.yaml").write_text("method_defaults: {dime: {scales: {}}}\n")
+    with pytest.raises(ConfigError, match=r"method_defaults\.dime\.scales` must be a non-empty list, got \{\}"):
+        load_settings([DEFAULT, tmp_path / "jobs.yaml"])  # what the explain job reads
+
+
+def _wrong_type(value):
+    """A value of another type than ``value``'s that no key taking ``value`` accepts."""
+    if isinstance(value, bool):
+        return "not-a-bool"
+    if isinstance(value, (int, float)):
+        return "not-a-number"
+    if isinstance(value, list):
+        return "not-a-list"
+    return 7  # a string, null (a path or a choice not set) or an empty mapping
+
+
+def _leaves(node, path=()):
+    """(dotted key, the override that puts a wrong-type value there) for every leaf of ``node``: every value that is
+    no non-empty mapping, and every item of a list."""
+    if isinstance(node, dict) and node:
+        for k, v in node.items():
+            yield from _leaves(v, (*path, k))
+        return
+    yield ".".join(path), _wrong_type(node)
+    for i, item in enumerate(node if isinstance(node, list) else []):
+        yield f"{'.'.join(path)}[{i}]", [*node[:i], _wrong_type(item), *node[i + 1:]]
+
+
+def _nest(path: str, value):
+    for k in reversed(path.split("[")[0].split(".")):
+        value = {k: value}
+    return value
+
+
+def test_a_wrong_type_in_any_leaf_of_the_config_is_one_line_naming_it(tmp_path):
+    """Every leaf of config/config.yaml (682 values and 168 list items), one at a time, given a value of another type
+    in a `--configfile`: the DAG build stops with one line naming the key (a list item: its list), never a
+    traceback and never a pass."""
+    leaves = list(_leaves(read_yaml(DEFAULT)))
+    assert len(leaves) > 800
+    bad = []
+    for where, value in leaves:
+        key = where.split("[")[0]
+        try:
+            _dag_check(tmp_path, _nest(where, value))
+            bad.append(f"{where} = {value!r}: passed")
+        except UserError as e:
+            if "\n" in str(e) or f"`{key}" not in str(e):
+                bad.append(f"{where} = {value!r}: {e}")
+        except Exception as e:  # noqa: BLE001 (a traceback in the Snakefile)
+            bad.append(f"{where} = {value!r}: {type(e).__name__}: {e}")
+    assert not bad, f"{len(bad)} of {len(leaves)} leaves:\n" + "\n".join(bad[:40])

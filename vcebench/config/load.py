@@ -8,6 +8,7 @@ later files are deep-merged over earlier ones, then validated against
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import sys
@@ -30,9 +31,18 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def read_yaml(path: str | Path) -> Any:
     """``yaml.safe_load`` of a file (libyaml's parser when available), refusing a key written twice in one
     mapping (YAML forbids it; PyYAML would keep the last one silently). A syntax error or a repeated key is a
-    one-line :class:`ConfigError` naming the file, the line and (repeated) the key."""
+    one-line :class:`ConfigError` naming the file, the line and (repeated) the key. A text read before is not
+    parsed again (the DAG build reads the config, the schema and the tuned files more than once); the caller gets
+    its own copy."""
     path = Path(path)
-    loader = _YAML_LOADER(path.read_text())
+    return copy.deepcopy(_parse_yaml(str(path), path.read_text()))
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_yaml(name: str, text: str) -> Any:
+    """:func:`read_yaml` of the text ``text`` of file ``name`` (errors are not cached)."""
+    path = Path(name)
+    loader = _YAML_LOADER(text)
     try:
         node = loader.get_single_node()
         if node is None:
