@@ -81,7 +81,7 @@ def test_rules_run_from_a_path_with_spaces_and_shell_characters(tmp_path):
     ({"method_defaults": {"fire": {"rhoo": 0.1}}}, "method_defaults.fire.rhoo"),
     ({"tasks": {"synthfaces_smile": {"params": {"fire": {"rhoo": 0.1}}}}}, "tasks.synthfaces_smile.params.fire.rhoo"),
     ({"variants": {"fire": {"K5": {"KK": 5}}}}, "variants.fire.K5.KK"),
-    ({"fire_variants": {"K7": {"KK": 5}}}, "fire_variants.K7.KK"),
+    ({"variants": {"fire": {"K7": {"KK": 5}}}}, "variants.fire.K7.KK"),
     ({"tasks": {"synthfaces_age": {"params": {"fire_K55": {"K": 3}}}}}, "tasks.synthfaces_age.params.fire_K55"),
     ({"method_defaults": {"fire": {"K": "many"}}}, "method_defaults.fire.K"),
     ({"method_defaults": {"fire": {"early_stop": "yes"}}}, "method_defaults.fire.early_stop"),

@@ -73,11 +73,13 @@ def test_task_override_of_a_variant(cfg):
     assert p["k"] == 0.2 and p["grad_scale"] == 3.0
 
 
-def test_legacy_fire_variants_key_is_still_read(cfg):
+def test_the_retired_fire_variants_key_is_an_error(cfg):
+    """``fire_variants`` (the older name of ``variants.fire``) is no longer read: a config that still has it
+    stops with the key named instead of running without its variants."""
     new = copy.deepcopy(cfg)
     new["fire_variants"] = {"K7": {"K": 7}}
-    assert method_params(new, get_task(new, "synthfaces_smile"), "fire_K7")["K"] == 7
-    assert "fire_K5" in all_methods(new) and "fire_K7" in all_methods(new)
+    with pytest.raises(ConfigError, match="fire_variants"):
+        validate(new)
 
 
 def test_schema_checks_variants(cfg):

@@ -117,15 +117,8 @@ def task_methods(cfg: dict, task_name: str, methods: list[str]) -> list[str]:
 
 
 def method_variants(cfg: dict) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{method: {variant: overrides}}`` of config key ``variants`` (``fire_variants``, the older name of
-    ``variants.fire``, is still read; ``variants.fire`` wins on a clash)."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    legacy = cfg.get("fire_variants") or {}
-    if legacy:
-        out["fire"] = dict(legacy)
-    for base, vs in (cfg.get("variants") or {}).items():
-        out[base] = {**out.get(base, {}), **(vs or {})}
-    return out
+    """``{method: {variant: overrides}}`` of config key ``variants``."""
+    return {base: dict(vs or {}) for base, vs in (cfg.get("variants") or {}).items()}
 
 
 def method_layers(cfg: dict, task: Task, method: str,

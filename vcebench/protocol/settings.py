@@ -1,6 +1,6 @@
 """Method and model settings checked when the config is loaded, against the types the code runs with.
 
-The JSON schema (``config/schema.yaml``) leaves ``method_defaults``, ``fire_variants``, the tasks'
+The JSON schema (``config/schema.yaml``) leaves ``method_defaults``, ``variants``, the tasks'
 ``params`` and the ``models`` blocks free-form; their keys and types are defined by the code:
 
 - methods: the hyperparameter dataclass of each method (``methods.params_class``, parsed by
@@ -131,7 +131,7 @@ def _write_back(old: Any, new: Any) -> Any:
 
 
 def check_method_layers(cfg: dict) -> None:
-    """``method_defaults``, ``variants`` (and the older ``fire_variants``) and every task's ``params``: keys and
+    """``method_defaults``, ``variants`` and every task's ``params``: keys and
     types checked in the section where they are written (coerced in place); their merge on each task is
     :func:`check_resolved_methods`."""
     from methods import params_class
@@ -139,8 +139,6 @@ def check_method_layers(cfg: dict) -> None:
     known = all_methods(cfg)
     for base, layer in (cfg.get("method_defaults") or {}).items():
         _typed_layer(f"method_defaults.{base}", layer, params_class(base))
-    for variant, layer in (cfg.get("fire_variants") or {}).items():  # the older name of `variants.fire`
-        _typed_layer(f"fire_variants.{variant}", layer or {}, params_class("fire"))
     for base, variants in (cfg.get("variants") or {}).items():
         for variant, layer in (variants or {}).items():
             _typed_layer(f"variants.{base}.{variant}", layer or {}, params_class(base))
@@ -194,8 +192,6 @@ def check_one_method(cfg: dict, task_name: str, method: str) -> None:
     layers = [(f"method_defaults.{base}", (cfg.get("method_defaults") or {}).get(base))]
     if variant is not None:
         layers.append((f"variants.{base}.{variant}", ((cfg.get("variants") or {}).get(base) or {}).get(variant)))
-        if base == "fire":
-            layers.append((f"fire_variants.{variant}", (cfg.get("fire_variants") or {}).get(variant)))
     layers += [(f"tasks.{task_name}.params.{m}", params.get(m)) for m in dict.fromkeys((base, method))]
     for section, layer in layers:
         if layer is not None:
