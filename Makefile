@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CORES ?= all
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install benchmark quick test regression reference paper speed networks clean
+.PHONY: install benchmark quick test regression regression-strict reference paper speed networks clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -24,13 +24,23 @@ quick: install  ## CI-size run of the same DAG
 test: install  ## the test suite (CPU, about 11 minutes on 2 cores)
 	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow"
 
-regression: install  ## rerun the quick preset and compare with results/reference/quick
+regression: install  ## the regression preset (shipped networks, 64 inputs per task) against results/reference/regression
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake regression --cores $(CORES) --forcerun regression \
-		--configfile config/presets/quick.yaml
+		--configfile config/presets/regression.yaml
 
-reference: install  ## accept the current quick-preset results as the new reference
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/vcebench report accept --reference $(abspath results/reference/quick) --out-dir runs/quick/results \
-		--config config/config.yaml --config config/presets/quick.yaml
+regression-strict: regression  ## ... and no cell may move past the measured CPU-kind drift (refactors)
+	$(BIN)/vcebench report regression --strict --reference results/reference/regression \
+		--results runs/regression/results --out-dir runs/regression/results \
+		--out runs/regression/results/regression_strict.md --config config/config.yaml \
+		--config config/presets/regression.yaml
+
+reference: install  ## the regression preset with seeds 0, 1, 2: accept seed 0's tables, derive per-cell tolerances
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake seeds_reference --cores $(CORES) \
+		--configfile config/presets/regression.yaml
+	$(BIN)/vcebench report accept --reference $(abspath results/reference/regression) \
+		--out-dir runs/regression/results --config config/config.yaml --config config/presets/regression.yaml
+	$(BIN)/vcebench report tolerances --reference $(abspath results/reference/regression) \
+		--out-dir runs/regression/results --config config/config.yaml --config config/presets/regression.yaml
 
 speed: install  ## after `make benchmark`: FiRe vs MaskDiME / FastDiME at the paper's 60-of-200 DDPM steps, and compaction
 	mkdir -p results/speed

@@ -7,7 +7,8 @@ from vcebench import cli
 
 SUBVERBS = {
     "profile": ("task", "compaction", "paper-scale", "gpu"),
-    "report": ("task", "gallery", "paper", "regression", "accept", "seeds", "pareto", "sets", "tolerances"),
+    "report": ("task", "gallery", "paper", "regression", "accept", "seeds", "pareto", "sets", "tolerances",
+               "excerpt"),
     "models": ("parity", "curve", "check", "ship"),
 }
 

@@ -1,8 +1,9 @@
-"""`snakemake --report`: the quick preset's HTML report holds every task's table and figures and a gallery
-per method, and (where Debian's chromium is installed) renders in a headless browser without script errors.
+"""`snakemake --report`: the regression preset's HTML report holds every task's table and figures and a
+gallery per method, and (where Debian's chromium is installed) renders in a headless browser without script
+errors.
 
-Slow: it runs the quick preset (`runs/quick/`, reused when up to date; .ci/run calls this test after
-`make regression`, so there only the figures are new).
+Slow: it runs the regression preset (`runs/regression/`, reused when up to date; .ci/run calls this test after
+`make regression`, so there only the galleries are new).
 """
 
 import os
@@ -17,19 +18,19 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-QUICK = ROOT / "config/presets/quick.yaml"
+PRESET = ROOT / "config/presets/regression.yaml"
 
 
 def _smk(*args, timeout=3000):
     exe = shutil.which("snakemake", path=str(BIN)) or "snakemake"
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
-    return subprocess.run([exe, "--cores", "2", "--configfile", str(QUICK), *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([exe, "--cores", "2", "--configfile", str(PRESET), *args], cwd=ROOT, capture_output=True,
                           text=True, env=env, timeout=timeout)
 
 
-def _quick_config() -> tuple[list[str], list[str]]:
+def _preset_config() -> tuple[list[str], list[str]]:
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    cfg.update(yaml.safe_load(QUICK.read_text()))
+    cfg.update(yaml.safe_load(PRESET.read_text()))
     return cfg["run_tasks"], cfg["methods"]
 
 
@@ -60,7 +61,7 @@ def _embedded_results(html: str) -> list[str]:
 def test_report_holds_every_table_and_figure(report_html):
     html = report_html.read_text()
     names = _embedded_results(html)
-    tasks, methods = _quick_config()
+    tasks, methods = _preset_config()
     for t in tasks:
         for f in (f"results/{t}.csv", f"results/{t}_qualitative.png", f"results/{t}_efficiency.png"):
             assert f in names, (f, names)
@@ -90,5 +91,5 @@ def test_report_renders_without_script_errors(report_html, tmp_path):
     # navigation, with the task categories
     dom = r.stdout
     assert "<nav" not in report_html.read_text() and "<nav" in dom, dom[:2000]
-    tasks, _ = _quick_config()
+    tasks, _ = _preset_config()
     assert all(t in dom for t in tasks)

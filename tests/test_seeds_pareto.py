@@ -25,29 +25,36 @@ def test_seed_table_mean_sd_min_max():
     assert ("input", "FID") not in t.index and ("fire", "FR_lo") not in t.index  # no values; intervals skipped
 
 
-def test_tolerances_are_derived_from_the_spread_with_floors():
+def test_each_cell_gets_its_own_tolerance_from_its_spread_with_floor_and_cpu_drift():
     spread = seeds.seed_table(_tables())
-    tol = seeds.derive_tolerances([spread], floors={"FR": 6.25, "FID": 0.5}, z=3.0)
-    sd_fr = np.std([80, 86.25, 80], ddof=1)  # dime's FR does not move: pooled over the two methods
-    assert tol["FR"] == pytest.approx(max(6.25, 3 * math.sqrt(2) * math.sqrt((sd_fr ** 2 + 0) / 2)), abs=1e-4)
-    cv = [np.std([1.0, 1.1, 1.2], ddof=1) / 1.1, np.std([10.0, 9.0, 8.0], ddof=1) / 9.0]
-    assert tol["FID"]["rel"] == pytest.approx(3 * math.sqrt(2) * math.sqrt(np.mean(np.square(cv))), abs=1e-4)
-    assert tol["FID"]["abs"] == 0.5
-    assert "sec_per_cf" not in tol  # machine-dependent
-    # a metric that never moves keeps its floor
-    flat = seeds.derive_tolerances([spread[spread.metric == "FR"].assign(sd=0.0)], floors={"FR": 6.25})
-    assert flat["FR"] == 6.25
+    drift = {"exact": ["FR"], "rel": 0.018}
+    cells = seeds.derive_cell_tolerances({"t": spread}, floors={"FR": 6.25, "FID": 0.0}, z=3.0, drift=drift)["t"]
+    sd_fr = np.std([80, 86.25, 80], ddof=1)
+    assert cells["fire"]["FR"] == pytest.approx(3 * math.sqrt(2) * sd_fr, rel=1e-3)  # its own spread, not pooled
+    assert cells["dime"]["FR"] == 6.25  # never moved: the floor (one input), not fire's spread
+    sd_fid = np.std([10.0, 9.0, 8.0], ddof=1)
+    assert cells["dime"]["FID"] == pytest.approx(3 * math.sqrt(2) * sd_fid, rel=1e-3)
+    assert cells["fire"]["FID"] == pytest.approx(3 * math.sqrt(2) * 0.1, rel=1e-3)
+    assert "sec_per_cf" not in cells["fire"]  # machine-dependent
+    # a metric that never moves keeps the CPU-kind drift: 0 for an exact one, a share of the value otherwise
+    flat = spread.assign(sd=0.0)
+    still = seeds.derive_cell_tolerances({"t": flat}, floors={}, z=3.0, drift=drift)["t"]
+    assert still["dime"]["FR"] == 0.0 and still["dime"]["FID"] == pytest.approx(0.018 * 9.0, rel=1e-3)
 
 
-def test_tolerances_feed_the_regression_check():
+def test_cell_tolerances_feed_the_regression_check():
     from vcebench import report
 
-    tol = seeds.derive_tolerances([seeds.seed_table(_tables())], floors={"FR": 6.25}, z=3.0)
+    cells = seeds.derive_cell_tolerances({"t": seeds.seed_table(_tables())}, floors={"FR": 6.25}, z=3.0,
+                                         drift={"exact": ["FR"], "rel": 0.018})
+    tol = {"cells": cells}
     ref = _tables()[0]
     cur = ref.copy()
-    cur.loc[cur.method == "fire", "FR"] -= tol["FR"] * 1.01
+    cur.loc[cur.method == "fire", "FR"] -= cells["t"]["fire"]["FR"] * 1.01
     rows, fails = report.regression_check(cur, ref, tol, {"FR": True, "FID": False}, "t")
     assert [(f["method"], f["metric"]) for f in fails] == [("fire", "FR")]
+    cur.loc[cur.method == "fire", "FR"] = ref.loc[ref.method == "fire", "FR"] - cells["t"]["fire"]["FR"] * 0.99
+    assert not report.regression_check(cur, ref, tol, {"FR": True, "FID": False}, "t")[1]
 
 
 def test_pareto_front_keeps_only_non_dominated_points():

@@ -202,11 +202,6 @@ def _mentions(proc: Path, marker: str) -> bool:
         return False
 
 
-def _render_implemented() -> bool:
-    r = subprocess.run([str(BIN / "vcebench"), "data", "--help"], capture_output=True, text=True)
-    return r.returncode == 0 and "render" in r.stdout
-
-
 def _quick_args(workdir: Path) -> list[str]:
     """The real Snakefile with the quick preset, writing into ``workdir`` (not the checkout's runs/quick).
 
@@ -220,8 +215,6 @@ def _quick_args(workdir: Path) -> list[str]:
 @pytest.mark.slow
 def test_quick_preset_render_through_slurm(slurm: SlurmCluster, tmp_path: Path) -> None:
     """The real Snakefile: one synthetic dataset of the quick preset rendered by a SLURM job."""
-    if not _render_implemented():
-        pytest.skip("`vcebench data render` is not implemented yet")
     target = "resources/data/synthxray/train.npz"
     _snakemake(slurm, [target, *_quick_args(tmp_path)], cwd=ROOT, timeout=600)
     assert (tmp_path / target).stat().st_size > 0
@@ -230,8 +223,6 @@ def test_quick_preset_render_through_slurm(slurm: SlurmCluster, tmp_path: Path) 
 @pytest.mark.slow
 def test_quick_preset_through_slurm(slurm: SlurmCluster, tmp_path: Path) -> None:
     """The whole quick preset (all synthetic tasks, all methods) through profiles/slurm."""
-    if not _render_implemented():
-        pytest.skip("`vcebench data render` is not implemented yet")
     _snakemake(slurm, _quick_args(tmp_path), cwd=ROOT, timeout=3600)
     import yaml
 

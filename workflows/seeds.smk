@@ -101,3 +101,11 @@ rule seeds_task:
 rule seeds:
     input:
         expand("results/{task}_seeds.md", task=TASKS),
+
+
+rule seeds_reference:
+    """The main seed's tables and every task's spread over the seeds: what `make reference` accepts and derives
+    the per-cell tolerances from (`vcebench report tolerances`)."""
+    input:
+        expand("results/{task}.csv", task=TASKS),
+        expand("results/{task}_seeds.md", task=TASKS),

@@ -19,12 +19,13 @@ Examples::
     vcebench report task --task synthfaces_smile
     vcebench report gallery --task synthfaces_smile --methods fire dime
     vcebench report paper --out-dir results/paper
-    vcebench report regression --reference results/reference/quick
-    vcebench report accept --reference results/reference/quick
+    vcebench report regression --reference results/reference/regression --strict
+    vcebench report accept --reference results/reference/regression
     vcebench report seeds --task synthfaces_smile
     vcebench report pareto --task synthfaces_smile
     vcebench report sets --task synthfaces_smile --a results --b runs/ref2/results --out sets.md
-    vcebench report tolerances --reference results/reference/quick
+    vcebench report tolerances --reference results/reference/regression
+    vcebench report excerpt --check README.md
     vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
     vcebench tune --task synthfaces_smile --data resources/data/synthfaces
     vcebench benchmark --task synthfaces_smile --n 1000

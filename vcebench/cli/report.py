@@ -5,11 +5,12 @@ Examples::
     vcebench report task --task synthfaces_smile --methods fire dime maskdime --data resources/data/synthfaces
     vcebench report gallery --task synthfaces_smile --methods fire dime --data resources/data/synthfaces
     vcebench report paper --out-dir results/paper
-    vcebench report regression --reference results/reference/quick --tasks synthfaces_smile --out r.md
-    vcebench report accept --reference results/reference/quick --tasks synthfaces_smile
+    vcebench report regression --reference results/reference/regression --tasks synthfaces_smile --out r.md
+    vcebench report accept --reference results/reference/regression --tasks synthfaces_smile
     vcebench report seeds --task synthfaces_smile          # results/synthfaces_smile_seeds.{csv,md}
     vcebench report pareto --task synthfaces_smile         # results/synthfaces_smile_pareto.{csv,png}
-    vcebench report tolerances --reference results/reference/quick   # tolerances.yaml from the seed spread
+    vcebench report tolerances --reference results/reference/regression   # tolerances.yaml from the seed spread
+    vcebench report excerpt --check README.md        # the docs' table excerpts equal results/reference/default
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..config.load import read_yaml
 from ..core.errors import UserError
 from ..steps.report import galleries, task_report
 from . import add_config_arg, add_subverb, add_subverbs
@@ -27,7 +27,7 @@ from . import add_config_arg, add_subverb, add_subverbs
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="tables, figures, paper tables, metric regression (task, gallery, paper, "
-                       "regression, accept, seeds, pareto, tolerances)",
+                       "regression, accept, seeds, pareto, tolerances, excerpt)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     subs = add_subverbs(p)
     t = add_subverb(subs, "task", run_task, "a task's table (csv, md, tex), efficiency and qualitative figures")
@@ -52,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _reference_args(r)
     _results_args(r)
     r.add_argument("--out", help="the regression report (markdown)")
+    r.add_argument("--strict", action="store_true", help="fail on any change past the measured CPU-kind drift, "
+                   "in either direction (what a behaviour-preserving change must pass)")
 
     a = add_subverb(subs, "accept", run_accept, "copy the current task tables into the reference folder")
     _reference_args(a)
@@ -80,6 +82,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     _reference_args(to)
     _out_dir_arg(to, "folder holding <task>_seeds.{csv,md}")
     add_config_arg(to)
+    ex = add_subverb(subs, "excerpt", run_excerpt, "rewrite the marked table excerpts of documents from a "
+                     "snapshot's task tables (--check: fail when one differs)")
+    ex.add_argument("files", nargs="+", help="documents holding `<!-- begin:excerpt ... -->` markers")
+    ex.add_argument("--snapshot", default="results/reference/default",
+                    help="folder of the task tables <task>.md (default results/reference/default)")
+    ex.add_argument("--check", action="store_true", help="write nothing; exit status 1 when a file differs")
 
 
 def _task_arg(p: argparse.ArgumentParser) -> None:
@@ -107,8 +115,8 @@ def _results_args(p: argparse.ArgumentParser) -> None:
 
 def _reference_args(p: argparse.ArgumentParser) -> None:
     """``--reference`` and ``--tasks`` of the subverbs that compare with or write a reference."""
-    p.add_argument("--reference", default="results/reference/quick",
-                   help="reference folder (default results/reference/quick)")
+    p.add_argument("--reference", default="results/reference/regression",
+                   help="reference folder (default results/reference/regression)")
     p.add_argument("--tasks", nargs="*", help="tasks (default: config `run_tasks`)")
 
 
@@ -152,39 +160,15 @@ def run_paper(args: argparse.Namespace) -> int:
 
 
 def run_regression(args: argparse.Namespace) -> int:
-    """Compares each task's <out-dir>/<task>.csv with <reference>/<task>.csv within <reference>/tolerances.yaml;
-    exit status 1 when a metric regressed past its tolerance."""
-    import pandas as pd
-
+    """Compares each task's <out-dir>/<task>.csv with <reference>/<task>.csv within <reference>/tolerances.yaml
+    (``--strict``: within the measured CPU-kind drift); exit status 1 when a cell regressed (changed)."""
     from .. import report
     from ..config.kernels import cpu_kind
-    from ..config.tasks import get_task
-    from ..report.regression import reference_kind, reference_tables
+    from ..steps.report import regression
 
     cfg = _config(args)
-    ref_dir = Path(args.reference)
-    tol_file = ref_dir / "tolerances.yaml"
-    if not tol_file.exists():
-        raise UserError(f"no tolerances at {tol_file}; derive them with `vcebench report tolerances "
-                        f"--reference {ref_dir}` (after `snakemake seeds`)")
-    tolerances = read_yaml(tol_file) or {}
-    kind = cpu_kind()
-    tables_dir, note = reference_tables(ref_dir, kind)
-    all_rows, failures = [], []
-    for t in args.tasks or cfg["run_tasks"]:
-        task = get_task(cfg, t)
-        ref = pd.read_csv(tables_dir / f"{t}.csv")
-        cur = pd.read_csv(Path(args.out_dir) / f"{t}.csv")
-        _, higher = report.load_task_table(Path(args.results), t, list(cur["method"]), task.kind, task.synthetic)
-        rows, fails = report.regression_check(cur, ref, tolerances, higher, t)
-        all_rows += rows
-        failures += fails
-    text = report.regression_markdown(all_rows)
-    status = (f"{len(failures)} metric(s) regressed past tolerance" if failures
-              else f"no regression ({len(all_rows)} metrics within tolerance)")
-    made_on = reference_kind(tables_dir) or "a CPU it does not name"
-    text = (f"# Metric regression against {tables_dir}\n\nReference made on {made_on}; this CPU: {kind}.\n\n"
-            + (f"Note: {note}\n\n" if note else "") + f"{status}\n\n" + text)
+    text, failures, note = regression(cfg, Path(args.reference), args.tasks or cfg["run_tasks"],
+                                      Path(args.results), Path(args.out_dir), cpu_kind(), strict=args.strict)
     if note:
         print(f"vcebench report regression: {note}", file=sys.stderr)
     if args.out:
@@ -223,26 +207,44 @@ def run_pareto(args: argparse.Namespace) -> int:
     return 0
 
 def run_tolerances(args: argparse.Namespace) -> int:
-    """Derives <reference>/tolerances.yaml from <out-dir>/<task>_seeds.csv of --tasks (vcebench/report/seeds.py)
-    and copies the seed tables beside it."""
-    import pandas as pd
-
+    """Derives <reference>/tolerances.yaml, one tolerance per cell, from <out-dir>/<task>_seeds.csv of --tasks
+    (vcebench/report/seeds.py) for the reference tables accepted from <out-dir>; writes the detection power
+    (<reference>/detection.md) and copies the seed tables beside them."""
     from .. import report
-    from ..report import seeds
+    from ..steps.report import cell_tolerances
 
     cfg = _config(args)
-    sc = cfg["seeds"]
     tasks = args.tasks or cfg["run_tasks"]
-    spreads = {t: pd.read_csv(Path(args.out_dir) / f"{t}_seeds.csv") for t in tasks}
-    tol = seeds.derive_tolerances(list(spreads.values()), dict(sc["floors"]), float(sc["z"]))
-    ref = Path(args.reference)
-    ref.mkdir(parents=True, exist_ok=True)
-    report.write_text(ref / "tolerances.yaml", seeds.tolerance_yaml(tol, list(sc["seeds"]), tasks, float(sc["z"]),
-                                                                   dict(sc["floors"]), spreads))
+    ref, out = Path(args.reference), Path(args.out_dir)
+    text, power = cell_tolerances(cfg, ref, tasks, out, Path(__file__).resolve().parents[2])
+    report.write_text(ref / "tolerances.yaml", text)
+    report.write_text(ref / "detection.md", power)
     for t in tasks:
-        shutil.copyfile(Path(args.out_dir) / f"{t}_seeds.md", ref / f"{t}_seeds.md")
-    print((ref / "tolerances.yaml").read_text())
+        shutil.copyfile(out / f"{t}_seeds.md", ref / f"{t}_seeds.md")
+    print(text.split("\nderived:")[0])
+    print(power)
     return 0
+
+
+def run_excerpt(args: argparse.Namespace) -> int:
+    """Rewrites (or with --check compares) every marked excerpt of the files from --snapshot."""
+    from ..report.excerpt import ExcerptError, sync
+
+    stale = []
+    for f in map(Path, args.files):
+        text = f.read_text()
+        try:
+            new = sync(text, Path(args.snapshot))
+        except ExcerptError as e:
+            raise UserError(f"{f}: {e}") from None
+        if new != text:
+            stale.append(f)
+            if not args.check:
+                f.write_text(new)
+    for f in stale:
+        print(f"{f}: {'differs from' if args.check else 'rewritten from'} {args.snapshot}"
+              + (" (`vcebench report excerpt " + str(f) + "` rewrites it)" if args.check else ""))
+    return 1 if (stale and args.check) else 0
 
 
 def run_accept(args: argparse.Namespace) -> int:

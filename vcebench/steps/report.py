@@ -218,3 +218,126 @@ def galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int
                                p_x[rows, tgt], p_cf[rows, tgt], tgt, flipped, vmax, gt=s["gt"], ids=s["ids"],
                                class_names=names)
 
+
+
+
+def regression(cfg, ref_dir: Path, tasks: list[str], results: Path, out_dir: Path, kind: str,
+               strict: bool = False) -> tuple[str, list[dict], str | None]:
+    """The CI metric regression: each task's ``<out_dir>/<task>.csv`` against the reference tables of the CPU
+    ``kind`` within ``<ref_dir>/tolerances.yaml`` (``strict``: within the CPU-kind drift only). Returns the
+    markdown report, the failing cells and the note on a reference made on another CPU kind (or None).
+    ``UserError`` when the tolerances are missing or older than the reference they guard."""
+    import pandas as pd
+
+    from .. import report
+    from ..config.tasks import get_task
+    from ..core.errors import UserError
+    from ..report.regression import check_current, reference_kind, reference_tables
+
+    tol_file = ref_dir / "tolerances.yaml"
+    if not tol_file.exists():
+        raise UserError(f"no tolerances at {tol_file}; derive them with `vcebench report tolerances "
+                        f"--reference {ref_dir}` (after `snakemake seeds`)")
+    tolerances = read_yaml(tol_file) or {}
+    stale = check_current(tolerances, ref_dir)
+    if stale:
+        raise UserError(stale)
+    if strict and "cpu_drift" not in tolerances:
+        raise UserError(f"--strict needs derived per-cell tolerances (`cpu_drift` in {tol_file})")
+    tables_dir, note = reference_tables(ref_dir, kind)
+    all_rows, failures = [], []
+    for t in tasks:
+        task = get_task(cfg, t)
+        cur_file = out_dir / f"{t}.csv"
+        if not cur_file.exists():
+            raise UserError(f"no table {cur_file} to compare (run the preset first: `make regression`)")
+        ref = pd.read_csv(tables_dir / f"{t}.csv")
+        cur = pd.read_csv(cur_file)
+        _, higher = report.load_task_table(results, t, list(cur["method"]), task.kind, task.synthetic)
+        rows, fails = report.regression_check(cur, ref, tolerances, higher, t, strict=strict)
+        all_rows += rows
+        failures += fails
+    what = "changed past the CPU-kind drift" if strict else "regressed past tolerance"
+    status = (f"{len(failures)} cell(s) {what}" if failures
+              else f"no {'change' if strict else 'regression'} ({len(all_rows)} cells within "
+                   f"{'the CPU-kind drift' if strict else 'tolerance'})")
+    made_on = reference_kind(tables_dir) or "a CPU it does not name"
+    derived = tolerances.get("derived") or {}
+    prov = (f"Tolerances derived at commit {derived['commit']} on {derived['networks']} (seeds {derived['seeds']}, "
+            f"n = {derived['n']}).\n\n" if derived else "")
+    mode = ("Mode: strict (any move past the measured CPU-kind drift fails, either direction).\n\n" if strict
+            else "")
+    text = (f"# Metric regression against {tables_dir}\n\nReference made on {made_on}; this CPU: {kind}.\n\n"
+            + prov + mode + (f"Note: {note}\n\n" if note else "") + f"{status}\n\n"
+            + report.regression_markdown(all_rows))
+    return text, failures, note
+
+
+def networks_sha256(folder: Path) -> str:
+    """One sha256 over every ``card.json`` of a network set (each card holds the sha256 of its files)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for card in sorted(Path(folder).rglob("card.json")):
+        h.update(str(card.relative_to(folder)).encode() + b"\0" + card.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def git_commit(repo: Path) -> str:
+    """``git rev-parse --short HEAD`` of ``repo``, with ``+dirty`` when tracked files differ from it
+    (``unknown`` outside a git checkout)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo: Path) -> tuple[str, str]:
+    """The per-cell tolerances file of ``ref_dir`` (text) from ``<seeds_dir>/<task>_seeds.csv`` and the
+    detection-power table (markdown), naming the commit and the network set they were made on and the sha256
+    of the reference tables they guard. The reference must hold the tables of the run the seeds spread around
+    (``<seeds_dir>/<task>.csv``, accepted first); ``UserError`` otherwise."""
+    import datetime
+
+    import pandas as pd
+
+    from ..config.tasks import is_attack, is_baseline
+    from ..core.errors import UserError
+    from ..report import seeds
+    from ..report.regression import CPU_DRIFT, reference_sha256
+
+    sc = cfg["seeds"]
+    for t in tasks:
+        ref_t, run_t = ref_dir / f"{t}.csv", seeds_dir / f"{t}.csv"
+        for f in (ref_t, run_t, seeds_dir / f"{t}_seeds.csv"):
+            if not f.exists():
+                raise UserError(f"{f} does not exist (`make reference` runs the seeds and accepts the tables)")
+        if ref_t.read_bytes() != run_t.read_bytes():
+            raise UserError(f"{ref_t} is not the table of the run in {seeds_dir}: accept it first "
+                            "(`vcebench report accept`), then derive its tolerances")
+    spreads = {t: pd.read_csv(seeds_dir / f"{t}_seeds.csv") for t in tasks}
+    z, floors = float(sc["z"]), dict(sc["floors"])
+    cells = seeds.derive_cell_tolerances(spreads, floors, z, CPU_DRIFT)
+    networks = cfg.get("networks")
+    net_path = (repo / networks) if networks else None
+    derived = {"commit": git_commit(repo), "date": datetime.date.today().isoformat(),
+               "networks": str(networks) if networks else "networks trained by the run",
+               "networks_sha256": networks_sha256(net_path) if net_path and net_path.is_dir() else None,
+               "seeds": [int(s) for s in sc["seeds"]], "n": int(cfg["n_eval"]), "z": z, "tasks": list(tasks),
+               "reference_sha256": reference_sha256(ref_dir, tasks)}
+    text = seeds.cell_tolerance_yaml(derived, CPU_DRIFT, floors, z, cells)
+    rows = [m for m in cfg["methods"] if not is_baseline(m) and not is_attack(m)]  # the calibrated rows
+    values = {t: pd.read_csv(ref_dir / f"{t}.csv") for t in tasks}
+    power = seeds.detection_power(cells, values, rows, ["FR", "FR_oracle", "FVA", "FID", "sFID", "KID",
+                                                         "nfe_per_cf", "tflops_per_cf", "GT_L1_region", "FS",
+                                                         "MNAC", "CD", "COUT", "L1", "MAD", "S3"])
+    md = (f"# Detection power of the regression in {ref_dir.name}\n\nDerived at commit {derived['commit']} on "
+          f"{derived['networks']}, seeds {derived['seeds']}, n = {derived['n']} per task "
+          "(`vcebench report tolerances`).\n\n" + seeds.detection_markdown(power, rows))
+    return text, md
