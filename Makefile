@@ -26,7 +26,8 @@ test: install  ## the test suite (CPU, about 11 minutes on 2 cores)
 
 regression: install  ## the regression preset (shipped networks, 64 inputs per task) against results/reference/regression
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake regression --cores $(CORES) --forcerun regression \
-		--configfile config/presets/regression.yaml
+		--configfile config/presets/regression.yaml \
+		|| { cat runs/regression/logs/report/regression.log 2>/dev/null; exit 1; }
 
 regression-strict: regression  ## ... and no cell may move past the measured CPU-kind drift (refactors)
 	$(BIN)/vcebench report regression --strict --reference results/reference/regression \

@@ -77,29 +77,26 @@ def machine_record(kind: str, kernels: dict, torch_version: str) -> dict:
             "torch": torch_version, "accepted": datetime.date.today().isoformat()}
 
 
-def reference_sha256(ref_dir: Path, tasks: list[str]) -> str:
-    """The sha256 of the reference tables ``<ref_dir>/<task>.csv`` (tasks in order): what the tolerances guard."""
-    h = hashlib.sha256()
-    for t in tasks:
-        h.update(t.encode() + b"\0" + (Path(ref_dir) / f"{t}.csv").read_bytes() + b"\0")
-    return h.hexdigest()
+def reference_sha256(ref_dir: Path, tasks: list[str]) -> dict[str, str]:
+    """``{task: sha256 of <ref_dir>/<task>.csv}``: the reference tables the tolerances guard."""
+    return {t: hashlib.sha256((Path(ref_dir) / f"{t}.csv").read_bytes()).hexdigest() for t in tasks}
 
 
 def check_current(tolerances: dict, ref_dir: Path) -> str | None:
     """None when ``tolerances`` were derived for the tables now in ``ref_dir`` (or record no hash: hand-written
-    per-metric tolerances), else the one-line reason they are older than the reference."""
-    derived = tolerances.get("derived") or {}
-    want, tasks = derived.get("reference_sha256"), derived.get("tasks")
+    per-metric tolerances), else the one-line reason they are older than the reference, naming the tables."""
+    want = (tolerances.get("derived") or {}).get("reference_sha256")
     if not want:
         return None
-    missing = [t for t in tasks if not (Path(ref_dir) / f"{t}.csv").exists()]
+    missing = [t for t in want if not (Path(ref_dir) / f"{t}.csv").exists()]
     if missing:
         return f"the reference {ref_dir} has no table of {', '.join(missing)} that its tolerances guard"
-    have = reference_sha256(ref_dir, tasks)
-    if have != want:
-        return (f"the tolerances in {ref_dir} were derived for reference tables with sha256 {want[:12]}, the "
-                f"tables there now have {have[:12]}: they are older than the reference (derive them again: "
-                "`make reference`, docs/ci.md)")
+    have = reference_sha256(ref_dir, list(want))
+    changed = [t for t in want if have[t] != want[t]]
+    if changed:
+        return (f"the tolerances in {ref_dir} are older than the reference: {', '.join(f'{t}.csv' for t in changed)} "
+                "changed since they were derived (sha256 in tolerances.yaml); derive them again for the new "
+                "tables: `make reference` (docs/ci.md)")
     return None
 
 

@@ -1,0 +1,126 @@
+"""CI's metric regression catches a real regression (issue 49): the committed reference of the regression
+preset (shipped networks, 64 inputs per task) with its per-cell tolerances, a planted regression on one
+calibrated row fails naming the cell, an untouched run passes, and tolerances older than their reference fail."""
+
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from vcebench.cli import main
+from vcebench.config.load import load_config
+from vcebench.core.errors import UserError
+from vcebench.report.regression import CPU_DRIFT, check_current, reference_sha256
+from vcebench.steps.report import regression
+
+ROOT = Path(__file__).resolve().parent.parent
+REF = ROOT / "results/reference/regression"
+PRESET = ROOT / "config/presets/regression.yaml"
+TASKS = ["synthfaces_smile", "synthfaces_age", "synthxray_pacemaker"]
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config([str(ROOT / "config/config.yaml"), str(PRESET)])
+
+
+@pytest.fixture
+def run(tmp_path):
+    """An untouched copy of the reference tables, as the regression run would write them."""
+    out = tmp_path / "results"
+    out.mkdir()
+    for t in TASKS:
+        shutil.copyfile(REF / f"{t}.csv", out / f"{t}.csv")
+    return out
+
+
+def _plant(out: Path, task: str, method: str, metric: str, change) -> tuple[float, float]:
+    df = pd.read_csv(out / f"{task}.csv")
+    row = df["method"] == method
+    before = float(df.loc[row, metric].iloc[0])
+    df.loc[row, metric] = change(before)
+    df.to_csv(out / f"{task}.csv", index=False)
+    return before, float(df.loc[row, metric].iloc[0])
+
+
+def _check(cfg, out: Path, strict: bool = False):
+    return regression(cfg, REF, TASKS, out, out, "test CPU", strict=strict)
+
+
+def test_the_tolerances_are_current_and_name_their_commit_and_networks(cfg):
+    tol = yaml.safe_load((REF / "tolerances.yaml").read_text())
+    derived = tol["derived"]
+    assert check_current(tol, REF) is None, "tolerances older than the reference: `make reference` (docs/ci.md)"
+    assert derived["reference_sha256"] == reference_sha256(REF, TASKS)
+    assert derived["networks"] == cfg["networks"] == "networks/ref1" and len(derived["networks_sha256"]) == 64
+    assert derived["commit"] and derived["n"] == cfg["n_eval"] and len(derived["seeds"]) >= 3
+    assert tol["cpu_drift"] == CPU_DRIFT
+    assert set(tol["cells"]) == set(TASKS) and set(derived["tasks"]) == set(TASKS)
+    for t in TASKS:
+        assert set(cfg["methods"]) <= set(tol["cells"][t])  # every row guarded, each cell its own number
+
+
+def test_the_truth_row_flips_nearly_every_input_on_the_shipped_networks():
+    for t in TASKS:
+        truth = pd.read_csv(REF / f"{t}.csv").set_index("method").loc["truth"]
+        assert truth["FR"] >= 95.0, (t, truth["FR"])  # a comparison on networks that work
+
+
+def test_an_untouched_run_passes_also_strictly(cfg, run):
+    text, failures, _ = _check(cfg, run)
+    assert not failures and "no regression" in text
+    _, failures, _ = _check(cfg, run, strict=True)
+    assert not failures
+
+
+@pytest.mark.parametrize("metric,change", [
+    ("FR", lambda v: v - 10.0),
+    ("FR_oracle", lambda v: v - 10.0),
+    ("FID", lambda v: v * 1.3),
+    ("nfe_per_cf", lambda v: v * 2.0),
+])
+def test_a_planted_regression_on_a_calibrated_row_fails_naming_the_cell(cfg, run, metric, change):
+    _plant(run, "synthfaces_smile", "fire", metric, change)
+    text, failures, _ = _check(cfg, run)
+    assert [(f["task"], f["method"], f["metric"], f["status"]) for f in failures] == [
+        ("synthfaces_smile", "fire", metric, "REGRESSED")]
+    assert f"| synthfaces_smile | fire | {metric} |" in text
+
+
+def test_the_cli_exits_1_and_prints_the_failing_cell(run, capsys):
+    _plant(run, "synthfaces_smile", "fire", "FR", lambda v: v - 10.0)
+    args = ["report", "regression", "--reference", str(REF), "--results", str(run), "--out-dir", str(run),
+            "--out", str(run / "regression.md"), "--config", str(ROOT / "config/config.yaml"), "--config",
+            str(PRESET)]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "| synthfaces_smile | fire | FR |" in err and "REGRESSED" in err
+    assert "1 cell(s) regressed past tolerance" in (run / "regression.md").read_text()
+
+
+def test_strict_fails_on_a_change_the_tolerances_let_pass(cfg, run):
+    """A move past the CPU-kind drift but inside the seed band: the normal check passes, --strict fails, and
+    strict catches an improvement too (a behaviour-preserving change moves nothing)."""
+    tol = yaml.safe_load((REF / "tolerances.yaml").read_text())["cells"]["synthfaces_smile"]["fire"]
+    before, _ = _plant(run, "synthfaces_smile", "fire", "FID", lambda v: v * (1 + 2 * CPU_DRIFT["rel"]))
+    assert tol["FID"] > 2 * CPU_DRIFT["rel"] * before
+    assert not _check(cfg, run)[1]
+    assert [(f["metric"], f["status"]) for f in _check(cfg, run, strict=True)[1]] == [("FID", "CHANGED")]
+    _plant(run, "synthfaces_smile", "fire", "FID", lambda v: before)
+    _plant(run, "synthfaces_smile", "dime", "FR_oracle", lambda v: v + 1.5625)  # one input better
+    assert not _check(cfg, run)[1]
+    assert [(f["method"], f["metric"]) for f in _check(cfg, run, strict=True)[1]] == [("dime", "FR_oracle")]
+
+
+def test_tolerances_older_than_the_reference_are_refused(cfg, tmp_path, run):
+    """Editing the reference (a planted FR -10 on FiRe's smile row, or a re-accept) without deriving its
+    tolerances again: the regression refuses with one line instead of comparing."""
+    ref = tmp_path / "ref"
+    shutil.copytree(REF, ref)
+    _plant(ref, "synthfaces_smile", "fire", "FR", lambda v: v - 10.0)
+    why = check_current(yaml.safe_load((ref / "tolerances.yaml").read_text()), ref)
+    assert "older than the reference: synthfaces_smile.csv changed" in why
+    with pytest.raises(UserError, match="older than the reference"):
+        regression(cfg, ref, TASKS, run, run, "test CPU")
