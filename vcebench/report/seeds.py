@@ -144,7 +144,7 @@ def cell_tolerance_yaml(derived: dict[str, Any], drift: dict[str, Any], floors: 
     import yaml
 
     head = ["# CI regression tolerances of `vcebench report regression`, one per cell (task x method x metric),",
-            "# DERIVED (not set by hand) by `vcebench report tolerances --cells` from the spread of the",
+            "# DERIVED (not set by hand) by `vcebench report tolerances` (`make reference`) from the spread of the",
             f"# generation seeds {derived['seeds']} (`snakemake seeds`) on the networks {derived['networks']}, at",
             f"# commit {derived['commit']}: tolerance = max(floor, CPU-kind drift, {z:g} * sqrt(2) * the cell's sd)",
             "# (vcebench/report/seeds.py), absolute, in the metric's units. A cell fails when it moves past its",
