@@ -219,8 +219,6 @@ def galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int
                                class_names=names)
 
 
-
-
 def regression(cfg, ref_dir: Path, tasks: list[str], results: Path, out_dir: Path, kind: str,
                strict: bool = False) -> tuple[str, list[dict], str | None]:
     """The CI metric regression: each task's ``<out_dir>/<task>.csv`` against the reference tables of the CPU
