@@ -172,3 +172,15 @@ def test_dry_run_builds_tune_target():
     assert "tune_task" in r.stdout
     r = _smk("-n", "--forceall", "--quiet", "rules")
     assert r.returncode == 0 and "tune_task" not in r.stdout
+
+
+def test_the_regression_preset_builds_its_dag_on_the_shipped_networks():
+    """CI's regression (docs/ci.md): the shipped ref1 networks, no training past their recipes; `make reference`'s
+    target runs every seed of `seeds.seeds` beside the main tables."""
+    preset = "config/presets/regression.yaml"
+    r = _smk("seeds_reference", "-n", "--forceall", "--quiet", "rules", "--configfile", preset)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "explain_seed" in r.stdout and "report_task" in r.stdout and "seeds_task" in r.stdout
+    cfg = yaml.safe_load((ROOT / preset).read_text())
+    assert cfg["n_eval"] >= 48 and "networks" not in cfg  # the default's networks/ref1, installed
+    assert {"fire", "dime", "maskdime", "ace", "pixel_attack", "input", "truth"} <= set(cfg["methods"])
