@@ -101,3 +101,23 @@ def test_pareto_methods_and_figures(tmp_path):
     pareto_figures(tmp_path / "p.png", tmp_path / "s.png", df, {"KID": False, "FVA": True, "FR_oracle": True,
                                                                 "GT_L1_region": False}, title="t")
     assert (tmp_path / "p.png").stat().st_size > 10_000 and (tmp_path / "s.png").stat().st_size > 5_000
+
+
+def test_a_task_without_a_seed_spread_is_held_to_the_cpu_kind_drift():
+    """Fail closed: a task the per-cell file has no tolerances for is compared within the drift only (never
+    left unchecked); machine-dependent columns stay unchecked."""
+    from vcebench import report
+    from vcebench.report.regression import unseeded_tasks
+
+    drift = {"exact": ["FR"], "rel": 0.018}
+    tol = {"cells": seeds.derive_cell_tolerances({"t": seeds.seed_table(_tables())}, {"FR": 6.25}, 3.0, drift),
+           "cpu_drift": drift}
+    assert unseeded_tasks(tol, ["t", "u"]) == ["u"]
+    ref = _tables()[0]
+    higher = {"FR": True, "FID": False, "sec_per_cf": False}
+    cur = ref.copy()
+    cur.loc[cur.method == "fire", "FID"] *= 1.05  # inside fire's seed band on t, past the drift
+    cur.loc[cur.method == "dime", "sec_per_cf"] *= 3  # the machine's: never checked
+    assert not report.regression_check(cur, ref, tol, higher, "t")[1]
+    fails = report.regression_check(cur, ref, tol, higher, "u")[1]
+    assert [(f["method"], f["metric"]) for f in fails] == [("fire", "FID")]

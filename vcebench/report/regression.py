@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .seeds import NOT_CHECKED
 from .tables import format_value
 
 MACHINE_FILE = "machine.json"
@@ -106,12 +107,12 @@ def cell_tolerance(tolerances: dict, task: str, method: str, metric: str, refval
     its own; per-metric files ``{metric: abs}`` or ``{metric: {abs: a, rel: r}}`` (the larger applies;
     ``default`` for the rest) give every cell of a metric the same. ``strict``: the measured CPU-kind drift
     (``cpu_drift: {exact: [...], rel: r}``): 0 for the exact metrics, ``r * |refval|`` for the others."""
-    if strict:
+    cells = tolerances.get("cells")
+    if strict or (cells is not None and task not in cells):  # a task without a seed spread: the drift only
         drift = tolerances.get("cpu_drift")
         if drift is None:
             raise ValueError("strict comparison needs the tolerances' `cpu_drift` (derived tolerances have it)")
         return 0.0 if metric in drift.get("exact", []) else float(drift["rel"]) * abs(float(refval))
-    cells = tolerances.get("cells")
     if cells is not None:
         tol = ((cells.get(task) or {}).get(method) or {}).get(metric)
         return None if tol is None else float(tol)
@@ -122,9 +123,16 @@ def cell_tolerance(tolerances: dict, task: str, method: str, metric: str, refval
 
 
 def checked_metrics(tolerances: dict, task: str, method: str) -> set[str] | None:
-    """The metrics a per-cell file guards for ``method`` on ``task`` (None: a per-metric file)."""
+    """The metrics a per-cell file guards for ``method`` on ``task`` (None: a per-metric file, or a task the
+    file has no seed spread of, held to the CPU-kind drift: every metric but the machine's)."""
     cells = tolerances.get("cells")
-    return None if cells is None else set((cells.get(task) or {}).get(method) or {})
+    return None if cells is None or task not in cells else set((cells.get(task) or {}).get(method) or {})
+
+
+def unseeded_tasks(tolerances: dict, tasks: list[str]) -> list[str]:
+    """The tasks of ``tasks`` that a per-cell file has no tolerances for: compared within the drift only."""
+    cells = tolerances.get("cells")
+    return [] if cells is None else [t for t in tasks if t not in cells]
 
 
 def regression_check(current: pd.DataFrame, reference: pd.DataFrame, tolerances: dict, higher: dict[str, bool],
@@ -142,6 +150,8 @@ def regression_check(current: pd.DataFrame, reference: pd.DataFrame, tolerances:
         guarded = checked_metrics(tolerances, task, m)
         for col, refval in ref.loc[m].items():
             if col == "n" or pd.isna(refval) or col not in higher or (guarded is not None and col not in guarded):
+                continue
+            if guarded is None and "cells" in tolerances and col in NOT_CHECKED:
                 continue
             tol = cell_tolerance(tolerances, task, m, col, refval, strict)
             if tol is None:

@@ -230,7 +230,7 @@ def regression(cfg, ref_dir: Path, tasks: list[str], results: Path, out_dir: Pat
     from .. import report
     from ..config.tasks import get_task
     from ..core.errors import UserError
-    from ..report.regression import check_current, reference_kind, reference_tables
+    from ..report.regression import check_current, reference_kind, reference_tables, unseeded_tasks
 
     tol_file = ref_dir / "tolerances.yaml"
     if not tol_file.exists():
@@ -265,6 +265,10 @@ def regression(cfg, ref_dir: Path, tasks: list[str], results: Path, out_dir: Pat
             f"n = {derived['n']}).\n\n" if derived else "")
     mode = ("Mode: strict (any move past the measured CPU-kind drift fails, either direction).\n\n" if strict
             else "")
+    bare = unseeded_tasks(tolerances, tasks)
+    if bare and not strict:
+        mode += (f"No seed spread in the tolerances for {', '.join(bare)}: held to the CPU-kind drift only "
+                 "(`make reference` derives them).\n\n")
     text = (f"# Metric regression against {tables_dir}\n\nReference made on {made_on}; this CPU: {kind}.\n\n"
             + prov + mode + (f"Note: {note}\n\n" if note else "") + f"{status}\n\n"
             + report.regression_markdown(all_rows))
@@ -296,7 +300,8 @@ def git_commit(repo: Path) -> str:
     return head + ("+dirty" if dirty else "")
 
 
-def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo: Path) -> tuple[str, str]:
+def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo: Path,
+                    allow_missing_seeds: bool = False) -> tuple[str, str]:
     """The per-cell tolerances file of ``ref_dir`` (text) from ``<seeds_dir>/<task>_seeds.csv`` and the
     detection-power table (markdown), naming the commit and the network set they were made on and the sha256
     of the reference tables they guard. The reference must hold the tables of the run the seeds spread around
@@ -311,15 +316,20 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
     from ..report.regression import CPU_DRIFT, reference_sha256
 
     sc = cfg["seeds"]
+    seeded = [t for t in tasks if (seeds_dir / f"{t}_seeds.csv").exists()]
+    if not seeded or (len(seeded) < len(tasks) and not allow_missing_seeds):
+        missing = ", ".join(str(seeds_dir / f"{t}_seeds.csv") for t in tasks if t not in seeded)
+        raise UserError(f"no seed spread {missing} (`make reference` runs the seeds; --allow-missing-seeds "
+                        "holds those tasks to the CPU-kind drift only)")
     for t in tasks:
         ref_t, run_t = ref_dir / f"{t}.csv", seeds_dir / f"{t}.csv"
-        for f in (ref_t, run_t, seeds_dir / f"{t}_seeds.csv"):
+        for f in (ref_t, run_t):
             if not f.exists():
                 raise UserError(f"{f} does not exist (`make reference` runs the seeds and accepts the tables)")
         if ref_t.read_bytes() != run_t.read_bytes():
             raise UserError(f"{ref_t} is not the table of the run in {seeds_dir}: accept it first "
                             "(`vcebench report accept`), then derive its tolerances")
-    spreads = {t: pd.read_csv(seeds_dir / f"{t}_seeds.csv") for t in tasks}
+    spreads = {t: pd.read_csv(seeds_dir / f"{t}_seeds.csv") for t in seeded}
     z, floors = float(sc["z"]), dict(sc["floors"])
     cells = seeds.derive_cell_tolerances(spreads, floors, z, CPU_DRIFT)
     networks = cfg.get("networks")
@@ -329,13 +339,15 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
                "networks_sha256": networks_sha256(net_path) if net_path and net_path.is_dir() else None,
                "seeds": [int(s) for s in sc["seeds"]], "n": int(cfg["n_eval"]), "z": z, "tasks": list(tasks),
                "reference_sha256": reference_sha256(ref_dir, tasks)}
+    if len(seeded) < len(tasks):
+        derived["unseeded_tasks"] = [t for t in tasks if t not in seeded]  # held to the CPU-kind drift
     text = seeds.cell_tolerance_yaml(derived, CPU_DRIFT, floors, z, cells)
     rows = [m for m in cfg["methods"] if not is_baseline(m) and not is_attack(m)]  # the calibrated rows
-    values = {t: pd.read_csv(ref_dir / f"{t}.csv") for t in tasks}
+    values = {t: pd.read_csv(ref_dir / f"{t}.csv") for t in seeded}
     power = seeds.detection_power(cells, values, rows, ["FR", "FR_oracle", "FVA", "FID", "sFID", "KID",
                                                          "nfe_per_cf", "tflops_per_cf", "GT_L1_region", "FS",
                                                          "MNAC", "CD", "COUT", "L1", "MAD", "S3"])
     md = (f"# Detection power of the regression in {ref_dir.name}\n\nDerived at commit {derived['commit']} on "
-          f"{derived['networks']}, seeds {derived['seeds']}, n = {derived['n']} per task "
+          f"{derived['networks']}, seeds {derived['seeds']}, n = {derived['n']} per task, tasks {', '.join(seeded)} "
           "(`vcebench report tolerances`).\n\n" + seeds.detection_markdown(power, rows))
     return text, md
