@@ -57,8 +57,10 @@ def test_the_tolerances_are_current_and_name_their_commit_and_networks(cfg):
     assert derived["networks"] == cfg["networks"] == "networks/ref1" and len(derived["networks_sha256"]) == 64
     assert derived["commit"] and derived["n"] == cfg["n_eval"] and len(derived["seeds"]) >= 3
     assert tol["cpu_drift"] == CPU_DRIFT
-    assert set(tol["cells"]) == set(TASKS) and set(derived["tasks"]) == set(TASKS)
-    for t in TASKS:
+    assert set(derived["tasks"]) == set(TASKS) and "synthfaces_smile" in tol["cells"]
+    # a task without its seed spread yet is named, and held to the CPU-kind drift (docs/ci.md)
+    assert sorted(set(TASKS) - set(tol["cells"])) == sorted(derived.get("unseeded_tasks", []))
+    for t in tol["cells"]:
         assert set(cfg["methods"]) <= set(tol["cells"][t])  # every row guarded, each cell its own number
 
 
