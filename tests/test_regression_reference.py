@@ -77,18 +77,20 @@ def test_an_untouched_run_passes_also_strictly(cfg, run):
     assert not failures
 
 
-@pytest.mark.parametrize("metric,change", [
-    ("FR", lambda v: v - 10.0),
-    ("FR_oracle", lambda v: v - 10.0),
-    ("FID", lambda v: v * 1.3),
-    ("nfe_per_cf", lambda v: v * 2.0),
-])
-def test_a_planted_regression_on_a_calibrated_row_fails_naming_the_cell(cfg, run, metric, change):
-    _plant(run, "synthfaces_smile", "fire", metric, change)
+PLANTS = {"FR": lambda v: v - 10.0, "FR_oracle": lambda v: v - 10.0, "FID": lambda v: v * 1.3,
+          "nfe_per_cf": lambda v: v * 2.0}
+
+
+@pytest.mark.parametrize("method,metric", [("dime", m) for m in PLANTS] + [("fire", "FR"), ("fire", "FR_oracle"),
+                                                                           ("fire", "nfe_per_cf")])
+def test_a_planted_regression_on_a_calibrated_row_fails_naming_the_cell(cfg, run, method, metric):
+    """FR -10 points, FR_oracle -10 points, FID +30 %, NFE x2, one at a time. (FiRe's smile FID moves by 41 %
+    over the seeds, so +30 % there is within its band: docs/ci.md, detection power.)"""
+    _plant(run, "synthfaces_smile", method, metric, PLANTS[metric])
     text, failures, _ = _check(cfg, run)
     assert [(f["task"], f["method"], f["metric"], f["status"]) for f in failures] == [
-        ("synthfaces_smile", "fire", metric, "REGRESSED")]
-    assert f"| synthfaces_smile | fire | {metric} |" in text
+        ("synthfaces_smile", method, metric, "REGRESSED")]
+    assert f"| synthfaces_smile | {method} | {metric} |" in text
 
 
 def test_the_cli_exits_1_and_prints_the_failing_cell(run, capsys):
