@@ -285,15 +285,17 @@ def networks_sha256(folder: Path) -> str:
     return h.hexdigest()
 
 
-def git_commit(repo: Path) -> str:
-    """``git rev-parse --short HEAD`` of ``repo``, with ``+dirty`` when tracked files differ from it
-    (``unknown`` outside a git checkout)."""
+def git_commit(repo: Path, ignore: Path | None = None) -> str:
+    """``git rev-parse --short HEAD`` of ``repo``, with ``+dirty`` when tracked files differ from it, the folder
+    ``ignore`` aside (the reference being written; ``unknown`` outside a git checkout)."""
     import subprocess
 
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+        inside = ignore is not None and Path(ignore).resolve().is_relative_to(repo.resolve())
+        spec = ["--", ".", f":(exclude){Path(ignore).resolve().relative_to(repo.resolve())}"] if inside else []
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no", *spec],
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -334,7 +336,7 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
     cells = seeds.derive_cell_tolerances(spreads, floors, z, CPU_DRIFT)
     networks = cfg.get("networks")
     net_path = (repo / networks) if networks else None
-    derived = {"commit": git_commit(repo), "date": datetime.date.today().isoformat(),
+    derived = {"commit": git_commit(repo, ignore=ref_dir), "date": datetime.date.today().isoformat(),
                "networks": str(networks) if networks else "networks trained by the run",
                "networks_sha256": networks_sha256(net_path) if net_path and net_path.is_dir() else None,
                "seeds": [int(s) for s in sc["seeds"]], "n": int(cfg["n_eval"]), "z": z, "tasks": list(tasks),
