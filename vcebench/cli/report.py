@@ -16,11 +16,9 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
-from ..core.errors import UserError
 from ..steps.report import galleries, task_report
 from . import add_config_arg, add_subverb, add_subverbs
 
@@ -164,20 +162,18 @@ def run_paper(args: argparse.Namespace) -> int:
 def run_regression(args: argparse.Namespace) -> int:
     """Compares each task's <out-dir>/<task>.csv with <reference>/<task>.csv within <reference>/tolerances.yaml
     (``--strict``: within the measured CPU-kind drift); exit status 1 when a cell regressed (changed)."""
-    from .. import report
     from ..config.kernels import cpu_kind
-    from ..steps.report import regression
+    from ..steps.report import failures_markdown, regression
 
     cfg = _config(args)
-    text, failures, note = regression(cfg, Path(args.reference), args.tasks or cfg["run_tasks"],
-                                      Path(args.results), Path(args.out_dir), cpu_kind(), strict=args.strict)
+    text, failed, note = regression(cfg, Path(args.reference), args.tasks or cfg["run_tasks"], Path(args.results),
+                                    Path(args.out_dir), cpu_kind(), strict=args.strict,
+                                    out=Path(args.out) if args.out else None)
     if note:
         print(f"vcebench report regression: {note}", file=sys.stderr)
-    if args.out:
-        report.write_text(Path(args.out), text)
     print(text)
-    if failures:
-        print(report.regression_markdown(failures), file=sys.stderr)
+    if failed:
+        print(failures_markdown(failed), file=sys.stderr)
         return 1
     return 0
 
@@ -212,42 +208,24 @@ def run_tolerances(args: argparse.Namespace) -> int:
     """Derives <reference>/tolerances.yaml, one tolerance per cell, from <out-dir>/<task>_seeds.csv of --tasks
     (vcebench/report/seeds.py) for the reference tables accepted from <out-dir>; writes the detection power
     (<reference>/detection.md) and copies the seed tables beside them."""
-    from .. import report
-    from ..steps.report import cell_tolerances
+    from ..steps.report import write_tolerances
 
     cfg = _config(args)
-    tasks = args.tasks or cfg["run_tasks"]
-    ref, out = Path(args.reference), Path(args.out_dir)
-    text, power = cell_tolerances(cfg, ref, tasks, out, Path(__file__).resolve().parents[2],
-                                  allow_missing_seeds=args.allow_missing_seeds)
-    report.write_text(ref / "tolerances.yaml", text)
-    report.write_text(ref / "detection.md", power)
-    for t in tasks:
-        if (out / f"{t}_seeds.md").exists():
-            shutil.copyfile(out / f"{t}_seeds.md", ref / f"{t}_seeds.md")
-    print(text.split("\nderived:")[0])
+    head, power = write_tolerances(cfg, Path(args.reference), args.tasks or cfg["run_tasks"], Path(args.out_dir),
+                                   Path(__file__).resolve().parents[2], args.allow_missing_seeds)
+    print(head)
     print(power)
     return 0
 
 
 def run_excerpt(args: argparse.Namespace) -> int:
     """Rewrites (or with --check compares) every marked excerpt of the files from --snapshot."""
-    from ..report.excerpt import ExcerptError, sync
+    from ..steps.report import sync_excerpts
 
-    stale = []
-    for f in map(Path, args.files):
-        text = f.read_text()
-        try:
-            new = sync(text, Path(args.snapshot))
-        except ExcerptError as e:
-            raise UserError(f"{f}: {e}") from None
-        if new != text:
-            stale.append(f)
-            if not args.check:
-                f.write_text(new)
+    stale = sync_excerpts([Path(f) for f in args.files], Path(args.snapshot), write=not args.check)
     for f in stale:
         print(f"{f}: {'differs from' if args.check else 'rewritten from'} {args.snapshot}"
-              + (" (`vcebench report excerpt " + str(f) + "` rewrites it)" if args.check else ""))
+              + (f" (`vcebench report excerpt {f}` rewrites it)" if args.check else ""))
     return 1 if (stale and args.check) else 0
 
 

@@ -220,11 +220,12 @@ def galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int
 
 
 def regression(cfg, ref_dir: Path, tasks: list[str], results: Path, out_dir: Path, kind: str,
-               strict: bool = False) -> tuple[str, list[dict], str | None]:
+               strict: bool = False, out: Path | None = None) -> tuple[str, list[dict], str | None]:
     """The CI metric regression: each task's ``<out_dir>/<task>.csv`` against the reference tables of the CPU
-    ``kind`` within ``<ref_dir>/tolerances.yaml`` (``strict``: within the CPU-kind drift only). Returns the
-    markdown report, the failing cells and the note on a reference made on another CPU kind (or None).
-    ``UserError`` when the tolerances are missing or older than the reference they guard."""
+    ``kind`` within ``<ref_dir>/tolerances.yaml`` (``strict``: within the CPU-kind drift only), written to
+    ``out`` when given. Returns the markdown report, the failing cells (:func:`failures_markdown` prints them)
+    and the note on a reference made on another CPU kind (or None). ``UserError`` when the tolerances are missing or
+    older than the reference they guard."""
     import pandas as pd
 
     from .. import report
@@ -272,7 +273,16 @@ def regression(cfg, ref_dir: Path, tasks: list[str], results: Path, out_dir: Pat
     text = (f"# Metric regression against {tables_dir}\n\nReference made on {made_on}; this CPU: {kind}.\n\n"
             + prov + mode + (f"Note: {note}\n\n" if note else "") + f"{status}\n\n"
             + report.regression_markdown(all_rows))
+    if out is not None:
+        report.write_text(out, text)
     return text, failures, note
+
+
+def failures_markdown(failures: list[dict]) -> str:
+    """The failing cells of :func:`regression` as its markdown table."""
+    from .. import report
+
+    return report.regression_markdown(failures)
 
 
 def networks_sha256(folder: Path) -> str:
@@ -353,3 +363,40 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
           f"{derived['networks']}, seeds {derived['seeds']}, n = {derived['n']} per task, tasks {', '.join(seeded)} "
           "(`vcebench report tolerances`).\n\n" + seeds.detection_markdown(power, rows))
     return text, md
+
+
+def write_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo: Path,
+                     allow_missing_seeds: bool = False) -> tuple[str, str]:
+    """Writes ``<ref_dir>/tolerances.yaml`` and ``detection.md`` (:func:`cell_tolerances`) and copies the seed
+    tables beside them; returns the tolerances' header and the detection power."""
+    import shutil
+
+    from .. import report
+
+    text, power = cell_tolerances(cfg, ref_dir, tasks, seeds_dir, repo, allow_missing_seeds)
+    report.write_text(ref_dir / "tolerances.yaml", text)
+    report.write_text(ref_dir / "detection.md", power)
+    for t in tasks:
+        if (seeds_dir / f"{t}_seeds.md").exists():
+            shutil.copyfile(seeds_dir / f"{t}_seeds.md", ref_dir / f"{t}_seeds.md")
+    return text.split("\nderived:")[0], power
+
+
+def sync_excerpts(files: list[Path], snapshot: Path, write: bool) -> list[Path]:
+    """The files whose marked excerpts differ from ``snapshot``'s tables (:mod:`vcebench.report.excerpt`),
+    rewritten when ``write``; ``UserError`` (one line) on a marker, row or column the snapshot lacks."""
+    from ..core.errors import UserError
+    from ..report.excerpt import ExcerptError, sync
+
+    stale = []
+    for f in files:
+        text = f.read_text()
+        try:
+            new = sync(text, snapshot)
+        except ExcerptError as e:
+            raise UserError(f"{f}: {e}") from None
+        if new != text:
+            stale.append(f)
+            if write:
+                f.write_text(new)
+    return stale
