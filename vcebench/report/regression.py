@@ -175,6 +175,57 @@ def regression_check(current: pd.DataFrame, reference: pd.DataFrame, tolerances:
     return rows, failures
 
 
+# The paired check of the flip rate: CI reruns the reference's seed, so every input's outcome repeats on one CPU
+# kind (and FR is identical across kinds, CPU_DRIFT): a row that loses more than this many of its inputs' flips
+# (net of the ones it gains) regressed, whatever the seed band of its FR cell.
+FLIPS_FILE = "{task}_flips.json"
+PAIRED_MAX_LOST = 1
+
+
+def read_flips(results: Path, task: str, methods: list[str]) -> dict[str, dict]:
+    """Per input of each method's ``counterfactuals.npz`` in ``results/<task>/<method>/``: sample id -> the
+    classifier flipped (1) or not (0), for the methods that have one. This is the method's own record (its
+    float CF); the table's FR re-classifies the stored uint8 CF, which can differ on an input or so."""
+    out = {}
+    for m in methods:
+        npz = Path(results) / task / m / "counterfactuals.npz"
+        if npz.exists():
+            with np.load(npz) as z:
+                if "flipped" in z.files and "sample_id" in z.files:
+                    out[m] = {str(int(i)): int(bool(f)) for i, f in zip(z["sample_id"], z["flipped"])}
+    return out
+
+
+def paired_flip_check(reference: dict[str, dict], current: dict[str, dict], task: str,
+                      strict: bool = False) -> tuple[list[dict], list[dict]]:
+    """Rows (metric ``FR_paired``) comparing each method's per-input flips with the reference's, input by
+    input: ``reference`` / ``current`` count the reference inputs flipped then and now, ``delta`` is the net
+    change in inputs. A row regresses when it lost more than :data:`PAIRED_MAX_LOST` flips net of the ones it
+    gained; ``strict``: any input whose outcome changed fails (``CHANGED``); a method or an input missing now
+    is ``MISSING``."""
+    rows, failures = [], []
+    for m, ref in reference.items():
+        cur = current.get(m)
+        row = {"task": task, "method": m, "metric": "FR_paired", "reference": float(sum(ref.values())),
+               "tolerance": float(0 if strict else PAIRED_MAX_LOST)}
+        if cur is None or not set(ref) <= set(cur):
+            row.update(current=np.nan, status="MISSING")
+        else:
+            lost = sum(1 for i, f in ref.items() if f and not cur[i])
+            gained = sum(1 for i, f in ref.items() if not f and cur[i])
+            row.update(current=float(sum(cur[i] for i in ref)), delta=float(gained - lost), lost=lost,
+                       gained=gained)
+            if strict:
+                row["status"] = "CHANGED" if lost or gained else "ok"
+            else:
+                row["status"] = ("REGRESSED" if lost - gained > PAIRED_MAX_LOST
+                                 else "improved" if gained > lost else "ok")
+        rows.append(row)
+        if row["status"] in ("REGRESSED", "CHANGED", "MISSING"):
+            failures.append(row)
+    return rows, failures
+
+
 def regression_markdown(rows: list[dict]) -> str:
     head = ("| task | method | metric | reference | current | delta | tolerance | status |\n"
             "|---|---|---|---|---|---|---|---|\n")

@@ -4,6 +4,7 @@ task tables and figures, the paper's tables, and the CI metric regression.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def accept(tasks: list[str], reference: Path, out_dir: Path,
 
     from ..config.kernels import cpu_kind, record
     from ..core.io import write_json
-    from ..report.regression import MACHINE_FILE, accept_dir, machine_record, reference_kind
+    from ..report.regression import FLIPS_FILE, MACHINE_FILE, accept_dir, machine_record, read_flips, reference_kind
 
     kind = cpu_kind()
     ref_dir = accept_dir(reference, kind)
@@ -112,6 +113,11 @@ def accept(tasks: list[str], reference: Path, out_dir: Path,
             src = out_dir / f"{t}.{ext}"
             shutil.copyfile(src, ref_dir / src.name)
             copied(ref_dir / src.name)
+        methods = [p.name for p in sorted((out_dir / t).glob("*")) if p.is_dir()]
+        flips = read_flips(out_dir, t, methods)
+        if flips:  # the per-input outcomes the paired FR check compares against
+            write_json(ref_dir / FLIPS_FILE.format(task=t), flips)
+            copied(ref_dir / FLIPS_FILE.format(task=t))
     write_json(ref_dir / MACHINE_FILE, machine_record(kind, record(), torch.__version__))
     others = []
     for d in [reference, *sorted((reference / "cpu").glob("*"))]:
@@ -231,7 +237,15 @@ def regression(cfg, ref_dir: Path, tasks: list[str], results: Path, out_dir: Pat
     from .. import report
     from ..config.tasks import get_task
     from ..core.errors import UserError
-    from ..report.regression import check_current, reference_kind, reference_tables, unseeded_tasks
+    from ..report.regression import (
+        FLIPS_FILE,
+        check_current,
+        paired_flip_check,
+        read_flips,
+        reference_kind,
+        reference_tables,
+        unseeded_tasks,
+    )
 
     tol_file = ref_dir / "tolerances.yaml"
     if not tol_file.exists():
@@ -256,6 +270,12 @@ def regression(cfg, ref_dir: Path, tasks: list[str], results: Path, out_dir: Pat
         rows, fails = report.regression_check(cur, ref, tolerances, higher, t, strict=strict)
         all_rows += rows
         failures += fails
+        flips_file = tables_dir / FLIPS_FILE.format(task=t)
+        if flips_file.exists():  # the paired check of FR, input by input (report.regression.paired_flip_check)
+            ref_flips = json.loads(flips_file.read_text())
+            rows, fails = paired_flip_check(ref_flips, read_flips(results, t, list(ref_flips)), t, strict=strict)
+            all_rows += rows
+            failures += fails
     what = "changed past the CPU-kind drift" if strict else "regressed past tolerance"
     status = (f"{len(failures)} cell(s) {what}" if failures
               else f"no {'change' if strict else 'regression'} ({len(all_rows)} cells within "
