@@ -2,9 +2,11 @@
 preset (shipped networks, 64 inputs per task) with its per-cell tolerances, a planted regression on one
 calibrated row fails naming the cell, an untouched run passes, and tolerances older than their reference fail."""
 
+import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -28,11 +30,16 @@ def cfg():
 
 @pytest.fixture
 def run(tmp_path):
-    """An untouched copy of the reference tables, as the regression run would write them."""
+    """An untouched copy of the reference tables and of each row's per-input flips, as the regression run
+    would write them (the flips in its counterfactuals.npz)."""
     out = tmp_path / "results"
     out.mkdir()
     for t in TASKS:
         shutil.copyfile(REF / f"{t}.csv", out / f"{t}.csv")
+        for m, flips in json.loads((REF / f"{t}_flips.json").read_text()).items():
+            (out / t / m).mkdir(parents=True)
+            np.savez(out / t / m / "counterfactuals.npz", sample_id=np.array([int(i) for i in flips]),
+                     flipped=np.array(list(flips.values()), bool))
     return out
 
 
