@@ -21,7 +21,7 @@ benchmark: install  ## the default synthetic benchmark: every synthetic task, ev
 quick: install  ## CI-size run of the same DAG
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --configfile config/presets/quick.yaml
 
-test: install  ## the test suite (CPU, about 11 minutes on 2 cores)
+test: install  ## the test suite (CPU, about 10-13 minutes on 2 cores)
 	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow"
 
 regression: install  ## the regression preset (shipped networks, 64 inputs per task) against results/reference/regression
