@@ -135,12 +135,12 @@ class PixelMeanFlow(nn.Module):
 
     def u(self, z: Tensor, r: Tensor | float, t: Tensor | float) -> Tensor:
         """Average velocity over [r, t] (pMF: ``u = (z - x_u) / max(t, 0.05)``)."""
-        t, r = _times(t, z), _times(r, z)
+        t, r = per_sample_times(t, z), per_sample_times(r, z)
         return (z - self.x_pred(z, t, t - r)) / t.clamp_min(self.t_clip).reshape(-1, 1, 1, 1)
 
     def predict_clean(self, z: Tensor, t: Tensor | float) -> Tensor:
         """FiRe's ``G(z, t) = z - t * u(z, 0, t)``: the one-step clean-image prediction."""
-        t = _times(t, z)
+        t = per_sample_times(t, z)
         return z - t.reshape(-1, 1, 1, 1) * self.u(z, torch.zeros_like(t), t)
 
     def config_dict(self) -> dict:
@@ -189,7 +189,8 @@ class PixelMeanFlow(nn.Module):
         return model.eval()
 
 
-def _times(t: Tensor | float, z: Tensor) -> Tensor:
+def per_sample_times(t: Tensor | float, z: Tensor) -> Tensor:
+    """A flow time (a number or one per sample) as one value per sample of ``z``, in its dtype and device."""
     t = torch.as_tensor(t, dtype=z.dtype, device=z.device)
     return t.expand(z.shape[0]) if t.ndim == 0 else t.reshape(z.shape[0])
 
@@ -402,7 +403,7 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = PM
         eps = torch.randn(val.shape, generator=g)
         z = (1 - tf) * val + tf * eps
         pred = batched(lambda zz, tf=tf: pmf.predict_clean(zz, tf), z)
-        mmse = batched(lambda zz, tf=tf: pmf.x_pred(zz, _times(tf, zz), _times(0.0, zz)), z)
+        mmse = batched(lambda zz, tf=tf: pmf.x_pred(zz, per_sample_times(tf, zz), per_sample_times(0.0, zz)), z)
         row = {"mse": float(F.mse_loss(pred, val)),
                **generative_quality(pred.clamp(-1, 1), val, feature_fn, feature_name),
                "h0_mse": float(F.mse_loss(mmse, val)), "h0_sharpness_ratio": sharpness_ratio(mmse, val)}

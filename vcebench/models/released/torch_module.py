@@ -40,6 +40,7 @@ from ...config.load import ConfigError
 from ..base import BinaryHead
 from ..checkpoints import CheckpointError, load_state_strict
 from ..generative.ddpm import EpsDDPM
+from ..generative.pmf import per_sample_times
 from .guided_unet import betas_for
 
 OUTPUTS = {"classifier": ("logits",), "pmf": ("x", "u"), "ddpm": ("eps",)}
@@ -210,11 +211,6 @@ class DeclaredCall(nn.Module):
         return out
 
 
-def _times(t: Tensor | float, z: Tensor) -> Tensor:
-    t = torch.as_tensor(t, dtype=z.dtype, device=z.device)
-    return t.expand(z.shape[0]) if t.ndim == 0 else t.reshape(z.shape[0])
-
-
 class ModulePMF(nn.Module):
     """The pmf role (``predict_clean``, ``u``) of a network that returns ``x`` or ``u`` (module docstring)."""
 
@@ -236,7 +232,7 @@ class ModulePMF(nn.Module):
 
     def u(self, z: Tensor, r: Tensor | float, t: Tensor | float) -> Tensor:
         """Average velocity over [r, t] (x-prediction: ``(z - x) / max(t, 0.05)``, as pMF)."""
-        t, r = _times(t, z), _times(r, z)
+        t, r = per_sample_times(t, z), per_sample_times(r, z)
         out = self._net(z, r, t)
         if self.output == "u":
             return out
@@ -244,7 +240,7 @@ class ModulePMF(nn.Module):
 
     def predict_clean(self, z: Tensor, t: Tensor | float) -> Tensor:
         """FiRe's ``G(z, t) = z - t u(z, 0, t)``: the network's x at r = 0, or computed from its u."""
-        t = _times(t, z)
+        t = per_sample_times(t, z)
         out = self._net(z, torch.zeros_like(t), t)
         return out if self.output == "x" else z - t.reshape(-1, 1, 1, 1) * out
 
