@@ -6,11 +6,12 @@
 #   bash scripts/pmf_ablation.sh prepare        render the faces splits, install (or, where no shipped network has
 #                                               the recipe, train) the networks the gate and the losses use
 #   bash scripts/pmf_ablation.sh ARM [FLAG]     train and score one arm (base, perceptual, perceptual_features,
-#                                               exact_jvp, wide, full); FLAG --train-only (e.g. on a GPU) or
+#                                               exact_jvp, wide, full; ft_base, ft_perceptual: 1,000 steps more
+#                                               of the set's shipped pmf, without / with the perceptual loss); FLAG --train-only (e.g. on a GPU) or
 #                                               --score-only (later, where the judges are); resumable
 #   bash scripts/pmf_ablation.sh table          $OUT/$SET/ablation.md and .json: every scored arm at its budget
 # Environment: SET ref1 | ref2 (default ref1; ref2 adds config/presets/ref2.yaml's seeds), STEPS (default the
-# recipe's, 12,800), PRESET (a config merged before the arm, e.g. config/presets/quick.yaml for a smoke test),
+# recipe's, 12,800), AT (smaller budgets scored on the way, e.g. "3200 6400": wsd decays from the shared trunk), PRESET (a config merged before the arm, e.g. config/presets/quick.yaml for a smoke test),
 # EXTRA (a config merged last, e.g. the GPU's device overlay), N_VAL (256: the gate's images), SAMPLES (1000),
 # OUT (runs/pmf-ablation), MODELS ($OUT/$SET/models), DATA ($OUT/$SET/data).
 set -eu
@@ -21,7 +22,7 @@ OUT=${OUT:-runs/pmf-ablation}
 MODELS=${MODELS:-$OUT/$SET/models}
 DATA=${DATA:-$OUT/$SET/data}
 TASK=synthfaces_smile
-ARMS="base perceptual perceptual_features exact_jvp wide full"
+ARMS="base perceptual perceptual_features exact_jvp wide full ft_base ft_perceptual"
 case "$SET" in
   ref1) CONFIGS=(--config config/config.yaml) ;;
   ref2) CONFIGS=(--config config/config.yaml --config config/presets/ref2.yaml) ;;
@@ -80,8 +81,14 @@ EOF
     flag=${2:-}
     case "$flag" in ""|--train-only|--score-only) ;; *) echo "unknown flag '$flag'" >&2; exit 2 ;; esac
     CONFIGS+=(--config "config/presets/pmf_ablation/$verb.yaml")
+    # the continued-training arms start from the set's shipped pmf (pinned by sha256)
+    case "$verb" in ft_*) CONFIGS+=(--config "config/presets/pmf_ablation/init_$SET.yaml") ;; esac
     [ -z "${EXTRA:-}" ] || CONFIGS+=(--config "$EXTRA")
+    read -ra at <<< "${AT:-}"
+    for a in "${at[@]}"; do
+      case "$a" in *[!0-9]*) echo "AT must be step counts, got '$a'" >&2; exit 2 ;; esac
+    done
     vce models curve --task "$TASK" --role pmf ${STEPS:+--steps "$STEPS"} --n-val "${N_VAL:-256}" \
       --samples "${SAMPLES:-1000}" --data "$DATA/synthfaces" --models "$MODELS" --out "$OUT/$SET/$verb" \
-      ${flag:+"$flag"} "${CONFIGS[@]}" ;;
+      ${at[0]:+--at "${at[@]}"} ${flag:+"$flag"} "${CONFIGS[@]}" ;;
 esac

@@ -193,3 +193,30 @@ def test_training_with_a_loss_network_not_trained_yet_names_the_command(cfg, tmp
     with pytest.raises(ConfigError, match=r"perceptual network, which is not trained yet: `vcebench train perceptual "
                                           r"--task synthfaces_smile"):
         loss_networks(on, task, "pmf", tmp_path)
+
+
+def test_continued_training_starts_from_the_pinned_weights_and_refuses_others(tmp_path: Path):
+    """``init_from`` / ``init_sha256`` (the ft_* ablation arms): a run starts from the named weights, its EMA too
+    (at lr 0 the result is those weights up to the EMA's rounding, where a run from the seed's initialisation is
+    far from them), and a file
+    whose sha256 is not the pinned one, or no pin, is a clear error before any step."""
+    from vcebench.models.shipping.cards import sha256
+
+    imgs = _images()
+    train_pmf(_cfg(), imgs, tmp_path / "first", seed=5, progress=False)
+    start = tmp_path / "first" / "model.safetensors"
+    w0 = load_file(str(start))
+    frozen = {"lr": 0.0, "fm_warmup_steps": 0}
+    m = train_pmf(_cfg(**frozen, init_from=str(start), init_sha256=sha256(start)), imgs, tmp_path / "cont",
+                  seed=9, progress=False)
+    assert m["training"]["init_sha256"] == sha256(start)
+    w1 = load_file(str(tmp_path / "cont" / "model.safetensors"))
+    assert max((w0[k] - w1[k]).abs().max().item() for k in w0) < 1e-6
+    train_pmf(_cfg(**frozen), imgs, tmp_path / "fresh", seed=9, progress=False)
+    w2 = load_file(str(tmp_path / "fresh" / "model.safetensors"))
+    assert max((w0[k] - w2[k]).abs().max().item() for k in w0) > 1e-2
+    with pytest.raises(RoleConfigError, match="has sha256 .* the recipe continues 00"):
+        train_pmf(_cfg(init_from=str(start), init_sha256="00" * 32), imgs, tmp_path / "bad", seed=9, progress=False)
+    with pytest.raises(RoleConfigError, match="needs `init_sha256`"):
+        train_pmf(_cfg(init_from=str(start)), imgs, tmp_path / "unpinned", seed=9, progress=False)
+    assert not (tmp_path / "bad" / "model.safetensors").exists()

@@ -36,8 +36,11 @@ from ..config.tasks import Task, get_task, method_layers, method_params, split_m
 from ..registry import method_noise
 
 NOISE_RULES = ("paper", "snr_matched")
-# keys of a method's config consumed here (never passed to the method's dataclass)
-PROTOCOL_KEYS = ("protocol", "log_snr_offset", "ref_start_step", "ref_respacing", "warmup_fraction", "guided_steps")
+# keys of a method's config consumed here (never passed to the method's dataclass), with their types (checked
+# when the config is loaded: protocol.settings), and the method's own ``protocol`` mapping
+PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respacing": int, "warmup_fraction": float,
+                     "guided_steps": int}
+PROTOCOL_KEYS = ("protocol", *PROTOCOL_SETTINGS)
 # the DDPM schedule assumed when a dataset's config names none (DiME's CelebA DDPM: guided-diffusion's
 # linear betas scaled by 1000 / T, T = 500)
 DEFAULT_DDPM_SCHEDULE = {"num_train_timesteps": 500, "beta_start": 2e-4, "beta_end": 0.04, "beta_schedule": "linear"}

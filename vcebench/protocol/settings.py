@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from ..config.load import ConfigError, check_keys, coerce_value, field_types, load_config
 from ..config.tasks import all_methods, check_runs_on, external_name, get_task, runs_on
-from .noise import NOISE_RULES
+from .noise import NOISE_RULES, PROTOCOL_SETTINGS
 
 # Ranges of model settings (keys and types come from the code, see the module docstring).
 POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
@@ -85,9 +85,6 @@ def check_task_attributes(cfg: dict, names: list[str] | None = None) -> None:
 
 # ----------------------------------------------------------------------------- methods
 
-# Keys of a method's config layers that the noise protocol consumes (vcebench.protocol.noise.resolve_method) before
-# the method's dataclass sees the settings, with their types.
-PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respacing": int, "warmup_fraction": float}
 # The keys of a method's own ``protocol`` mapping (over config ``protocol`` for that method, e.g. a ``paper``
 # variant's ``{noise: paper, use_tuned: false}``), with their types: the noise rule, the resolution its paper
 # noise level is given at, whether the tuned settings are read.

@@ -127,16 +127,45 @@ TRAIN_SETTINGS: dict[str, Any] = {"steps": int, "batch_size": int, "lr": float, 
                                   "checkpoint_every": int, "hflip": bool, "channels_last": bool,
                                   "seed": int, "weights": str | None, "format": str | None,
                                   "amp": Literal["bf16", "none"], "lr_schedule": Literal["cosine", "wsd"],
-                                  "decay_fraction": float}
+                                  "decay_fraction": float, "init_from": str | None, "init_sha256": str | None}
 # The generative roles' training defaults, read by :func:`train_generative` (``ddpm.DDPM_DEFAULTS`` and
 # ``pmf.PMF_DEFAULTS`` start from them). None: ``warmup_steps`` min(100, steps // 10), ``grad_clip`` no
 # clipping, ``channels_last`` on a GPU only, ``amp`` the device's default (``distributed.training_amp``).
 # ``lr_schedule`` (:func:`lr_at`): ``cosine`` over the whole run, or ``wsd`` (warm-up, stable, decay over the last
 # ``decay_fraction`` of the steps), whose stable trunk does not depend on the budget (``train_generative``'s
-# ``trunk_dir``: a longer budget continues a shorter one's trunk).
+# ``trunk_dir``: a longer budget continues a shorter one's trunk). ``init_from`` (with its ``init_sha256``): a
+# safetensors file of the same network (e.g. a shipped ``model.safetensors``) the run starts from instead of the
+# seed's initialisation, its EMA too (:func:`initial_weights`; continued training, e.g. with another loss).
 TRAIN_DEFAULTS: dict[str, Any] = {"warmup_steps": None, "ema_decay": 0.999, "grad_clip": None, "weight_decay": 0.0,
                                   "checkpoint_every": 200, "hflip": False, "channels_last": None, "amp": None,
-                                  "lr_schedule": "cosine", "decay_fraction": 0.2}
+                                  "lr_schedule": "cosine", "decay_fraction": 0.2, "init_from": None,
+                                  "init_sha256": None}
+
+
+def initial_weights(settings: dict, role: str) -> dict[str, Tensor] | None:
+    """The weights a run of ``role`` starts from: None (the seed's initialisation) unless ``init_from`` is set,
+    then that safetensors file, read only after its sha256 equals ``init_sha256`` (required: the recipe names
+    the exact weights it continues, so a file changed since, e.g. a network shipped over it, is refused)."""
+    path, want = settings.get("init_from"), settings.get("init_sha256")
+    if path is None:
+        if want is not None:
+            raise RoleConfigError(f"`models.<dataset>.{role}.init_sha256` is set without `init_from`")
+        return None
+    from safetensors.torch import load_file
+
+    from ..shipping.cards import sha256
+
+    p = Path(str(path))
+    if not p.is_file():
+        raise RoleConfigError(f"`models.<dataset>.{role}.init_from`: no file {p}")
+    if want is None:
+        raise RoleConfigError(f"`models.<dataset>.{role}.init_from` needs `init_sha256` (the weights' sha256, "
+                              f"`sha256sum {p}`)")
+    got = sha256(p)
+    if got != str(want).lower():
+        raise RoleConfigError(f"`models.<dataset>.{role}.init_from`: {p} has sha256 {got}, the recipe continues "
+                              f"{want} (a file written over since? `git log -- {p}` finds the one it names)")
+    return load_file(str(p))
 
 
 def to_float_images(images_uint8: Tensor, what: str = "images") -> Tensor:
@@ -312,6 +341,9 @@ def train_generative(model: nn.Module, loss_fn: GenerativeLoss, cfg: dict, image
     channels_last = bool(shard.device.type == "cuda" if channels_last is None else channels_last)
 
     torch.manual_seed(seed)
+    init = initial_weights(settings, role)
+    if init is not None:  # before the EMA copies the model: the run and its average start from these weights
+        model.load_state_dict(init)
     model = _place(model, channels_last, shard)
     opt = torch.optim.AdamW(model.parameters(), lr=base_lr, betas=(0.9, 0.99),
                             weight_decay=float(settings["weight_decay"]))
@@ -386,6 +418,8 @@ def train_generative(model: nn.Module, loss_fn: GenerativeLoss, cfg: dict, image
     seconds = time.perf_counter() - t0
     stats = {"steps": steps, "batch_size": bs, "images_seen": steps * bs, "train_seconds": seconds,
              "resumed_from_step": start, "threads": torch.get_num_threads(),
+             **({"init_from": str(settings["init_from"]), "init_sha256": str(settings["init_sha256"])}
+                if init is not None else {}),
              **throughput(steps - start, bs, seconds, shard), **_loss_stats(losses, steps)}
     if graphs is not None:
         stats["cuda_graphs"] = graphs.captured
