@@ -138,7 +138,7 @@ def directions(m: Metric) -> dict[str, bool | None]:
 
 
 def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progress: bool = False,
-                strict: bool = False, bootstrap: dict | None = None) -> dict:
+                strict: bool = False, bootstrap: dict | None = None, keep_resamples: bool = False) -> dict:
     """Update every metric with every batch, then compute.
 
     A metric with fewer samples than it needs raises :class:`InsufficientSamples`; with ``strict`` that
@@ -153,7 +153,9 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
     ``bootstrap`` (``{resamples, feature_resamples, seed, level}``, defaults
     ``bootstrap.BOOTSTRAP_DEFAULTS``; ``None``: the defaults, ``{"resamples": 0}``: none) adds
     ``intervals`` (output -> ``[lo, hi]``, or ``None`` when most resamples left the subset empty)
-    and ``bootstrap`` (the settings used) for every metric that has a ``bootstrap`` method.
+    and ``bootstrap`` (the settings used) for every metric that has a ``bootstrap`` method;
+    ``keep_resamples`` also ``resampled`` (output -> its value in each resample, NaN where the subset was empty;
+    the tuner's pick stability, ``vcebench.protocol.tune.pick_agreement``).
     """
     sizes = dict.fromkeys(SUBSETS, 0)
     seconds = {m.name: 0.0 for m in metrics}
@@ -188,24 +190,29 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
             out["n"][k] = int(m.n.get(k, 0))
         out["n"].update({k: int(v) for k, v in m.n.items() if k not in values})  # e.g. FID_originals
     if ids_seen:
-        _intervals(out, metrics, sorted(ids_seen), {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})})
+        _intervals(out, metrics, sorted(ids_seen), {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})}, keep_resamples)
     return out
 
 
-def _intervals(out: dict, metrics: Sequence[Metric], ids: list[int], cfg: dict) -> None:
-    """``out['intervals']``, ``out['bootstrap']``: percentile bootstrap intervals (``bootstrap.py``)."""
+def _intervals(out: dict, metrics: Sequence[Metric], ids: list[int], cfg: dict, keep: bool = False) -> None:
+    """``out['intervals']``, ``out['bootstrap']``: percentile bootstrap intervals (``bootstrap.py``); ``keep``:
+    ``out['resampled']``, the resampled values themselves."""
     b, bf = int(cfg["resamples"]), int(cfg["feature_resamples"])
     if b < 1:
         return
     t0 = time.perf_counter()
     draws = Resamples.draw(ids, max(b, bf), int(cfg["seed"]))
     intervals: dict[str, list[float] | None] = {}
+    resampled: dict[str, list[float]] = {}
     for m in metrics:
         if m.name in out["skipped"] or not hasattr(m, "bootstrap"):
             continue
         for k, values in m.bootstrap(draws.head(bf if getattr(m, "feature_bootstrap", False) else b)).items():
             intervals[k] = percentile_interval(values, float(cfg["level"]))
+            resampled[k] = [float(v) for v in np.asarray(values, dtype=float)]
     out["intervals"] = intervals
+    if keep:
+        out["resampled"] = resampled
     out["bootstrap"] = {"resamples": b, "feature_resamples": bf, "seed": int(cfg["seed"]),
                         "level": float(cfg["level"]), "n_inputs": len(ids), "method": BOOTSTRAP_METHOD,
                         "seconds": time.perf_counter() - t0}

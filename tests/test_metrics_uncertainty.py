@@ -180,3 +180,20 @@ def test_run_metrics_writes_an_interval_around_every_value():
         assert again["intervals"][k] == pytest.approx(v, rel=1e-5), k
     off = run_metrics([FlipRate()], _batches(), bootstrap={"resamples": 0})
     assert "intervals" not in off
+
+
+def test_kept_resamples_are_the_same_draws_for_every_metric_and_every_run():
+    """``keep_resamples`` (the tuner's pick stability): each output's value in each resample, the feature metrics'
+    fewer resamples being the first rows of the same count matrix, so resample b is one draw for FR and KID alike
+    and for every setting scored on the same inputs (paired); FR's values are the weighted flip means."""
+    net = Project()
+    cfg = {"resamples": 60, "feature_resamples": 20, "seed": 1}
+    out = run_metrics([FlipRate(), KID(net)], _batches(), bootstrap=cfg, keep_resamples=True)
+    assert len(out["resampled"]["FR"]) == 60 and len(out["resampled"]["KID"]) == 20
+    flips = torch.cat([b.flipped for b in _batches()]).double().numpy() * 100
+    w = resample_counts(40, 60, seed=1)
+    assert out["resampled"]["FR"] == pytest.approx((w @ flips / w.sum(1)).tolist())
+    assert "resampled" not in run_metrics([FlipRate()], _batches(), bootstrap=cfg)
+    head = run_metrics([FlipRate(), KID(net)], _batches(), bootstrap={**cfg, "resamples": 20}, keep_resamples=True)
+    assert head["resampled"]["FR"] == out["resampled"]["FR"][:20]  # the first 20 draws are the same draws
+    assert head["resampled"]["KID"] == pytest.approx(out["resampled"]["KID"], rel=1e-6)

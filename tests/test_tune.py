@@ -267,12 +267,18 @@ def test_tpe_tuner_end_to_end_on_toy_models_reads_only_val(tmp_path, monkeypatch
         return Split()
 
     def evaluate_task(settings, npz, **kw):  # FR of the toy classifier; a closeness score as the objective
+        from metrics.bootstrap import resample_counts
+
         z = np.load(npz)
         cf = torch.as_tensor(z["cf"] if "cf" in z else z["images"]).float()
         x = images[torch.as_tensor(z["sample_id"]) - 100]
         cf = cf / 127.5 - 1 if cf.max() > 1.5 else cf
-        fr = float((toy_models().classifier(cf).argmax(1) == torch.as_tensor(z["target"])).float().mean() * 100)
-        return {"metrics": {"KID": float((cf - x).abs().mean()), "FR": fr}}
+        flips = (toy_models().classifier(cf).argmax(1) == torch.as_tensor(z["target"])).double().numpy() * 100
+        close = (cf - x).abs().flatten(1).mean(1).double().numpy()
+        w = resample_counts(len(flips), 50, 0)  # one seeded draw over the same ids for every setting: paired
+        boot = {"KID": (w @ close / w.sum(1)).tolist(), "FR": (w @ flips / w.sum(1)).tolist()}
+        return {"metrics": {"KID": float(close.mean()), "FR": float(flips.mean())},
+                **({"resampled": boot} if kw.get("resampled") else {})}
 
     monkeypatch.setattr(data, "load_split", load_split)
     monkeypatch.setattr(vmodels, "load_task_models", lambda *a, **k: toy_models())
@@ -293,7 +299,13 @@ def test_tpe_tuner_end_to_end_on_toy_models_reads_only_val(tmp_path, monkeypatch
     assert pixel["trials"] == 1  # nothing to tune: its budget defines the row
     assert fire["pick"] in fire["promoted"] and out["settings"]["fire"] == next(
         r["overrides"] for r in out["sweep"] if r["method"] == "fire" and r["picked"])
+    # the pick's stability under a bootstrap of the inputs, at both stages (the same 50 draws for every trial)
+    agree = fire["pick_agreement"]
+    assert agree["pick"] == fire["pick"] and agree["resamples"] == 50 and 0 < agree["agreement"] <= 1
+    assert sum(agree["counts"].values()) == 50 and set(agree["counts"]) <= {str(s) for s in fire["promoted"]}
+    assert fire["search_agreement"]["resamples"] == 50
     md = sweep_markdown(out)
     assert "explained val CFs" in md and "front (KID, FR_oracle)" in md
+    assert f"{agree['agreement']:.2f} (#{fire['pick']})" in md
     again = run_tune(cfg, "synthfaces_smile", work_dir=tmp_path / "work", method_names=["fire"], log=None)
     assert again["settings"]["fire"] == out["settings"]["fire"]  # resumed from the SQLite study and row files

@@ -203,15 +203,22 @@ def sweep_markdown(result: dict[str, Any]) -> str:
         q = result["rule"]["minimize"]
         lines += ["", f"## Per method: trials, explained validation CFs, dead trials (FR < {result['dead_fr']} %), "
                   f"validation front ({q} vs FR_oracle, trials at n = {result['validation']['n_search']})", "",
+                  "Agreement: the share of bootstrap resamples of the validation inputs (the same draws for every "
+                  "trial) whose pick is the pick, among the promoted trials (at n = "
+                  f"{result['validation']['n']}) and among all search trials (at n = "
+                  f"{result['validation']['n_search']}).", "",
                   "| method | trials | explained val CFs | dead trials | dead share | promoted | pick | fallback "
-                  f"| front ({q}, FR_oracle) |", "|---|---|---|---|---|---|---|---|---|"]
+                  f"| agreement (promoted; search) | front ({q}, FR_oracle) |", "|" + "---|" * 10]
         for m, s in result["methods"].items():
             rows = {r["setting"]: r for r in result["sweep"] if r["method"] == m and r.get("stage") == "search"}
             pts = "; ".join(f"#{i} ({rows[i]['metrics'].get(q)}, {rows[i]['metrics'].get('FR_oracle')})"
                             for i in s["front"])
+            agree = "; ".join("-" if not s.get(k) else f"{s[k]['agreement']:.2f} (#{s[k]['pick']})"
+                              for k in ("pick_agreement", "search_agreement"))
             lines.append(f"| {m} | {s['trials']} | {s['explained_val_cfs']} | "
                          f"{', '.join(map(str, s['dead_trials'])) or '-'} | {s['dead_share']} | "
-                         f"{', '.join(map(str, s['promoted']))} | {s['pick']} | {s['fallback']} | {pts or '-'} |")
+                         f"{', '.join(map(str, s['promoted']))} | {s['pick']} | {s['fallback']} | {agree} "
+                         f"| {pts or '-'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -369,17 +376,33 @@ def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any],
              "metrics": t.user_attrs["metrics"]} for t in sorted(done(), key=lambda t: t.number)]
 
 
+def pick_agreement(full: list[dict[str, Any]], draws: list[list[dict[str, Any]]], rule: dict[str, Any]) -> dict:
+    """How often the pick changes under resampling: ``full`` holds each trial's metrics on all the inputs,
+    ``draws`` for each resample each trial's metrics on it (the same resample for every trial: paired). Returns
+    the pick on all inputs, the share of the resamples that pick the same trial (``agreement``) and how often
+    each trial is picked. An objective whose ``agreement`` is low at the tuning n picks noise."""
+    pick, _ = select([{"metrics": m} for m in full], rule)
+    counts = np.zeros(len(full), dtype=int)
+    for ms in draws:
+        counts[select([{"metrics": m} for m in ms], rule)[0]] += 1
+    return {"pick": int(pick), "agreement": float(counts[pick] / max(1, len(draws))), "resamples": len(draws),
+            "counts": counts.tolist()}
+
+
+def resampled_draws(resampled: list[dict[str, list]]) -> list[list[dict[str, Any]]]:
+    """Per resample, each trial's metrics, from each trial's bootstrap values (``{metric: [value per resample]}``,
+    as ``metrics.evaluation.run_metrics(keep_resamples=True)`` returns them: one seeded count matrix over the
+    same inputs, so resample b is the same draw for every trial); the shortest metric's resamples are used."""
+    b = min((len(v) for r in resampled for v in r.values()), default=0)
+    return [[{k: v[j] for k, v in r.items()} for r in resampled] for j in range(b)]
+
+
 def pick_stability(score, n_trials: int, n_inputs: int, rule: dict[str, Any], *, resamples: int = 200,
                    seed: int = 0) -> dict[str, Any]:
-    """How often the pick changes when the validation inputs are resampled: ``score(trial, idx) -> metrics``
-    scores trial ``trial`` on the inputs ``idx`` (an int array, with repeats). Returns the pick on all inputs,
-    the share of ``resamples`` bootstrap draws that pick the same trial (``agreement``) and how often each
-    trial is picked. An objective for which ``agreement`` is low at the tuning n picks noise."""
+    """:func:`pick_agreement` with ``score(trial, idx) -> metrics`` scoring trial ``trial`` on the inputs ``idx``
+    (an int array, with repeats): ``resamples`` bootstrap draws of the ``n_inputs`` inputs."""
     rng = np.random.default_rng(seed)
     full = np.arange(n_inputs)
-    pick, _ = select([{"metrics": score(i, full)} for i in range(n_trials)], rule)
-    counts = np.zeros(n_trials, dtype=int)
-    for _ in range(resamples):
-        idx = rng.integers(0, n_inputs, n_inputs)
-        counts[select([{"metrics": score(i, idx)} for i in range(n_trials)], rule)[0]] += 1
-    return {"pick": int(pick), "agreement": float(counts[pick] / max(1, resamples)), "counts": counts.tolist()}
+    draws = [rng.integers(0, n_inputs, n_inputs) for _ in range(resamples)]
+    return pick_agreement([score(i, full) for i in range(n_trials)],
+                          [[score(i, idx) for i in range(n_trials)] for idx in draws], rule)

@@ -161,9 +161,10 @@ def _checked(batches, z, checks: dict[str, int]):
 
 def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None = None, device="cpu",
                   only: list[str] | None = None, progress: bool = False, strict: bool = False,
-                  models=None) -> dict:
+                  models=None, resampled: bool = False) -> dict:
     """Everything `vcebench evaluate` writes to metrics.json for the counterfactuals ``cfs_path`` of
-    ``settings.method``, whose inputs come from ``settings.split`` (``models``: preloaded TaskModels, tests)."""
+    ``settings.method``, whose inputs come from ``settings.split`` (``models``: preloaded TaskModels, tests).
+    ``resampled``: also ``resampled``, each metric's value in every bootstrap resample (no metrics.json key)."""
     import torch
 
     from metrics import metric_names, required_roles
@@ -189,18 +190,20 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
         models = load_task_models(settings.config, task, roles=roles, device=device, model_dir=settings.model_dir)
     gt_of = _gt_counterfactuals(settings.config, task, ids) if "ground_truth" in _inputs_of(names) else None
     core, metrics, checks = score(settings, names, models, x_of, z["cf"], ids, z["target"], label, gt_of=gt_of,
-                                  fid_ref=fid_ref, device=device, progress=progress, strict=strict, stored=z)
+                                  fid_ref=fid_ref, device=device, progress=progress, strict=strict, stored=z,
+                                  keep_resamples=resampled)
     used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
     inputs = {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": settings.split,
               "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage}
     record = {k: v for m in metrics for k, v in (getattr(m, "record", None) or {}).items()}  # the metrics' settings
-    return _metrics_json(settings, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, record, t0)
+    out = _metrics_json(settings, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, record, t0)
+    return {**out, "resampled": core.get("resampled", {})} if resampled else out
 
 
 def score(settings: EvalSettings, names: list[str], models, x_of, cf: np.ndarray, ids: np.ndarray,
           target: np.ndarray, label: np.ndarray, *, gt_of=None, fid_ref: str | None = None, device="cpu",
           progress: bool = False, strict: bool = False, stored: Mapping[str, np.ndarray] | None = None,
-          built: list | None = None) -> tuple[dict, list, dict]:
+          built: list | None = None, keep_resamples: bool = False) -> tuple[dict, list, dict]:
     """The metrics ``names`` of ``settings.task`` on uint8 counterfactuals ``cf`` of the inputs ``x_of(rows)``
     (sample ids ``ids``, targets, attribute labels: -1 where unknown, which leaves the ``correct`` subsets
     out), with their bootstrap intervals: (``run_metrics``' result, the metrics, the checks against the
@@ -213,7 +216,7 @@ def score(settings: EvalSettings, names: list[str], models, x_of, cf: np.ndarray
     checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
     batches = make_batches(x_of, cf, ids, target, label, models.classifier, bs, gt_of, device=device)
     core = run_metrics(metrics, _checked(batches, stored or {}, checks), progress=progress, strict=strict,
-                       bootstrap=settings.metrics["bootstrap"])
+                       bootstrap=settings.metrics["bootstrap"], keep_resamples=keep_resamples)
     return core, metrics, checks
 
 def _metrics_json(settings: EvalSettings, z, core: dict, checks: dict, inputs: dict, models: dict, record: dict,

@@ -26,7 +26,9 @@ from ..protocol.tune import (
     candidate_settings,
     front,
     is_dead,
+    pick_agreement,
     ranked,
+    resampled_draws,
     round_value,
     select,
     sequential_search,
@@ -96,7 +98,11 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "
     # n_eval = the n tuning inputs: the coverage check expects exactly these ids
     scoring = EvalSettings.resolve({**cfg, "n_eval": len(sw.ids)}, sw.task, name, data_dir=sw.data_dir,
                                    model_dir=sw.model_dir, split=sw.split_name)
-    res = evaluate_task(scoring, str(npz), fid_ref=str(sw.ref), device=sw.device, only=sw.wanted, models=sw.models)
+    res = evaluate_task(scoring, str(npz), fid_ref=str(sw.ref), device=sw.device, only=sw.wanted, models=sw.models,
+                        resampled=True)
+    # each metric in every bootstrap resample (one seeded draw of these ids for every setting): the pick's stability
+    if res.get("resampled") is not None:  # (a scorer with no bootstrap, e.g. a test's stand-in: no stability)
+        resampled_path(npz).write_text(json.dumps({k: v for k, v in res["resampled"].items() if k in sw.wanted}))
     z = np.load(npz)
     row = {"method": name, "setting": i, "overrides": cand,
            "log_snr": round_value(rec["log_snr"]), "t": round_value(rec["t"]) if "t" in rec else None,
@@ -106,6 +112,24 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "
            "mean_steps": round_value(float(z["steps"].mean())), "sec_per_cf": round_value(timing["sec_per_cf"])}
     cached.write_text(json.dumps({"key": key, "row": row}))
     return row
+
+
+def resampled_path(npz: Path) -> Path:
+    """Where :func:`_sweep_row` keeps a setting's bootstrap values (beside its counterfactuals ``npz``)."""
+    return npz.with_suffix(".resampled.json")
+
+
+def _stability(sw: _Sweep, name: str, rows: list[dict[str, Any]], rule: dict, tag: str) -> dict[str, Any] | None:
+    """:func:`vcebench.protocol.tune.pick_agreement` of ``rows`` (one stage of method ``name``'s sweep) from their
+    bootstrap values; None where a row has none (a row cached before they were kept)."""
+    paths = [resampled_path(sw.work / name / f"{tag}-{r['setting']}.npz") for r in rows]
+    if not rows or not all(p.is_file() for p in paths):
+        return None
+    draws = resampled_draws([json.loads(p.read_text()) for p in paths])
+    out = pick_agreement([r["metrics"] for r in rows], draws, rule)
+    out["pick"] = rows[out["pick"]]["setting"]
+    out["counts"] = {str(r["setting"]): c for r, c in zip(rows, out["counts"]) if c}
+    return out
 
 
 def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_dir: str = "resources/models",
@@ -243,6 +267,10 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
                          "dead_trials": dead, "dead_share": round_value(len(dead) / max(1, len(rows))),
                          "promoted": [r["setting"] for r in full], "pick": full[pick]["setting"],
                          "fallback": not how["qualified"],
+                         # how often a bootstrap of the inputs picks the same: among the promoted at n, and the
+                         # best search trial at n_search (the objective's stability at each stage's n)
+                         "pick_agreement": _stability(sw, name, full, rule, "promoted"),
+                         "search_agreement": _stability(sw, name, rows, rule, "trial"),
                          "front": [rows[i]["setting"] for i in front(rows, rule["minimize"])]}
         sweep += rows + full
     return {
