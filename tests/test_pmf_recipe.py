@@ -220,3 +220,23 @@ def test_continued_training_starts_from_the_pinned_weights_and_refuses_others(tm
     with pytest.raises(RoleConfigError, match="needs `init_sha256`"):
         train_pmf(_cfg(init_from=str(start)), imgs, tmp_path / "unpinned", seed=9, progress=False)
     assert not (tmp_path / "bad" / "model.safetensors").exists()
+
+
+def test_the_jvp_error_script_measures_fd_against_exact(tmp_path: Path):
+    """scripts/pmf_jvp_error.py (docs/networks.md, the exact-JVP arm) on a tiny trained pmf: the finite
+    difference is close to the exact JVP, but not equal to it (the two are really computed)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    imgs = _images()
+    train_pmf(_cfg(), imgs, tmp_path / "pmf", seed=5, progress=False)
+    np.savez(tmp_path / "train.npz", images=imgs.numpy())
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "scripts" / "pmf_jvp_error.py"), str(tmp_path / "pmf"),
+                          str(tmp_path / "train.npz"), "--batch", "16", "--batches", "2"],
+                         capture_output=True, text=True, check=True, cwd=root)
+    rec = json.loads(out.stdout)
+    med = rec["relative_error_of_the_target"]["median"]
+    assert rec["rows"] > 0 and 0 < med < 0.05, rec
