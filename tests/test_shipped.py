@@ -162,3 +162,22 @@ def test_reshipping_a_set_without_where_keeps_each_cards_own(shipped, tmp_path):
     assert read_card(out, "synthxray", "perceptual")["trained"]["where"] == "a test machine"
     with pytest.raises(ConfigError, match="--where"):
         ship(c, root / "models", tmp_path / "other", "t", None)
+
+
+def test_a_recipe_names_the_weights_it_continues_by_content_not_by_path(tmp_path):
+    """``init_from`` is where a checkout keeps the start, ``init_sha256`` what it is: the run's folder and the
+    shipped card may name two places for one file (the same recipe), never two files."""
+    from vcebench.models.shipping.cards import recipe_differences
+    from vcebench.steps.networks import check_recipe
+
+    trained = {"steps": 3, "init_from": "networks/t/ds/pmf/model.safetensors", "init_sha256": "ab" * 32}
+    moved = {**trained, "init_from": "networks/t/ds/pmf/init.safetensors"}
+    card = {"recipe": {"settings": trained, "data": None}}
+    assert recipe_differences(card, {"models": {"ds": {"pmf": moved}}}, "ds", "pmf") == []
+    other = {**moved, "init_sha256": "cd" * 32}
+    assert recipe_differences(card, {"models": {"ds": {"pmf": other}}}, "ds", "pmf") == [
+        f"settings.init_sha256: config {'cd' * 32!r}, shipped {'ab' * 32!r}"]
+    (tmp_path / "config.json").write_text(json.dumps({"config": trained}))
+    check_recipe({"models": {"ds": {"pmf": moved}}}, "ds", "pmf", tmp_path)
+    with pytest.raises(ConfigError, match="init_sha256"):
+        check_recipe({"models": {"ds": {"pmf": other}}}, "ds", "pmf", tmp_path)

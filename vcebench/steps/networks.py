@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.load import ConfigError
-from ..models.shipping.cards import write_card
+from ..models.shipping.cards import same_recipe_keys, write_card
 
 SKIP_PARTS = ("checkpoint", "snapshots")
 QUALITY_KEYS = ("gates", "truth_vs_regenerate", "test_accuracy", "test_mean_accuracy", "truth", "verification",
@@ -70,8 +70,8 @@ def recorded_settings(folder: Path) -> dict[str, Any]:
 def check_recipe(cfg: dict, dataset: str, role: str, folder: Path) -> None:
     """Every key of the config's recipe for ``dataset``/``role`` equals what ``folder`` was trained with."""
     spec = ((cfg.get("models") or {}).get(dataset) or {}).get(role) or {}
-    have = json.loads(json.dumps(recorded_settings(folder), default=str))
-    want = json.loads(json.dumps(spec, default=str))
+    have = json.loads(json.dumps(same_recipe_keys(recorded_settings(folder)), default=str))
+    want = json.loads(json.dumps(same_recipe_keys(spec), default=str))
     bad = [f"{k}: config {want[k]!r}, trained {have.get(k)!r}" for k in sorted(want) if have.get(k) != want[k]]
     if bad:
         raise ConfigError(f"{folder} was not trained with the config's recipe `models.{dataset}.{role}` "

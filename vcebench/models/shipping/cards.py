@@ -31,6 +31,17 @@ class ShippedNetworkError(ConfigError):
     """A shipped network's file is missing or does not match its card's hash."""
 
 
+# Recipe keys that say where a file is, not what it is: ``init_from`` (the weights a run continues) is pinned by its
+# ``init_sha256``, so two recipes naming the same content from two places (the run's checkout, the shipped folder)
+# are the same recipe. Compared without them (:func:`same_recipe_keys`).
+LOCATION_KEYS = frozenset({"init_from"})
+
+
+def same_recipe_keys(settings: dict[str, Any]) -> dict[str, Any]:
+    """A role's settings without :data:`LOCATION_KEYS` (what two recipes are compared on)."""
+    return {k: v for k, v in settings.items() if k not in LOCATION_KEYS}
+
+
 def recipe(cfg: dict, dataset: str, role: str) -> dict[str, Any]:
     """What a network's weights depend on: the role's settings and the dataset's (JSON-normalised)."""
     obj = {"role": role, "dataset": dataset,
@@ -69,7 +80,7 @@ def recipe_differences(card: dict[str, Any], cfg: dict, dataset: str, role: str)
     for part in ("settings", "data"):
         a, b = want.get(part) or {}, have.get(part) or {}
         if part == "settings":
-            a, b = {**off, **a}, {**off, **b}
+            a, b = same_recipe_keys({**off, **a}), same_recipe_keys({**off, **b})
         out += [f"{part}.{k}: config {a.get(k)!r}, shipped {b.get(k)!r}" for k in sorted(set(a) | set(b))
                 if a.get(k) != b.get(k)]
     return out
