@@ -130,10 +130,11 @@ def test_a_finished_setting_is_reused_only_with_the_same_network_weights(tmp_pat
     net = torch.nn.Linear(3, 2)
 
     def sweep(weights):
-        models = type("M", (), {"names": {"classifier": "classifier (trained)"}})()
+        models = type("M", (), {"names": {"classifier": "classifier (trained)", "pmf": "pmf (trained)"}})()
         return _Sweep(cfg, get_task(cfg, "synthfaces_smile"), None, "val", torch.arange(4), None, models,
-                      {"classifier"}, ["FID", "FR"], tmp_path, tmp_path / "ref.npz", None, "resources/models",
-                      "cpu", weights)
+                      {"classifier", "pmf"}, ["FID", "FR"], tmp_path, tmp_path / "ref.npz", None, "resources/models",
+                      "cpu", weights, {"fire": {"classifier", "pmf"}, "dime": {"classifier"},
+                                       "pixel": {"classifier"}})
 
     before = {"classifier": weights_fingerprint(net)}
     row = _sweep_row(sweep(before), "fire", 0, {})
@@ -149,6 +150,15 @@ def test_a_finished_setting_is_reused_only_with_the_same_network_weights(tmp_pat
     assert len(runs) == 2  # the same name, other weights: run again
     pixel = _sweep_row(sweep(after), "pixel", 0, {})  # no noise level: no log-SNR, and the row is written
     assert pixel["log_snr"] is None and pixel["metrics"]["FR"] == 100.0
+    # a network only another method runs (the pmf: FiRe's) retrained: FiRe's rows run again, DiME's stay valid
+    pmf_a, pmf_b = {**after, "pmf": "a" * 16}, {**after, "pmf": "b" * 16}
+    _sweep_row(sweep(pmf_a), "dime", 0, {})
+    _sweep_row(sweep(pmf_a), "fire", 0, {})
+    n = len(runs)
+    _sweep_row(sweep(pmf_b), "dime", 0, {})
+    assert len(runs) == n  # resumed: DiME does not run the pmf
+    _sweep_row(sweep(pmf_b), "fire", 0, {})
+    assert len(runs) == n + 1
 
 
 # --- sampler: tpe (config/presets/fair.yaml) --------------------------------------------------------------

@@ -55,6 +55,7 @@ class _Sweep:
     model_dir: str
     device: Any
     weights: dict[str, str]  # role -> checkpoints.weights_fingerprint: a retrained network is a new sweep
+    method_roles: dict[str, set[str]]  # method -> the roles it runs with (the metrics' and the classifier besides)
 
 
 def _wanted_metrics(tc: dict, rule: dict, known: dict) -> list[str]:
@@ -69,10 +70,14 @@ def _wanted_metrics(tc: dict, rule: dict, known: dict) -> list[str]:
     return wanted
 
 
-def _shared_key(sw: _Sweep) -> dict[str, Any]:
-    """What every trial of a sweep depends on besides its own params and inputs (a resumed sweep must match)."""
+def _shared_key(sw: _Sweep, name: str) -> dict[str, Any]:
+    """What every trial of method ``name`` depends on besides its own params and inputs (a resumed sweep must
+    match): the networks are those it and the metrics run, so retraining another method's network (e.g. the
+    pmf, which only FiRe runs) leaves this method's finished trials valid."""
+    roles = sorted(sw.method_roles.get(name, sw.roles))
     return {"metrics": sw.wanted, "seed": sw.cfg.get("seed"), "batch_size": sw.cfg.get("batch_size"),
-            "models": {r: sw.models.names.get(r, r) for r in sorted(sw.roles)}, "weights": sw.weights}
+            "models": {r: sw.models.names.get(r, r) for r in roles},
+            "weights": {r: w for r, w in sw.weights.items() if r in roles}}
 
 
 def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "setting") -> dict[str, Any]:
@@ -89,7 +94,8 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "
     method = settings.build_method()
     npz = sw.work / name / f"{tag}-{i}.npz"
     npz.parent.mkdir(parents=True, exist_ok=True)
-    key = json.dumps({"params": params, "ids": sw.ids.tolist(), **_shared_key(sw)}, sort_keys=True, default=str)
+    key = json.dumps({"params": params, "ids": sw.ids.tolist(), **_shared_key(sw, name)}, sort_keys=True,
+                     default=str)
     cached = npz.with_suffix(".row.json")
     if cached.exists() and json.loads(cached.read_text()).get("key") == key:
         return json.loads(cached.read_text())["row"]
@@ -169,12 +175,14 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     split = load_split(cfg, task.dataset, split_name, data_dir=data_dir)
     ids = torch.sort(split.sample_ids).values[:n]
     names = method_names or tune_methods(cfg)
-    roles = {"classifier"} | {r for k in wanted for r in known[k].roles}
+    scoring_roles = {"classifier"} | {r for k in wanted for r in known[k].roles}
+    method_roles: dict[str, set[str]] = {}
     for name in names:
         if split_method(name)[1] is not None:
             raise ConfigError(f"vcebench tune tunes base methods, not the variant {name!r}")
         params, _ = resolve_method(cfg, task, name, candidate={})
-        roles |= set(methods.get_method(name, params).roles)
+        method_roles[name] = scoring_roles | set(methods.get_method(name, params).roles)
+    roles = set().union(scoring_roles, *method_roles.values())
     models = load_task_models(cfg, task, roles=tuple(sorted(roles)), device=str(device), model_dir=model_dir)
     if "ddpm" in roles:
         check_ddpm_schedule(cfg, task.dataset, models.ddpm.alphas_cumprod.cpu().numpy())
@@ -186,7 +194,7 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
     weights = {r: weights_fingerprint(getattr(models, r)) for r in sorted(roles)
                if isinstance(getattr(models, r, None), torch.nn.Module)}
     sw = _Sweep(cfg, task, split, split_name, ids, split.index_of(ids), models, roles, wanted, work, ref,
-                data_dir, model_dir, device, weights)
+                data_dir, model_dir, device, weights, method_roles)
     space_all = (tc.get("space") or {})
     if tc["sampler"] == "tpe":
         return _run_tpe(sw, tc, rule, names, space_all, t_start, log)
@@ -238,7 +246,7 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
         untuned = method_params(sw.cfg, sw.task, name, candidate={})
         space = space_all.get(name) or {}
         key = json.dumps({"task": sw.task.name, "ids": small.ids.tolist(), "space": space, "rule": rule,
-                          "untuned": untuned, "seed": seed, **_shared_key(sw)}, sort_keys=True, default=str)
+                          "untuned": untuned, "seed": seed, **_shared_key(sw, name)}, sort_keys=True, default=str)
         (sw.work / name).mkdir(parents=True, exist_ok=True)
         rows_by_trial: dict[int, dict] = {}
 
