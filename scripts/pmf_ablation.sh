@@ -9,6 +9,7 @@
 #                                               exact_jvp, wide, full; ft_base, ft_perceptual: 1,000 steps more
 #                                               of the set's shipped pmf, without / with the perceptual loss); FLAG --train-only (e.g. on a GPU) or
 #                                               --score-only (later, where the judges are); resumable
+#   bash scripts/pmf_ablation.sh shipped        score the set's shipped faces pmf the same way (the arms' reference)
 #   bash scripts/pmf_ablation.sh table          $OUT/$SET/ablation.md and .json: every scored arm at its budget
 # Environment: SET ref1 | ref2 (default ref1; ref2 adds config/presets/ref2.yaml's seeds), STEPS (default the
 # recipe's, 12,800), AT (smaller budgets scored on the way, e.g. "3200 6400": wsd decays from the shared trunk), PRESET (a config merged before the arm, e.g. config/presets/quick.yaml for a smoke test),
@@ -43,8 +44,17 @@ case "$verb" in
       vce train "$role" --task "$TASK" --data "$DATA/synthfaces" --model-dir "$MODELS" --no-progress \
         "${CONFIGS[@]}"
     done ;;
+  shipped)
+    steps=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['recipe']['settings']['steps'])" \
+      "networks/$SET/synthfaces/pmf/card.json")
+    run=$OUT/$SET/shipped/train-$(printf %06d "$steps")
+    mkdir -p "$run/snapshots"
+    cp "networks/$SET/synthfaces/pmf/"{model.safetensors,config.json,metrics.json} "$run/"
+    cp "networks/$SET/synthfaces/pmf/model.safetensors" "$run/snapshots/step-$(printf %06d "$steps").safetensors"
+    vce models curve --task "$TASK" --role pmf --steps "$steps" --n-val "${N_VAL:-256}" --samples "${SAMPLES:-1000}" \
+      --data "$DATA/synthfaces" --models "$MODELS" --out "$OUT/$SET/shipped" --score-only "${CONFIGS[@]}" ;;
   table)
-    python3 - "$OUT/$SET" $ARMS <<'EOF'
+    python3 - "$OUT/$SET" shipped $ARMS <<'EOF'
 import json, sys
 from pathlib import Path
 
