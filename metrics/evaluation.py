@@ -209,7 +209,8 @@ def _intervals(out: dict, metrics: Sequence[Metric], ids: list[int], cfg: dict, 
             continue
         for k, values in m.bootstrap(draws.head(bf if getattr(m, "feature_bootstrap", False) else b)).items():
             intervals[k] = percentile_interval(values, float(cfg["level"]))
-            resampled[k] = [float(v) for v in np.asarray(values, dtype=float)]
+            if keep:
+                resampled[k] = np.asarray(values, dtype=float).tolist()
     out["intervals"] = intervals
     if keep:
         out["resampled"] = resampled

@@ -19,6 +19,7 @@ import torch
 
 from vcebench.models.generative.pmf import PMF_DEFAULTS, PixelMeanFlow, du_dt, sample_tr
 from vcebench.models.generative.unet import use_explicit_groupnorm
+from vcebench.models.training.loops import to_float_images
 
 
 def main() -> None:
@@ -36,7 +37,7 @@ def main() -> None:
     recipe = {**PMF_DEFAULTS, **json.loads(Path(args.pmf, "card.json").read_text())["recipe"]["settings"]} \
         if Path(args.pmf, "card.json").is_file() else dict(PMF_DEFAULTS)
     with np.load(args.train_npz) as f:
-        images = torch.from_numpy(f["images"]).float() / 127.5 - 1
+        images = to_float_images(torch.from_numpy(f["images"]), args.train_npz)
     g = torch.Generator().manual_seed(args.seed)
     err_target, err_term = [], []
     for _ in range(args.batches):

@@ -9,13 +9,13 @@ loaders' business (a ``.pt`` is read with ``torch.load(weights_only=True)`` like
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ConfigError
+from .io import sha256
 
 SCHEME = "hf://"
 _URL = re.compile(r"^hf://(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)/(?P<file>[^@]+?)(?:@(?P<rev>[\w./-]+))?$")
@@ -97,14 +97,6 @@ def commit_of(path: Path) -> str | None:
         if i + 1 < len(parts) and COMMIT.match(parts[i + 1]):
             return parts[i + 1]
     return None
-
-
-def sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def verify(path: Path, expected: str | None, name: str) -> str:

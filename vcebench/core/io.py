@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -21,6 +22,15 @@ def _is_tensor(o: Any) -> bool:
     torch was never imported, nothing is a tensor."""
     torch = sys.modules.get("torch")
     return torch is not None and torch.is_tensor(o)
+
+
+def sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes (hex), read in 1 MiB blocks: shipped cards, Hub pins, pinned weights."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 @contextlib.contextmanager

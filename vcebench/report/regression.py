@@ -17,7 +17,6 @@ in ``cpu/<kind>/`` beside them: :func:`reference_tables` picks the folder of the
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import re
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core.io import sha256
 from .seeds import NOT_CHECKED
 from .tables import format_value
 
@@ -80,7 +80,7 @@ def machine_record(kind: str, kernels: dict, torch_version: str) -> dict:
 
 def reference_sha256(ref_dir: Path, tasks: list[str]) -> dict[str, str]:
     """``{task: sha256 of <ref_dir>/<task>.csv}``: the reference tables the tolerances guard."""
-    return {t: hashlib.sha256((Path(ref_dir) / f"{t}.csv").read_bytes()).hexdigest() for t in tasks}
+    return {t: sha256(Path(ref_dir) / f"{t}.csv") for t in tasks}
 
 
 def check_current(tolerances: dict, ref_dir: Path) -> str | None:

@@ -92,7 +92,7 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "
                                    split=sw.split_name)
     params, rec = dict(settings.params), settings.protocol
     method = settings.build_method()
-    npz = sw.work / name / f"{tag}-{i}.npz"
+    npz = _cfs_path(sw, name, tag, i)
     npz.parent.mkdir(parents=True, exist_ok=True)
     key = json.dumps({"params": params, "ids": sw.ids.tolist(), **_shared_key(sw, name)}, sort_keys=True,
                      default=str)
@@ -120,6 +120,11 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "
     return row
 
 
+def _cfs_path(sw: _Sweep, name: str, tag: str, i: int) -> Path:
+    """Where setting ``i`` of method ``name``'s sweep stage ``tag`` keeps its counterfactuals."""
+    return sw.work / name / f"{tag}-{i}.npz"
+
+
 def resampled_path(npz: Path) -> Path:
     """Where :func:`_sweep_row` keeps a setting's bootstrap values (beside its counterfactuals ``npz``)."""
     return npz.with_suffix(".resampled.json")
@@ -128,7 +133,7 @@ def resampled_path(npz: Path) -> Path:
 def _stability(sw: _Sweep, name: str, rows: list[dict[str, Any]], rule: dict, tag: str) -> dict[str, Any] | None:
     """:func:`vcebench.protocol.tune.pick_agreement` of ``rows`` (one stage of method ``name``'s sweep) from their
     bootstrap values; None where a row has none (a row cached before they were kept)."""
-    paths = [resampled_path(sw.work / name / f"{tag}-{r['setting']}.npz") for r in rows]
+    paths = [resampled_path(_cfs_path(sw, name, tag, r["setting"])) for r in rows]
     if not rows or not all(p.is_file() for p in paths):
         return None
     draws = resampled_draws([json.loads(p.read_text()) for p in paths])

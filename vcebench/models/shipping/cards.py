@@ -13,7 +13,6 @@ and thread count are not in it: a shipped network is the same file on every mach
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import ConfigError
+from ...core.io import sha256
 from ...registry.roles import LOSS_ROLES
 
 CARD = "card.json"
@@ -48,14 +48,6 @@ def recipe(cfg: dict, dataset: str, role: str) -> dict[str, Any]:
            "settings": ((cfg.get("models") or {}).get(dataset) or {}).get(role),
            "data": (cfg.get("datasets") or {}).get(dataset)}
     return json.loads(json.dumps(obj, sort_keys=True, default=str))
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def card_path(networks: str | Path, dataset: str, role: str) -> Path:

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ...core.io import from_uint8
+from ...core.io import from_uint8, sha256
 from ...core.rng import step_generator, step_seed
 from ..checkpoints import (
     CHECKPOINT,
@@ -152,8 +152,6 @@ def initial_weights(settings: dict, role: str) -> dict[str, Tensor] | None:
             raise RoleConfigError(f"`models.<dataset>.{role}.init_sha256` is set without `init_from`")
         return None
     from safetensors.torch import load_file
-
-    from ..shipping.cards import sha256
 
     p = Path(str(path))
     if not p.is_file():
