@@ -1,7 +1,10 @@
-"""The fair protocol (config/presets/fair.yaml, vcebench/protocol/fair.py, docs/protocol.md "The fair protocol"):
-the papers' values under one resolution rule, one search-space rule, one equal-compute rule."""
+"""The fair protocol (config/config.yaml, vcebench/protocol/fair.py, docs/protocol.md "The fair protocol"): the
+papers' values under one resolution rule, one search-space rule, one equal-compute rule."""
 
 from __future__ import annotations
+
+import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,13 +23,13 @@ from vcebench.protocol.fair import (
 from vcebench.protocol.noise import resolve_method
 from vcebench.protocol.tune import OFFSET_RANGE, SHIFT_RANGE, STRENGTH_FACTORS, rule_space, space_violations
 
-FAIR = ["config/config.yaml", "config/presets/fair.yaml"]
+ROOT = Path(__file__).resolve().parents[1]
 SYNTHETIC = ("synthfaces_smile", "synthfaces_age", "synthxray_pacemaker")
 
 
 @pytest.fixture(scope="module")
 def fair():
-    return load_config(FAIR)
+    return load_config()
 
 
 def test_resolution_rule():
@@ -64,9 +67,13 @@ def test_every_synthetic_task_param_is_the_rule_applied_to_the_paper_value(fair)
         assert task in SYNTHETIC and param in fair["tasks"][task]["params"][method] and reason
 
 
-def test_the_task_param_check_catches_the_evaluation_split_picks():
-    """Planted fault: config.yaml's own task params (FiRe's rho 0.02 on smile, chosen on `test`) fail it."""
-    bad = _task_param_mismatches(load_config())
+def test_the_task_param_check_catches_the_evaluation_split_picks(fair):
+    """Planted fault: the params the old protocol chose on `test` (FiRe's rho 0.02 on smile) and the CelebA
+    guidance on x-ray fail it."""
+    old = copy.deepcopy(fair)
+    old["tasks"]["synthfaces_smile"]["params"]["fire"]["rho"] = 0.02
+    old["tasks"]["synthxray_pacemaker"]["params"]["dime"] = {"respacing": 50, "scales": [8, 10, 15]}
+    bad = _task_param_mismatches(old)
     assert "synthfaces_smile.fire.rho: 0.02 (rule: 0.05)" in bad
     assert any(b.startswith("synthxray_pacemaker.dime.scales") for b in bad)
 
@@ -83,8 +90,11 @@ def test_every_space_is_two_sided_by_the_rule(fair):
             lo, hi = s["range"]
             centre = 1.0 if s["scale"] == "log" else 0.0  # the paper value: factor 1, offset / shift 0
             assert lo < centre < hi, (method, p)
-    # planted fault: config.yaml's one-sided scales (x0.05-1) and x0.5-2 ranges are seen
-    bad = space_violations(load_config()["tune"]["space"])
+    # planted fault: the old protocol's one-sided scales (x0.05-1) and x0.5-2 ranges are seen
+    old = copy.deepcopy(space)
+    old["dime"]["scales"] = {"range": [0.05, 1.0], "scale": "log", "relative": True}
+    old["fire"]["eta"] = {"range": [0.5, 2.0], "scale": "log", "relative": True}
+    bad = space_violations(old)
     assert any(b.startswith("dime.scales") for b in bad) and any(b.startswith("fire.eta") for b in bad)
 
 
@@ -117,8 +127,25 @@ def test_xray_baselines_follow_fastdime_med(fair):
     assert DOMAIN["synthxray"] == ("chexpert", 512)
 
 
-def test_the_fair_preset_reads_no_tuned_file_of_the_old_protocol(fair):
-    assert fair["protocol"]["tuned_dir"] != load_config()["protocol"]["tuned_dir"]
+def test_the_committed_picks_were_made_under_this_protocol(fair):
+    """config/tuned/<task>.yaml (what the default run reads): every method searched with the same budget under the
+    config's own rule and spaces, at most 25 % dead trials, a fallback said."""
+    from vcebench.config.load import read_yaml
+
+    tc = fair["tune"]
+    for task in SYNTHETIC:
+        tuned = read_yaml(ROOT / fair["tuned"][task]["file"])
+        assert tuned["sampler"] == "tpe" and tuned["rule"]["minimize"] == tc["select"]["minimize"], task
+        assert (tuned["n_trials"], tuned["promote"], tuned["validation"]["n_search"], tuned["validation"]["n"]) == \
+            (tc["n_trials"], tc["promote"], tc["n_search"], tc["n"]), task
+        assert tuned["validation"]["split"] == "val" and tuned["validation"]["evaluation_split"] == "test", task
+        cfs = {m["explained_val_cfs"] for name, m in tuned["methods"].items() if tc["space"].get(name)}
+        assert cfs == {tc["n_trials"] * tc["n_search"] + tc["promote"] * tc["n"]}, (task, cfs)
+        for name, m in tuned["methods"].items():
+            assert m["trials"] == (tc["n_trials"] if tc["space"].get(name) else 1), (task, name)
+            assert m["dead_share"] <= 0.25, (task, name, m["dead_trials"])
+            assert m["pick"] in m["promoted"] and m["fallback"] == (not tuned["picked"][name]["qualified"])
+            assert tuned["space"][name] == (tc["space"].get(name) or {}), (task, name)
 
 
 # --- the switches the fair protocol uses (defaults off: the committed results are unchanged) ----------------

@@ -214,6 +214,41 @@ def test_footer_states_intervals_n_protocol_costs_and_warnings(tmp_path):
     assert "selection: tuned settings (config/tuned/x.yaml; lowest FID subject to FR ≥ 95, on 48 `val` inputs" in foot
 
 
+def test_footer_warns_when_a_row_ran_a_generator_that_fails_its_gate(tmp_path):
+    """#48: the faces FiRe rows run on a pmf worse than Tweedie; the tables say so (from each row's profile.json,
+    where the explain run records the gates of the networks it loaded), and only for rows that called it."""
+    from vcebench.report.footer import gate_lines
+
+    failing = {"pmf": {"passed": False, "failed": ["fid_lower"]}}
+    profiles = {"fire": {"gates": failing, "flops_per_call": {"pmf": {}, "classifier": {}}},
+                "fire_paper": {"gates": failing, "flops_per_call": {"pmf": {}}},
+                "dime": {"gates": failing, "flops_per_call": {"unet": {}}}}  # loaded it, never called it
+    (line,) = gate_lines(profiles)
+    assert line.startswith("**Warning** FiRe, FiRe (paper): the pmf fails its quality gate (failed: fid_lower")
+    assert gate_lines({"fire": {"gates": {"pmf": {"passed": True, "failed": []}}, "flops_per_call": {"pmf": {}}}}) == []
+    task, methods = _full_results(tmp_path)  # rows without gates in their profile: no warning
+    df, _ = report.load_task_table(tmp_path, task, methods, "xray", synthetic=True)
+    foot = report.task_footer(df, report.load_metrics_json(tmp_path, task, methods), None, 128,
+                              profiles=report.load_profiles(tmp_path, task, methods))
+    assert not [f for f in foot if "quality gate" in f]
+
+
+def test_loaded_models_record_the_trained_generators_gate(tmp_path):
+    from vcebench.config.load import load_config
+    from vcebench.config.tasks import get_task
+    from vcebench.models.task_models import quality_gate_of
+
+    cfg = load_config()
+    task = get_task(cfg, "synthfaces_smile")
+    d = tmp_path / "synthfaces" / "pmf"
+    d.mkdir(parents=True)
+    assert quality_gate_of(cfg, task, "pmf", tmp_path) is None  # no metrics.json
+    (d / "metrics.json").write_text(json.dumps({"quality_gate": {"passed": False, "failed": ["fid_lower"], "x": 1}}))
+    assert quality_gate_of(cfg, task, "pmf", tmp_path) == {"passed": False, "failed": ["fid_lower"]}
+    (d / "metrics.json").write_text("{not json")
+    assert quality_gate_of(cfg, task, "pmf", tmp_path) is None
+
+
 def _truth_table(root, s3, s3_intervals=None):
     """A synthetic x-ray table with the do-nothing row, the truth row and two explainers; ``s3``: {method: S3}."""
     task, higher = "synthxray_pacemaker", {"S3": True, "FR": True, "FR_oracle": True}
@@ -351,8 +386,8 @@ def test_the_ablation_tables_take_their_rows_from_paper_methods_and_variants():
     planted["variants"]["fire"].update(K7={"K": 7}, t03={"t": 0.3})
     planted["paper_methods"] = ["fire_K20", "fire_K7", "fire_t03", "fire_paper", "fire_no_compaction",
                                 "fire_reverse", "ace_l2"]
-    planted["method_defaults"]["fire"]["K"] = 30
-    assert ablation_rows(planted, task) == {
+    planted["tasks"]["synthfaces_smile"]["params"]["fire"]["K"] = 30  # FiRe's own K (the task sets it)
+    assert ablation_rows(planted, get_task(planted, "synthfaces_smile")) == {
         "Table 4 (ablation)": ["fire_reverse", "fire"],
         "Table 5 (refinement budget K)": ["fire_K7", "fire_K20", "fire"],  # by K; FiRe's own 30 last
         "Table 6 (noise level t)": ["fire_t03", "fire"],  # 0.3 < FiRe's 0.4

@@ -79,17 +79,17 @@ def test_pareto_methods_and_figures(tmp_path):
     # a smaller n for the Pareto points: the default point is `<method>_base` on those inputs, passed as
     # --n-eval to explain / evaluate; the table rows keep n_eval
     assert ("fire_base", "fire", "default") in pareto_methods(cfg)
-    assert n_eval_arg(cfg, "fire_K1") == "--n-eval 20" and n_eval_arg(cfg, "fire_base") == "--n-eval 20"
+    assert n_eval_arg(cfg, "fire_K3") == "--n-eval 20" and n_eval_arg(cfg, "fire_base") == "--n-eval 20"
     assert n_eval_arg(cfg, "fire") == "" and n_eval_arg(cfg, "fire_paper") == ""
     # a Pareto point that is also a paper-table row (Table 5's K5) is that row: the table's n
     assert "fire_K5" in cfg["paper_methods"] and "fire_K5" in {m for m, _, _ in pareto_methods(cfg)}
     assert n_eval_arg(cfg, "fire_K5") == ""
     cfg["pareto"]["n_eval"] = cfg["n_eval"]  # not below n_eval: the table rows are the default points
     rows = pareto_methods(cfg)
-    assert n_eval_arg(cfg, "fire_K1") == ""
+    assert n_eval_arg(cfg, "fire_K3") == ""
     names = [m for m, _, _ in rows]
-    assert ("fire", "fire", "default") in rows and ("fire_K1", "fire", "budget") in rows
-    assert ("dime_r200", "dime", "budget") in rows and ("maskdime_snr_p2", "maskdime", "snr") in rows
+    assert ("fire", "fire", "default") in rows and ("fire_K3", "fire", "budget") in rows
+    assert ("dime_g30", "dime", "budget") in rows and ("maskdime_snr_p2", "maskdime", "snr") in rows
     assert len(names) == len(set(names))
     rng = np.random.default_rng(0)
     df = pd.DataFrame({"method": names, "base": [b for _, b, _ in rows], "sweep": [s for _, _, s in rows],

@@ -69,6 +69,12 @@ def test_every_method_gets_the_same_number_of_settings(cfg):
         for name, spec in cfg["tune"]["space"][m].items():
             lo, hi = spec["range"]
             vals = [c[name] for c in cands[1:]]
+            if spec.get("scale") == "shift":  # an integer added to the radius (floored at 0): no strata
+                from vcebench.protocol.tune import ODD_KERNELS
+
+                radius = (lambda v: (v - 1) // 2) if (m, name) in ODD_KERNELS else (lambda v: v)
+                assert all(lo <= radius(v) - radius(untuned[name]) <= hi and v >= 0 for v in vals), (m, name, vals)
+                continue
             if spec.get("relative"):
                 base = untuned[name]
                 vals = [v[0] / base[0] if isinstance(v, list) else v / base for v in vals]
@@ -161,7 +167,7 @@ def test_a_finished_setting_is_reused_only_with_the_same_network_weights(tmp_pat
     assert len(runs) == n + 1
 
 
-# --- sampler: tpe (config/presets/fair.yaml) --------------------------------------------------------------
+# --- sampler: tpe (config/config.yaml) --------------------------------------------------------------------
 SPACE3 = {"log_snr_offset": {"range": [-3.0, 3.0], "scale": "linear", "relative": False},
           "eta": {"range": [0.25, 4.0], "scale": "log", "relative": True},
           "dilation": {"range": [-2, 2], "scale": "shift", "relative": True}}

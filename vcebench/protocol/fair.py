@@ -15,7 +15,7 @@ the tuning rule's (:mod:`vcebench.protocol.tune`).
   scales of the DDPM baselines (up to 3 trajectories), FastDiME-2(+)'s second pass.
 
 :data:`PAPER` lists every value with its source. :func:`rule_params` is the rule applied to a synthetic task;
-``config/presets/fair.yaml`` writes it out (tests/test_fair.py checks the two agree).
+``config/config.yaml`` writes it out (tests/test_fair.py checks the two agree).
 """
 
 from __future__ import annotations

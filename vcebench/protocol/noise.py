@@ -39,7 +39,7 @@ NOISE_RULES = ("paper", "snr_matched")
 # keys of a method's config consumed here (never passed to the method's dataclass), with their types (checked
 # when the config is loaded: protocol.settings), and the method's own ``protocol`` mapping
 PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respacing": int, "warmup_fraction": float,
-                     "guided_steps": int}
+                     "guided_steps": int | None}  # null: the respacing sets the trajectory (paper_protocol.yaml)
 PROTOCOL_KEYS = ("protocol", *PROTOCOL_SETTINGS)
 # the DDPM schedule assumed when a dataset's config names none (DiME's CelebA DDPM: guided-diffusion's
 # linear betas scaled by 1000 / T, T = 500)

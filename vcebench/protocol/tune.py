@@ -8,7 +8,7 @@ the untuned value, element-wise for lists such as the DDPM guidance ``scales``).
 noise protocol (``log_snr_offset`` moves the starting log-SNR of FiRe and of a DDPM alike) and the same
 per-sample noise streams, and is scored on ``tune.metrics``.
 
-``tune.sampler: tpe`` (config/presets/fair.yaml; docs/protocol.md section 6) replaces the hypercube with
+``tune.sampler: tpe`` (config/config.yaml; docs/protocol.md "The fair protocol") replaces the hypercube with
 :func:`sequential_search`: ``n_trials`` seeded, resumable TPE trials per method on the first ``n_search``
 inputs over the spaces of the search-space rule (:func:`rule_space`), the best ``promote`` explained again on
 all ``n``, the pick made among those; :func:`pick_stability` measures an objective's stability.

@@ -240,7 +240,7 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
 
     missing = [k for k in ("n_trials", "n_search", "promote", "dead_fr") if k not in tc]
     if missing:
-        raise ConfigError(f"tune.sampler tpe needs config key `tune.{missing[0]}` (config/presets/fair.yaml)")
+        raise ConfigError(f"tune.sampler tpe needs config key `tune.{missing[0]}` (config/config.yaml)")
     n_trials, n_search, promote = int(tc["n_trials"]), int(tc["n_search"]), int(tc["promote"])
     dead_fr, seed = float(tc["dead_fr"]), int(tc["seed"])
     if n_search > len(sw.ids):
