@@ -77,6 +77,8 @@ class TaskModels:
     simsiam: nn.Module | None = None
     fid_features: nn.Module | None = None
     names: dict[str, str] = field(default_factory=dict)  # role -> human-readable model name
+    # role -> its quality gate ({"passed", "failed"}) where the trained network's metrics.json holds one (the pmf)
+    gates: dict[str, dict] = field(default_factory=dict)
 
     def to(self, device: torch.device | str) -> TaskModels:
         for role in ROLES:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,25 @@ def load_task_models(cfg: dict, task: Task | str, roles: tuple[str, ...] | list[
             freeze(module)
         setattr(models, role, module)
         models.names[role] = name
+        gate = quality_gate_of(cfg, task, role, model_dir)
+        if gate is not None:
+            models.gates[role] = gate
     return models.to(device)
+
+
+def quality_gate_of(cfg: dict, task: Task, role: str, model_dir: str | Path = "resources/models") -> dict | None:
+    """The quality gate a trained network's ``metrics.json`` records (``vcebench train pmf``, docs/protocol.md
+    section 5) as ``{"passed", "failed"}``; None for canonical weights and networks without one."""
+    if "weights" in role_spec(cfg, task.dataset, role):
+        return None
+    sentinel = Path(model_dir) / task.dataset / role / "metrics.json"
+    try:
+        gate = json.loads(sentinel.read_text()).get("quality_gate")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(gate, dict) or "passed" not in gate:
+        return None
+    return {"passed": bool(gate["passed"]), "failed": list(gate.get("failed") or [])}
 
 
 def check_settings(role: str, dataset: str, spec: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

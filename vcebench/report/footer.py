@@ -39,8 +39,18 @@ def _per_row(values: dict[str, object]) -> str:
     return ", ".join(f"{method_label(m)} {format_value(v)}" for m, v in values.items())
 
 
+def load_profiles(results: Path, task: str, methods: list[str]) -> dict[str, dict]:
+    """``{method: profile.json}`` (the explain run's merged record) of the rows that have one."""
+    out = {}
+    for m in methods:
+        p = results / task / m / "profile.json"
+        if p.exists():
+            out[m] = json.loads(p.read_text())
+    return out
+
+
 def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = None,
-                feature_dim: int | None = None) -> list[str]:
+                feature_dim: int | None = None, profiles: dict[str, dict] | None = None) -> list[str]:
     """Footer lines of a task table (markdown; ``to_latex`` turns them into a table note): what ± means, the
     n behind each column, the protocol (noise rule, selection rule, n, seeds, feature extractor), where the
     cost columns come from, and warnings (a DDPM row whose every sample flipped at its first guidance scale).
@@ -53,6 +63,7 @@ def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = N
     lines += _baseline_lines(df)
     lines += _imported_lines(df)
     lines += _warning_lines(metas)
+    lines += gate_lines(profiles or {})
     return lines
 
 
@@ -192,3 +203,21 @@ def _warning_lines(metas: dict[str, dict]) -> list[str]:
                          f"({format_value(g.get('first_scale'))}); the retry schedule"
                          + (f" {list(scales)}" if scales else "") + " was never exercised.")
     return lines
+
+
+def gate_lines(profiles: dict[str, dict]) -> list[str]:
+    """A warning per generator that ran a row and fails its quality gate (docs/protocol.md section 5): the
+    pmf's one-step prediction worse than the DDPM's Tweedie estimate is not the predictor FiRe's premise needs."""
+    from ..costs.columns import NFE_ROLES
+
+    failing: dict[str, tuple[list[str], list[str]]] = {}
+    for m, pj in profiles.items():
+        ran = {NFE_ROLES.get(net, net) for net in pj.get("flops_per_call") or {}}  # the roles the row called
+        for role, gate in (pj.get("gates") or {}).items():
+            if role in ran and not gate.get("passed", True):
+                failing.setdefault(role, ([], list(gate.get("failed") or [])))[0].append(method_label(m))
+    return [f"**Warning** {', '.join(rows)}: the {role} fails its quality gate ("
+            + (f"failed: {', '.join(failed)}; " if failed else "")
+            + "docs/protocol.md section 5): its one-step prediction is worse than the DDPM's Tweedie estimate, so "
+              "these rows measure the method on a weaker predictor than its paper assumes."
+            for role, (rows, failed) in sorted(failing.items())]

@@ -245,7 +245,7 @@ def _run_record(models, parts: list, device: torch.device | str) -> dict:
 
     out = {"device": device_name(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
            "kernels": kernel_record(), "models": dict(getattr(models, "names", {}) or {}),
-           "flop_convention": FLOP_CONVENTION,
+           "gates": dict(getattr(models, "gates", {}) or {}), "flop_convention": FLOP_CONVENTION,
            "flops_per_call": {}}
     if parts:
         info, _ = cat_info(parts)
