@@ -67,7 +67,7 @@ def _linear_abar():
 def test_paper_rule_at_the_paper_respacing_is_the_paper_start(cfg):
     new = copy.deepcopy(cfg)
     new["protocol"]["noise"] = "paper"
-    new["tasks"]["synthfaces_smile"]["params"]["maskdime"]["respacing"] = 200
+    new["tasks"]["synthfaces_smile"]["params"]["maskdime"].update(respacing=200, guided_steps=None)
     new["tuned"] = {}
     p, r = resolve_method(new, "synthfaces_smile", "maskdime")
     assert (p["start_step"], r["train_timestep"]) == (60, 150)
@@ -79,7 +79,7 @@ def test_changing_only_respacing_keeps_the_starting_snr(cfg, respacing):
     log-SNR: within half the log-SNR gap between neighbouring respaced steps of the target."""
     new = copy.deepcopy(cfg)
     new["tuned"] = {}
-    new["variants"]["dime"]["R"] = {"respacing": respacing}
+    new["variants"]["dime"]["R"] = {"respacing": respacing, "guided_steps": None}  # the respacing sets the trajectory
     base = resolve_method(new, "synthfaces_smile", "dime")[1]
     v = resolve_method(new, "synthfaces_smile", "dime_R")[1]
     assert v["log_snr_target"] == pytest.approx(base["log_snr_target"])
@@ -89,6 +89,24 @@ def test_changing_only_respacing_keeps_the_starting_snr(cfg, respacing):
     s = v["start_step"]
     assert abs(lam[s] - v["log_snr_target"]) <= min(abs(lam[s - 1] - v["log_snr_target"]),
                                                     abs(lam[min(s + 1, respacing - 1)] - v["log_snr_target"]))
+
+
+@pytest.mark.parametrize("guided", [3, 15, 30])
+def test_changing_only_guided_steps_keeps_the_starting_snr(cfg, guided):
+    """The equal-compute budget (`guided_steps`, the Pareto variants g3..g30): the trajectory is respaced so that
+    the start step at the same log-SNR is the step count, the respaced step nearest that log-SNR."""
+    from vcebench.protocol.noise import respaced_log_snr
+
+    new = copy.deepcopy(cfg)
+    new["tuned"] = {}
+    new["variants"]["dime"]["G"] = {"guided_steps": guided}
+    base = resolve_method(new, "synthfaces_smile", "dime")[1]
+    p, v = resolve_method(new, "synthfaces_smile", "dime_G")
+    assert v["log_snr_target"] == pytest.approx(base["log_snr_target"]) and p["start_step"] == guided
+    _, lam = respaced_log_snr(_linear_abar(), p["respacing"])
+    s = p["start_step"]
+    assert abs(lam[s] - v["log_snr_target"]) <= min(abs(lam[s - 1] - v["log_snr_target"]),
+                                                    abs(lam[s + 1] - v["log_snr_target"]))
 
 
 def test_offset_and_derived_keys(cfg):
@@ -143,7 +161,7 @@ def test_tuned_file_is_read_after_the_task_and_before_a_variant(cfg, tmp_path):
     assert resolve_method(new, "synthfaces_smile", "fire_K5")[0]["K"] == 5  # the variant wins over the tuned K
     assert resolve_method(new, "synthfaces_smile", "fire_K5")[0]["rho"] == 0.5
     pp, rp = resolve_method(new, "synthfaces_smile", "fire_paper")
-    assert pp["rho"] == 0.02 and not rp["tuned"] and pp["t"] == pytest.approx(0.4)
+    assert pp["rho"] == 0.05 and not rp["tuned"] and pp["t"] == pytest.approx(0.4)
     assert resolve_method(new, "synthfaces_smile", "maskdime")[0]["scales"] == [1.0, 2.0]
     assert not resolve_method(new, "synthfaces_age", "maskdime")[1]["tuned"]  # no file for that task
     # the tuning picked DiME's untuned setting ({}): the row is tuned, its settings are the untuned ones

@@ -4,8 +4,8 @@ paper's Tables 1-6 and Figure 2 from a run's results, with the paper's reported 
 Which rows each table has is read from the config, not written here again:
 
 - Tables 1-3 (comparison, one per task of ``run_tasks``: faces in Tables 1/2, x-ray in Table 3): the rows of
-  config ``methods``, then the rows of config ``paper_methods`` that are not FiRe's (ACE l2 beside ACE l1, as
-  in the paper; ``ace_paper``).
+  config ``methods``, then the rows of config ``paper_methods`` that are not FiRe's ablations (every method's
+  paper row ``<method>_paper``; ACE l2 beside ACE l1, as in the paper).
 - Tables 4-6 (FiRe's ablations, on the first face task, else the first task): the FiRe variants of
   ``paper_methods`` (``fire_<variant>``, config ``variants.fire.<variant>``), each in the table of what its
   overrides change (:data:`ABLATIONS`): Table 4 the switches of the method (mode, mask, adaptive step, early
@@ -29,10 +29,11 @@ ABLATIONS = (
 
 
 def comparison_rows(cfg: dict) -> list[str]:
-    """The rows of the comparison tables (1-3): config ``methods``, then the rows of ``paper_methods`` of the
-    other methods than FiRe (FiRe's variants are its ablations)."""
+    """The rows of the comparison tables (1-3): config ``methods``, then the rows of ``paper_methods`` but FiRe's
+    ablations (its variants other than its paper row)."""
     methods = list(cfg["methods"])
-    extra = [m for m in cfg.get("paper_methods") or [] if split_method(m)[0] != "fire" and m not in methods]
+    extra = [m for m in cfg.get("paper_methods") or []
+             if (split_method(m)[0] != "fire" or split_method(m)[1] == "paper") and m not in methods]
     return methods + list(dict.fromkeys(extra))
 
 
