@@ -107,7 +107,7 @@ def test_ace_variants_and_protocol_noise(cfg):
     p2, _ = resolve_method(cfg, "synthfaces_smile", "ace_l2")
     assert (p1["distance"], p2["distance"]) == ("l1", "l2")
     assert rec["reference_start"] == "4 of 50" and rec["start_step"] == p1["start_step"]
-    assert rec["log_snr"] is not None and p1["dilation"] == 3
+    assert rec["log_snr"] is not None and p1["dilation"] == 5  # its kernel 15 at 128 px by the resolution rule
     paper, rec_paper = resolve_method(cfg, "synthfaces_smile", "ace_paper")
     assert rec_paper["noise_rule"] == "paper" and paper["start_step"] == 4  # the paper's tau at 50 steps
     assert methods.get_method("pixel_attack", resolve_method(cfg, "synthfaces_smile", "pixel_attack")[0]).roles == \

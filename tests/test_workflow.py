@@ -135,13 +135,13 @@ def test_cuda_settings_apply_only_on_cuda():
 def test_settings_key_changes_only_with_the_settings_a_job_uses(cfg):
     """Snakemake reruns a job when its `settings` param changes: a FiRe hyperparameter of one task
     changes that task's fire key only; a model spec changes that role's key only. (The hyperparameter is
-    one `tune` does not set: a tuned file's `rho` is merged after the task's and would hide the change.)"""
+    one `tune` does not set: a tuned file's `rho` or `dilation` is merged after the task's and would hide it.)"""
     import copy
 
     from vcebench import workflow as wf
 
     new = copy.deepcopy(cfg)
-    new["tasks"]["synthfaces_smile"]["params"]["fire"]["dilation"] = 2
+    new["tasks"]["synthfaces_smile"]["params"]["fire"]["smoothgrad_n"] = 10
     key = wf.settings_key
     assert key(cfg, "method", "synthfaces_smile", "fire") != key(new, "method", "synthfaces_smile", "fire")
     assert key(cfg, "method", "synthfaces_age", "fire") == key(new, "method", "synthfaces_age", "fire")
