@@ -21,14 +21,15 @@ COSTS_LINE = ("Costs, all from the explain run that made the n CFs: NFE/CF and s
 PAPER_DEFAULTS = "paper defaults + config (`method_defaults`, `tasks.<task>.params`, variants)"
 
 
+def _per_method_json(results: Path, task: str, methods: list[str], name: str) -> dict[str, dict]:
+    """``{method: results/<task>/<method>/<name>}`` of the rows that have one."""
+    paths = {m: results / task / m / name for m in methods}
+    return {m: json.loads(p.read_text()) for m, p in paths.items() if p.exists()}
+
+
 def load_metrics_json(results: Path, task: str, methods: list[str]) -> dict[str, dict]:
     """``{method: metrics.json}`` of the rows that have one."""
-    out = {}
-    for m in methods:
-        p = results / task / m / "metrics.json"
-        if p.exists():
-            out[m] = json.loads(p.read_text())
-    return out
+    return _per_method_json(results, task, methods, "metrics.json")
 
 
 def _per_row(values: dict[str, object]) -> str:
@@ -41,12 +42,7 @@ def _per_row(values: dict[str, object]) -> str:
 
 def load_profiles(results: Path, task: str, methods: list[str]) -> dict[str, dict]:
     """``{method: profile.json}`` (the explain run's merged record) of the rows that have one."""
-    out = {}
-    for m in methods:
-        p = results / task / m / "profile.json"
-        if p.exists():
-            out[m] = json.loads(p.read_text())
-    return out
+    return _per_method_json(results, task, methods, "profile.json")
 
 
 def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = None,
