@@ -233,6 +233,25 @@ def test_footer_warns_when_a_row_ran_a_generator_that_fails_its_gate(tmp_path):
     assert not [f for f in foot if "quality gate" in f]
 
 
+def test_footer_names_what_the_resolution_rule_scaled_in_the_untuned_rows():
+    """#47 item 5: a paper row on a synthetic task runs the papers' pixel values carried by the resolution rule;
+    its footer says which (paper value -> the value the row ran, from its protocol record), flags a config value
+    other than the rule's, and says nothing for tuned rows or a dataset the papers ran on."""
+    def meta(base, params, tuned=False):
+        return {"protocol": {"base_method": base, "tuned": tuned, "resolution": 32, "params": params}}
+
+    metas = {"fire_paper": meta("fire", {"rho": 0.05, "dilation": 1, "feather": 1}),
+             "ace_paper": meta("ace", {"dilation": 5}),
+             "maskdime_paper": meta("maskdime", {"dilation": 5}),  # the rule gives 3 at 32 px
+             "fire": meta("fire", {"dilation": 0, "feather": 2}, tuned=True)}
+    (line,) = report.resolution_lines(metas, "synthfaces", "Smiling")
+    assert "FiRe (paper) dilation 2 → 1, feather 3 → 1" in line and "ACE (paper) dilation 15 → 5" in line
+    assert "dilation 5 → 5 (config; the rule: 3)" in line and "32 / 128" in line
+    assert "FiRe dilation" not in line.replace("FiRe (paper) dilation", "")
+    assert report.resolution_lines(metas, "celeba", "Smiling") == []  # the papers' own resolution
+    assert report.resolution_lines({"fire": metas["fire"]}, "synthfaces", "Smiling") == []
+
+
 def test_loaded_models_record_the_trained_generators_gate(tmp_path):
     from vcebench.config.load import load_config
     from vcebench.config.tasks import get_task

@@ -131,6 +131,17 @@ RULE_PARAMS = {"fire": ("rho", "dilation", "feather", "eta"),
                "ace": ("dilation", "attack_step", "dist_weight")}
 
 
+def pixel_values(dataset: str, method: str, attribute: str | None = None) -> dict[str, PaperValue]:
+    """The paper's pixel values (radii, dilation kernels) of ``method`` that the resolution rule carries to a
+    synthetic ``dataset`` (``{}`` for a dataset the papers ran on, or a method without paper values)."""
+    if dataset not in DOMAIN:
+        return {}
+    fam = "fastdime" if method.startswith("fastdime") else method
+    domain, _ = DOMAIN[dataset]
+    values = {k: paper_value(domain, method, k, attribute) for k in RULE_PARAMS.get(fam, ())}
+    return {k: pv for k, pv in values.items() if pv.kind in ("radius", "kernel")}
+
+
 def rule_params(dataset: str, attribute: str, resolution: int) -> dict[str, dict[str, Any]]:
     """Every tuned method's params on a synthetic task of ``dataset`` / ``attribute`` at ``resolution``: the
     papers' values (:data:`PAPER`) under the resolution rule, the equal-compute counts, the paper's start."""

@@ -9,7 +9,7 @@ check used by CI (the paper's figures: :mod:`vcebench.report.figures`).
 """
 
 from ..core.io import atomic_path
-from .footer import load_metrics_json, load_profiles, task_footer
+from .footer import load_metrics_json, load_profiles, resolution_lines, task_footer
 from .pareto import pareto_figures, pareto_front
 from .regression import regression_check, regression_markdown
 from .tables import load_task_table, method_label, rank_marks, to_latex, to_markdown, write_task_tables, write_text
@@ -17,5 +17,5 @@ from .validity import attack_lines, check_attacks, check_columns, marked_columns
 
 __all__ = ["atomic_path", "attack_lines", "check_attacks", "check_columns", "load_metrics_json", "load_profiles",
            "load_task_table", "marked_columns", "method_label", "pareto_figures", "pareto_front", "rank_marks",
-           "regression_check", "regression_markdown", "task_footer", "to_latex", "to_markdown", "validity_lines",
-           "write_task_tables", "write_text", "write_validity"]
+           "regression_check", "regression_markdown", "resolution_lines", "task_footer", "to_latex", "to_markdown",
+           "validity_lines", "write_task_tables", "write_text", "write_validity"]

@@ -11,6 +11,7 @@ import pandas as pd
 
 from ..config.kernels import describe
 from ..config.tasks import external_name, is_baseline, is_truth
+from ..protocol import fair
 from .tables import display_columns, format_value, method_label
 
 SUBSET_WORDS = {"all": "all inputs", "successful": "successful CFs", "correct": "correctly classified inputs",
@@ -61,6 +62,32 @@ def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = N
     lines += _warning_lines(metas)
     lines += gate_lines(profiles or {})
     return lines
+
+
+def resolution_lines(metas: dict[str, dict], dataset: str, attribute: str | None = None) -> list[str]:
+    """What the resolution rule scaled in the rows that run untuned settings (the paper rows): each paper pixel
+    value and the value the row ran (its metrics.json protocol record; a value other than the rule's is said).
+    None for tuned rows (the rule only centres their search) or a dataset the papers ran on."""
+    parts, scales = [], set()
+    for m, mj in metas.items():
+        p = mj.get("protocol") or {}
+        if p.get("tuned") or not p.get("params") or not p.get("resolution"):
+            continue
+        bits = []
+        for k, pv in fair.pixel_values(dataset, p.get("base_method") or m, attribute).items():
+            if k not in p["params"]:
+                continue
+            ran, rule = p["params"][k], fair.carried(pv, int(p["resolution"]))
+            said = "" if ran == rule else f" (config; the rule: {rule})"
+            bits.append(f"{k} {pv.value} → {format_value(ran)}{said}")
+            scales.add(f"{p['resolution']} / {pv.resolution}")
+        if bits:
+            parts.append(f"{method_label(m)} {', '.join(bits)}")
+    if not parts:
+        return []
+    return ["Resolution rule (docs/protocol.md, \"The fair protocol\"): the rows on untuned settings run the papers' "
+            f"pixel radii and dilation kernels × task px / paper px ({', '.join(sorted(scales))}), rounded half "
+            f"up: {'; '.join(parts)}; fractions (rho, k, mask thresholds) and strengths as published."]
 
 
 def _interval_line(boot: dict) -> str:

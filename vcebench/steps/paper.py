@@ -27,6 +27,9 @@ ABLATIONS = (
     ("Table 6 (noise level t)", ("t",)),
 )
 
+REPORTED_LINE = ("(reported): the paper's published numbers on the real dataset (vcebench/paper/numbers.py), not "
+                 "measured here.")
+
 
 def comparison_rows(cfg: dict) -> list[str]:
     """The rows of the comparison tables (1-3): config ``methods``, then the rows of ``paper_methods`` but FiRe's
@@ -78,19 +81,26 @@ def paper_tables(cfg: dict, results: Path, out: Path) -> str:
         for t in tasks:
             task = get_task(cfg, t)
             df, higher = report.load_task_table(results, t, compared, task.kind, task.synthetic)
+            metas = report.load_metrics_json(results, t, compared)
+            footer = report.task_footer(df, metas, profiles=report.load_profiles(results, t, compared))
+            footer += report.resolution_lines(metas, task.dataset, task.attribute)
             rep = paper_numbers.reported(t)
             if rep:
                 extra = pd.DataFrame([{"method": f"{m} (reported)", **v} for m, v in rep.items()])
                 df = pd.concat([df, extra], ignore_index=True)
-            md.append(report.to_markdown(df, higher, title=f"{title}: {t}"))
-            tex.append(report.to_latex(df, higher, caption=f"{title}: {t}", label=f"tab:{t}"))
+                footer.append(REPORTED_LINE)
+            md.append(report.to_markdown(df, higher, title=f"{title}: {t}", footer=footer))
+            tex.append(report.to_latex(df, higher, caption=f"{title}: {t}", label=f"tab:{t}", footer=footer))
     ablation_task = faces[0] if faces else (cfg["run_tasks"] or [None])[0]
     if ablation_task:
         task = get_task(cfg, ablation_task)
         for title, rows in ablation_rows(cfg, task).items():
             df, higher = report.load_task_table(results, ablation_task, rows, task.kind, task.synthetic)
-            md.append(report.to_markdown(df, higher, title=f"{title}: {ablation_task}"))
-            tex.append(report.to_latex(df, higher, caption=f"{title}: {ablation_task}"))
+            metas = report.load_metrics_json(results, ablation_task, rows)
+            footer = report.task_footer(df, metas, profiles=report.load_profiles(results, ablation_task, rows))
+            footer += report.resolution_lines(metas, task.dataset, task.attribute)
+            md.append(report.to_markdown(df, higher, title=f"{title}: {ablation_task}", footer=footer))
+            tex.append(report.to_latex(df, higher, caption=f"{title}: {ablation_task}", footer=footer))
         df, _ = report.load_task_table(results, ablation_task, list(cfg["methods"]), task.kind, task.synthetic)
         figures.efficiency_figure(out / "figure2.png", df, title=f"Figure 2 analogue: {ablation_task}")
     report.write_text(out / "tables.md", "\n".join(md))

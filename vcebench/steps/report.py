@@ -20,9 +20,11 @@ def task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir,
 
     task = get_task(cfg, task_name)
     df, higher = report.load_task_table(results, task_name, methods, task.kind, task.synthetic)
-    footer = report.task_footer(df, report.load_metrics_json(results, task_name, methods), _tuned_file(cfg, task_name),
+    metas = report.load_metrics_json(results, task_name, methods)
+    footer = report.task_footer(df, metas, _tuned_file(cfg, task_name),
                                 _feature_dim(results / task_name / "fid_ref.npz"),
                                 profiles=report.load_profiles(results, task_name, methods))
+    footer += report.resolution_lines(metas, task.dataset, task.attribute)
     checks = report.check_columns(df, higher)  # each metric column against the truth row (none without one)
     footer += report.validity_lines(checks, task_name, task.attribute)
     attacks = report.check_attacks(df, checks)  # how each column treats a row that is no counterfactual
