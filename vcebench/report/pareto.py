@@ -77,8 +77,8 @@ def _cost_figure(plt, path: Path, df: pd.DataFrame, higher: dict[str, bool], tit
             ax.set_ylabel(f"{qcol} {direction_arrow(qcol, higher, False)}", fontsize=8)
             ax.tick_params(labelsize=7)
     axes[0, 0].legend(fontsize=7, loc="best")
-    fig.suptitle(f"{title}: quality vs cost (FiRe: K; DDPM baselines: respacing at the same starting SNR)",
-                 fontsize=9)
+    fig.suptitle(f"{title}: quality vs cost (the same budgets for every method: FiRe's K, the DDPM baselines' "
+                 "guided steps, ACE's attack iterations; each at its starting SNR)", fontsize=9)
     _save(plt, fig, path)
 
 
