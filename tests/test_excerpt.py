@@ -1,4 +1,5 @@
-"""The README's table excerpt is cut from results/reference/default and fails here when they differ."""
+"""The table excerpts of the README and docs/ are cut from results/reference/default and fail here when they
+differ."""
 
 import shutil
 from pathlib import Path
@@ -6,16 +7,74 @@ from pathlib import Path
 import pytest
 
 from vcebench.cli import main
-from vcebench.report.excerpt import ExcerptError, sync, table_excerpt
+from vcebench.report.excerpt import ExcerptError, csv_excerpt, sync, table_excerpt
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT = ROOT / "results/reference/default"
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def test_the_readme_excerpts_equal_the_default_snapshot():
     text = (ROOT / "README.md").read_text()
     assert "<!-- begin:excerpt synthfaces_smile" in text
     assert sync(text, SNAPSHOT) == text, "README.md's excerpt differs: `vcebench report excerpt README.md`"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_documents_excerpts_equal_the_default_snapshot(doc):
+    text = doc.read_text()
+    assert sync(text, SNAPSHOT) == text, f"{doc.name}'s excerpts differ: `vcebench report excerpt {doc}`"
+
+
+def test_docs_results_cuts_the_verdict_paper_and_pareto_tables_from_the_snapshot():
+    text = (ROOT / "docs/results.md").read_text()
+    for src in ("synthfaces_age rows=", "paper/tables.md table=3", "synthxray_pacemaker_pareto.csv"):
+        assert f"<!-- begin:excerpt {src}" in text
+
+
+def _plant(snap: Path, name: str, old: str, new: str) -> None:
+    f = snap / name
+    assert old in f.read_text()
+    f.write_text(f.read_text().replace(old, new, 1))
+
+
+def test_a_changed_paper_table_or_pareto_csv_cell_makes_the_check_fail(tmp_path):
+    snap = tmp_path / "snap"
+    shutil.copytree(SNAPSHOT, snap, ignore=shutil.ignore_patterns("*.png", "speed"))
+    doc = "\n".join(["<!-- begin:excerpt paper/tables.md table=3 rows=fire_paper cols=FR,S3 -->", "",
+                     "<!-- end:excerpt -->", "<!-- begin:excerpt synthfaces_smile_pareto.csv rows=fire_K3 "
+                     "cols=KID,FR_oracle -->", "", "<!-- end:excerpt -->"])
+    text = sync(doc, snap)
+    assert "| FiRe (paper) |" in text and "| FiRe (K3) |" in text
+    table3 = (snap / "paper/tables.md").read_text().split("### Table 3")[1]
+    row = next(ln for ln in table3.splitlines() if ln.startswith("| FiRe (paper) |"))
+    _plant(snap, "paper/tables.md", row, row.replace("| FiRe (paper) |", "| FiRe (paper) | 1e9 |"))
+    assert sync(doc, snap) != text  # Table 3's row moved, and only Table 3 is cut
+    text = sync(doc, snap)
+    csv = (snap / "synthfaces_smile_pareto.csv").read_text()
+    k3 = next(ln for ln in csv.splitlines() if ln.startswith("fire_K3,"))
+    fields = k3.split(",")
+    fields[15] = "12.5"  # FR_oracle
+    _plant(snap, "synthfaces_smile_pareto.csv", k3, ",".join(fields))
+    assert "| FiRe (K3) | " in sync(doc, snap) and "| 12.50 |" in sync(doc, snap) and sync(doc, snap) != text
+
+
+def test_csv_excerpt_prints_values_as_the_tables_do():
+    csv = "method,n,KID,FR\nfire_K3,32,-0.2020431,96.875\nace_a3,100,,0.0\n"
+    assert csv_excerpt(csv, ["fire_K3", "ace_a3"], ["n", "KID", "FR"]).splitlines() == [
+        "| Method | n | KID | FR(%) |", "|---|---|---|---|", "| FiRe (K3) | 32 | -0.202 | 96.88 |",
+        "| ACE (a3) | 100 | -- | 0 |"]
+
+
+def test_a_malformed_marker_is_one_clear_error():
+    with pytest.raises(ExcerptError, match="unknown or missing key colz"):
+        sync("<!-- begin:excerpt synthfaces_smile rows=fire colz=FR -->\n<!-- end:excerpt -->", SNAPSHOT)
+    with pytest.raises(ExcerptError, match="is not `<!-- begin:excerpt SOURCE"):
+        sync("<!-- begin:excerpt synthfaces_smile -->\n<!-- end:excerpt -->", SNAPSHOT)
+    with pytest.raises(ExcerptError, match="no table 9"):
+        sync("<!-- begin:excerpt paper/tables.md table=9 rows=fire cols=FR -->\n<!-- end:excerpt -->", SNAPSHOT)
 
 
 def test_a_changed_snapshot_cell_makes_the_check_fail(tmp_path, capsys):

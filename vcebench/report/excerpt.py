@@ -1,15 +1,19 @@
-"""Numbers in the docs that cannot go stale: table excerpts cut from a snapshot's task tables.
+"""Numbers in the docs that cannot go stale: table excerpts cut from a snapshot's tables.
 
-A document marks each excerpt with a begin line naming its task, rows and columns, and an end line::
+A document marks each excerpt with a begin line naming its source, rows and columns, and an end line::
 
     <!-- begin:excerpt synthfaces_smile rows=fire,dime,input cols=FID,FR,sec_per_cf -->
     | Method | FID↓ | FR(%)↑ | s/CF↓ |
     ...
     <!-- end:excerpt -->
 
-:func:`sync` rewrites what lies between them from ``<snapshot>/<task>.md`` (the snapshot's cells as printed
-there, ranking marks included: a mark ranks the whole table, not the excerpt); ``vcebench report excerpt``
-writes the files, ``--check`` fails when one differs (tests/test_excerpt.py runs it on the README).
+The source is a task (its table ``<snapshot>/<task>.md``), another markdown file of the snapshot with
+``table=N`` choosing its N-th table (``paper/tables.md table=3``: Table 3 of the paper tables), or a csv of the
+snapshot (``synthfaces_smile_pareto.csv``: rows by its ``method`` column, each value printed as the tables print
+it, without interval). Rows are method names, columns csv names (``sec_per_cf``). :func:`sync` rewrites what lies
+between the lines (markdown cells as printed there, ranking marks included: a mark ranks the whole table, not
+the excerpt); ``vcebench report excerpt`` writes the files, ``--check`` fails when one differs
+(tests/test_excerpt.py runs it on the README and on every document in docs/).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .tables import _md_math, column_label, method_label
+from .tables import _md_math, column_label, format_value, method_label
 
-BEGIN = re.compile(r"^<!-- begin:excerpt (?P<task>\S+) rows=(?P<rows>\S+) cols=(?P<cols>\S+) -->$")
+BEGIN = re.compile(r"^<!-- begin:excerpt (?P<src>\S+)(?P<keys>(?: \S+=\S+)+) -->$")
+KEYS = ("rows", "cols", "table")
 END = "<!-- end:excerpt -->"
 _MARKS = "↑↓† "
 
@@ -32,12 +37,25 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def table_excerpt(md: str, rows: list[str], cols: list[str]) -> str:
-    """The lines of ``md``'s first table for the methods ``rows`` (in that order) and the metric columns
-    ``cols`` (csv names, e.g. ``sec_per_cf``), with the Method column first."""
-    lines = [ln for ln in md.splitlines() if ln.startswith("|")]
-    if len(lines) < 3:
-        raise ExcerptError("the snapshot has no table")
+def _tables(md: str) -> list[list[str]]:
+    """The markdown tables of ``md``, each as its lines."""
+    tables, cur = [], []
+    for ln in md.splitlines() + [""]:
+        if ln.startswith("|"):
+            cur.append(ln)
+        elif cur:
+            tables.append(cur)
+            cur = []
+    return tables
+
+
+def table_excerpt(md: str, rows: list[str], cols: list[str], table: int = 1) -> str:
+    """The lines of ``md``'s ``table``-th table (1-based) for the methods ``rows`` (in that order) and the
+    metric columns ``cols`` (csv names, e.g. ``sec_per_cf``), with the Method column first."""
+    tables = _tables(md)
+    if not 1 <= table <= len(tables) or len(tables[table - 1]) < 3:
+        raise ExcerptError(f"the snapshot has no table {table} (it has {len(tables)})")
+    lines = tables[table - 1]
     header = _cells(lines[0])
     names = [h.rstrip(_MARKS) for h in header]
     idx = [0]
@@ -56,23 +74,73 @@ def table_excerpt(md: str, rows: list[str], cols: list[str]) -> str:
     return "\n".join(out)
 
 
+def csv_excerpt(csv_text: str, rows: list[str], cols: list[str]) -> str:
+    """A markdown table of the csv's ``rows`` (its ``method`` column) and ``cols``, values as the tables print
+    them (:func:`~vcebench.report.tables.format_value`)."""
+    import csv
+
+    records = {r.get("method"): r for r in csv.DictReader(csv_text.splitlines())}
+    out = ["| Method | " + " | ".join(_md_math(column_label(c)) for c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for m in rows:
+        if m not in records:
+            raise ExcerptError(f"row {m} is not in the snapshot's csv")
+        cells = []
+        for c in cols:
+            if c not in records[m]:
+                raise ExcerptError(f"column {c} is not in the snapshot's csv")
+            v = records[m][c]
+            cells.append("--" if v in ("", None) else format_value(int(v) if v.lstrip("-").isdigit() else float(v)))
+        out.append(f"| {method_label(m)} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def _parse(line: str, lineno: int) -> tuple[str, dict[str, str]]:
+    """The begin line's source and its keys (rows and cols required, table optional)."""
+    m = BEGIN.match(line)
+    keys = dict(kv.split("=", 1) for kv in m["keys"].split())
+    bad = sorted(set(keys) - set(KEYS)) or [k for k in ("rows", "cols") if k not in keys]
+    if bad:
+        raise ExcerptError(f"line {lineno}: {line} has an unknown or missing key {bad[0]} (keys: {', '.join(KEYS)})")
+    return m["src"], keys
+
+
+def excerpt(snapshot: Path, src: str, keys: dict[str, str]) -> str:
+    """The excerpt a begin line names, cut from ``snapshot``."""
+    rows, cols = keys["rows"].split(","), keys["cols"].split(",")
+    path = Path(snapshot) / (src if src.endswith((".md", ".csv")) else f"{src}.md")
+    if not path.exists():
+        raise ExcerptError(f"no table {path}")
+    if path.suffix == ".csv":
+        if "table" in keys:
+            raise ExcerptError(f"{src}: a csv has one table (no table= key)")
+        return csv_excerpt(path.read_text(), rows, cols)
+    try:
+        table = int(keys.get("table", 1))
+    except ValueError:
+        raise ExcerptError(f"{src}: table={keys['table']} is not a number") from None
+    return table_excerpt(path.read_text(), rows, cols, table)
+
+
 def sync(text: str, snapshot: Path) -> str:
-    """``text`` with every marked excerpt cut again from ``snapshot``'s task tables."""
+    """``text`` with every marked excerpt cut again from ``snapshot``'s tables."""
     lines, out, i = text.split("\n"), [], 0
     while i < len(lines):
         out.append(lines[i])
-        m = BEGIN.match(lines[i])
-        if m is None:
+        if BEGIN.match(lines[i]) is None:
+            if lines[i].startswith("<!-- begin:excerpt"):
+                raise ExcerptError(f"line {i + 1}: {lines[i]} is not `<!-- begin:excerpt SOURCE rows=... cols=... "
+                                   "[table=N] -->`")
             i += 1
             continue
         try:
             end = lines.index(END, i + 1)
         except ValueError:
             raise ExcerptError(f"line {i + 1}: {lines[i]} has no {END}") from None
-        md_file = Path(snapshot) / f"{m['task']}.md"
-        if not md_file.exists():
-            raise ExcerptError(f"line {i + 1}: no table {md_file}")
-        out.append(table_excerpt(md_file.read_text(), m["rows"].split(","), m["cols"].split(",")))
+        src, keys = _parse(lines[i], i + 1)
+        try:
+            out.append(excerpt(snapshot, src, keys))
+        except ExcerptError as e:
+            raise ExcerptError(f"line {i + 1}: {e}") from None
         out.append(END)
         i = end + 1
     return "\n".join(out)
