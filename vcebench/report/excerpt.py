@@ -79,24 +79,25 @@ def csv_excerpt(csv_text: str, rows: list[str], cols: list[str]) -> str:
     them (:func:`~vcebench.report.tables.format_value`)."""
     import csv
 
-    records = {r.get("method"): r for r in csv.DictReader(csv_text.splitlines())}
+    reader = csv.DictReader(csv_text.splitlines())
+    missing = [c for c in cols if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ExcerptError(f"column {missing[0]} is not in the snapshot's csv")
+    records = {r.get("method"): r for r in reader}
     out = ["| Method | " + " | ".join(_md_math(column_label(c)) for c in cols) + " |", "|" + "---|" * (len(cols) + 1)]
     for m in rows:
         if m not in records:
             raise ExcerptError(f"row {m} is not in the snapshot's csv")
         cells = []
         for c in cols:
-            if c not in records[m]:
-                raise ExcerptError(f"column {c} is not in the snapshot's csv")
             v = records[m][c]
             cells.append("--" if v in ("", None) else format_value(int(v) if v.lstrip("-").isdigit() else float(v)))
         out.append(f"| {method_label(m)} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
-def _parse(line: str, lineno: int) -> tuple[str, dict[str, str]]:
-    """The begin line's source and its keys (rows and cols required, table optional)."""
-    m = BEGIN.match(line)
+def _parse(m: re.Match, line: str, lineno: int) -> tuple[str, dict[str, str]]:
+    """The source and keys of a matched begin line (rows and cols required, table optional)."""
     keys = dict(kv.split("=", 1) for kv in m["keys"].split())
     bad = sorted(set(keys) - set(KEYS)) or [k for k in ("rows", "cols") if k not in keys]
     if bad:
@@ -126,7 +127,8 @@ def sync(text: str, snapshot: Path) -> str:
     lines, out, i = text.split("\n"), [], 0
     while i < len(lines):
         out.append(lines[i])
-        if BEGIN.match(lines[i]) is None:
+        m = BEGIN.match(lines[i])
+        if m is None:
             if lines[i].startswith("<!-- begin:excerpt"):
                 raise ExcerptError(f"line {i + 1}: {lines[i]} is not `<!-- begin:excerpt SOURCE rows=... cols=... "
                                    "[table=N] -->`")
@@ -136,7 +138,7 @@ def sync(text: str, snapshot: Path) -> str:
             end = lines.index(END, i + 1)
         except ValueError:
             raise ExcerptError(f"line {i + 1}: {lines[i]} has no {END}") from None
-        src, keys = _parse(lines[i], i + 1)
+        src, keys = _parse(m, lines[i], i + 1)
         try:
             out.append(excerpt(snapshot, src, keys))
         except ExcerptError as e:
