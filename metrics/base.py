@@ -102,6 +102,12 @@ class Metric(Protocol):
     (their ``models.names`` go into metrics.json) and, after :meth:`compute`, ``n`` holds the
     number of samples behind each output. ``higher_is_better`` (column -> higher is better, None: shown,
     not ranked) is its registration's (``MetricSpec.columns``), set by :func:`metrics.build_metrics`.
+
+    Optional methods: ``bootstrap(resamples) -> {output: (B,) values}`` (:mod:`.bootstrap`); ``per_sample() ->
+    {column: Samples}`` for a column that is the mean of one value per input of its subset (the percentage
+    columns: 100 x the mean of 0 / 1), what ``samples.npz`` records (:mod:`.records`, :func:`per_sample`);
+    ``cf_features() -> (name, ids, rows)``, the feature rows of the kept counterfactuals (FID; KID and sFID use
+    the same rows).
     """
 
     name: str
@@ -113,6 +119,13 @@ class Metric(Protocol):
     def update(self, batch: EvalBatch) -> None: ...
 
     def compute(self) -> dict[str, float]: ...
+
+
+def per_sample(m: Metric) -> dict[str, Samples]:
+    """``m.per_sample()``: the per-input values behind each of ``m``'s mean columns; ``{}`` for a metric that
+    is no mean over inputs (FID, KID, sFID, CD) or that does not keep its values."""
+    fn = getattr(m, "per_sample", None)
+    return dict(fn()) if fn is not None else {}
 
 
 def cached(batch: EvalBatch, key: str, fn: Callable[[], Tensor]) -> Tensor:
@@ -186,6 +199,9 @@ class SubsetMean:
 
     def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
         return {self.name: weighted_means(self.samples, resamples)}
+
+    def per_sample(self) -> dict[str, Samples]:
+        return {self.name: self.samples}
 
 
 def cosine(a: Tensor, b: Tensor, eps: float = 1e-8) -> Tensor:

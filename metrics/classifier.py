@@ -44,6 +44,9 @@ class FlipRate:
     def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
         return {"FR": weighted_means(self.samples, resamples, scale=100.0)}
 
+    def per_sample(self) -> dict[str, Samples]:
+        return {"FR": self.samples}
+
 
 class MAD(SubsetMean):
     """MAD: mean |p_1(x) - p_1(cf)| of the classifier's softmax probability."""

@@ -138,7 +138,8 @@ def directions(m: Metric) -> dict[str, bool | None]:
 
 
 def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progress: bool = False,
-                strict: bool = False, bootstrap: dict | None = None, keep_resamples: bool = False) -> dict:
+                strict: bool = False, bootstrap: dict | None = None, keep_resamples: bool = False,
+                records: bool = False) -> dict:
     """Update every metric with every batch, then compute.
 
     A metric with fewer samples than it needs raises :class:`InsufficientSamples`; with ``strict`` that
@@ -155,7 +156,8 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
     ``intervals`` (output -> ``[lo, hi]``, or ``None`` when most resamples left the subset empty)
     and ``bootstrap`` (the settings used) for every metric that has a ``bootstrap`` method;
     ``keep_resamples`` also ``resampled`` (output -> its value in each resample, NaN where the subset was empty;
-    the tuner's pick stability, ``vcebench.protocol.tune.pick_agreement``).
+    the tuner's pick stability, ``vcebench.protocol.tune.pick_agreement``); ``records`` also ``records``, the
+    per-input :class:`~metrics.records.SampleRecord` (what ``samples.npz`` holds; no metrics.json key).
     """
     sizes = dict.fromkeys(SUBSETS, 0)
     seconds = {m.name: 0.0 for m in metrics}
@@ -190,30 +192,37 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
             out["n"][k] = int(m.n.get(k, 0))
         out["n"].update({k: int(v) for k, v in m.n.items() if k not in values})  # e.g. FID_originals
     if ids_seen:
-        _intervals(out, metrics, sorted(ids_seen), {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})}, keep_resamples)
+        draws, boot = _intervals(out, metrics, sorted(ids_seen), {**BOOTSTRAP_DEFAULTS, **(bootstrap or {})},
+                                 keep_resamples)
+        if records:
+            from .records import build_record
+
+            out["records"] = build_record(metrics, sorted(ids_seen), draws, boot, out["subsets"], list(out["skipped"]))
     return out
 
 
-def _intervals(out: dict, metrics: Sequence[Metric], ids: list[int], cfg: dict, keep: bool = False) -> None:
+def _intervals(out: dict, metrics: Sequence[Metric], ids: list[int], cfg: dict,
+               keep: bool = False) -> tuple[Resamples | None, dict[str, np.ndarray]]:
     """``out['intervals']``, ``out['bootstrap']``: percentile bootstrap intervals (``bootstrap.py``); ``keep``:
-    ``out['resampled']``, the resampled values themselves."""
+    ``out['resampled']``, the resampled values themselves. Returns the count matrix (None: no bootstrap) and
+    every output's resampled values."""
     b, bf = int(cfg["resamples"]), int(cfg["feature_resamples"])
     if b < 1:
-        return
+        return None, {}
     t0 = time.perf_counter()
     draws = Resamples.draw(ids, max(b, bf), int(cfg["seed"]))
     intervals: dict[str, list[float] | None] = {}
-    resampled: dict[str, list[float]] = {}
+    boot: dict[str, np.ndarray] = {}
     for m in metrics:
         if m.name in out["skipped"] or not hasattr(m, "bootstrap"):
             continue
         for k, values in m.bootstrap(draws.head(bf if getattr(m, "feature_bootstrap", False) else b)).items():
             intervals[k] = percentile_interval(values, float(cfg["level"]))
-            if keep:
-                resampled[k] = np.asarray(values, dtype=float).tolist()
+            boot[k] = np.asarray(values, dtype=float)
     out["intervals"] = intervals
     if keep:
-        out["resampled"] = resampled
+        out["resampled"] = {k: v.tolist() for k, v in boot.items()}
     out["bootstrap"] = {"resamples": b, "feature_resamples": bf, "seed": int(cfg["seed"]),
                         "level": float(cfg["level"]), "n_inputs": len(ids), "method": BOOTSTRAP_METHOD,
                         "seconds": time.perf_counter() - t0}
+    return draws, boot

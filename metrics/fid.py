@@ -241,6 +241,7 @@ class FID:
     def __init__(self, fid_features: nn.Module | None, subset: Subset = "successful",
                  reference: FIDReference | None = None, extractor: str = "", method: str = "sqrtm"):
         self.net, self.subset, self.method = fid_features, subset, method
+        self.extractor = extractor or "fid_features"
         self.originals_of = _OriginalFeatures(fid_features, reference, extractor)
         self.orig, self.cf = FeatureStats(), FeatureStats()
         self.rows = FeatureRows()
@@ -270,6 +271,11 @@ class FID:
         if len(c) < 2:
             return {"FID": np.full(len(resamples), np.nan)}
         return {"FID": weighted_frechet(o, resamples.weights(o_ids), c, resamples.weights(c_ids))}
+
+    def cf_features(self) -> tuple[str, np.ndarray, np.ndarray]:
+        """(extractor name, ids, feature rows) of the counterfactuals in FID's subset (``samples.npz``)."""
+        _, _, c_ids, c = self.rows.arrays()
+        return self.extractor, c_ids, c
 
 
 class FeatureRows:

@@ -86,3 +86,6 @@ class GroundTruth:
 
     def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
         return {k: weighted_means(s, resamples) for k, s in self.samples.items()}
+
+    def per_sample(self) -> dict[str, Samples]:
+        return dict(self.samples)

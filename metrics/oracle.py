@@ -178,3 +178,6 @@ class OracleFlipRate:
 
     def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
         return {"FR_oracle": weighted_means(self.samples, resamples, scale=100.0)}
+
+    def per_sample(self) -> dict[str, Samples]:
+        return {"FR_oracle": self.samples}

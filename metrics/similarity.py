@@ -48,6 +48,9 @@ class FaceVerification:
     def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
         return {"FVA": weighted_means(self.match, resamples, scale=100.0), "FS": weighted_means(self.cos, resamples)}
 
+    def per_sample(self) -> dict[str, Samples]:
+        return {"FVA": self.match, "FS": self.cos}
+
 
 class SimSiamSimilarity:
     """S^3: mean cosine similarity of SimSiam embeddings of x and cf (higher is better)."""
@@ -74,6 +77,9 @@ class SimSiamSimilarity:
     def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
         return {"S3": weighted_means(self.cos, resamples)}
 
+    def per_sample(self) -> dict[str, Samples]:
+        return {"S3": self.cos}
+
 
 class L1Distance:
     """L1: mean |x - cf| per sample in [0, 1] units, averaged over samples (lower is better)."""
@@ -98,3 +104,6 @@ class L1Distance:
 
     def bootstrap(self, resamples: Resamples) -> dict[str, np.ndarray]:
         return {"L1": weighted_means(self.l1, resamples)}
+
+    def per_sample(self) -> dict[str, Samples]:
+        return {"L1": self.l1}

@@ -7,7 +7,7 @@ from vcebench import cli
 
 SUBVERBS = {
     "profile": ("task", "compaction", "paper-scale", "gpu"),
-    "report": ("task", "gallery", "paper", "regression", "accept", "seeds", "pareto", "sets", "tolerances",
+    "report": ("task", "gallery", "paper", "regression", "accept", "seeds", "pareto", "pairs", "sets", "tolerances",
                "excerpt"),
     "models": ("parity", "curve", "check", "ship"),
 }
@@ -36,6 +36,7 @@ PARSES = [
      {"reference": "r", "out_dir": "runs/quick/results"}),
     (["report", "seeds", "--task", "t", "--methods", "fire"], "run_seeds", {"methods": ["fire"]}),
     (["report", "pareto", "--task", "t"], "run_pareto", {"task": "t"}),
+    (["report", "pairs", "--summary", "a", "b"], "run_pairs", {"summary": ["a", "b"], "task": None}),
     (["report", "tolerances", "--reference", "r", "--tasks", "a"], "run_tolerances", {"tasks": ["a"]}),
     (["models", "parity", "--dataset", "synthfaces", "--out", "p.json", "--n", "8"], "run_parity",
      {"dataset": "synthfaces", "n": 8}),

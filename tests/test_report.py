@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from vcebench import report
+from vcebench.report import pairs
 
 
 def _write_results(root, task, rows):
@@ -31,24 +32,21 @@ def table(tmp_path):
     return report.load_task_table(tmp_path, "synthxray_pacemaker", list(rows), "xray", synthetic=True)
 
 
-def test_rank_marks_follow_direction():
-    s = pd.Series([3.0, 1.0, 2.0, np.nan])
-    assert report.rank_marks(s, higher=False) == {1: "best", 2: "second"}
-    assert report.rank_marks(s, higher=True) == {0: "best", 2: "second"}
-    # ties share the rank
-    assert report.rank_marks(pd.Series([1.0, 1.0, 2.0]), higher=False) == {0: "best", 1: "best", 2: "second"}
-
-
 def test_markdown_and_latex_marks(table):
+    """The cells show the marks they are given (the paired tests', vcebench.report.pairs): 'best' bold, 'tied'
+    underlined; without marks none, never marks of the point values."""
     df, higher = table
-    md = report.to_markdown(df, higher)
-    assert "| FiRe | **1.00** |" in md  # lowest FID is best
-    assert "<u>2.00</u>" in md  # MaskDiME's FID second
-    assert "**100.0**" in md and "<u>99.00</u>" in md  # FR: higher is better
+    plain = report.to_markdown(df, higher)
+    assert "**" not in plain and "<u>" not in plain  # FiRe's lowest FID is not bold on its point value alone
+    assert r"\textbf" not in report.to_latex(df, higher)
+    marks = {"FID": {0: "best"}, "FR": {0: "tied", 1: "tied"}}
+    md = report.to_markdown(df, higher, marks=marks)
+    assert "| FiRe | **1.00** |" in md and "| MaskDiME | 2.00 |" in md
+    assert "<u>100.0</u>" in md and "<u>99.00</u>" in md and "90.00" in md and "<u>90.00</u>" not in md
     assert "FID↓" in md and "FR(%)↑" in md and "s/CF↓" in md
-    tex = report.to_latex(df, higher)
+    tex = report.to_latex(df, higher, marks=marks)
     assert r"\toprule" in tex and r"\bottomrule" in tex
-    assert r"\textbf{1.00}" in tex and r"\underline{2.00}" in tex and r"FID$\downarrow$" in tex
+    assert r"\textbf{1.00}" in tex and r"\underline{99.00}" in tex and r"FID$\downarrow$" in tex
 
 
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed (apt: texlive-latex-recommended)")
@@ -177,7 +175,7 @@ def test_intervals_in_csv_and_plus_minus_in_md_and_tex(tmp_path):
     csv = pd.read_csv(tmp_path / f"{task}.csv").set_index("method")
     assert csv.loc["dime", "FID_lo"] == 2.0 and csv.loc["dime", "FID_hi"] == 6.0 and "KID_hi" in csv
     md = (tmp_path / f"{task}.md").read_text()
-    assert "**3.00** ± 2 |" in md and "FID_lo" not in md  # half-width (6 - 2) / 2
+    assert "| 3.00 ± 2 |" in md and "FID_lo" not in md  # half-width (6 - 2) / 2; no records: no marks
     tex = (tmp_path / f"{task}.tex").read_text()
     assert r"\pm{}$2" in tex and r"a note $\pm$ 1" in tex
 
@@ -188,8 +186,7 @@ def test_do_nothing_row_is_shown_but_never_ranked(tmp_path):
     md = report.to_markdown(df, higher)
     row = next(line for line in md.splitlines() if "Input (no edit)" in line)
     assert row.startswith("| *Input (no edit)* |") and "**" not in row and "<u>" not in row  # L1 = 0 not bold
-    dime = next(line for line in md.splitlines() if line.startswith("| DiME"))
-    assert "**0.200** ± 0.1" in dime  # DiME's L1 is the best explainer's
+    assert pairs.ranked_rows(df) == ["dime"]  # the marks' tests leave it out (tests/test_pairs.py)
 
 
 def test_footer_states_intervals_n_protocol_costs_and_warnings(tmp_path):
@@ -314,7 +311,7 @@ def test_truth_row_is_never_ranked_and_costs_nothing(tmp_path):
     df, _, md, tex = _truth_table(tmp_path, {"fire": 0.6, "dime": 0.4, "input": 1.0, "truth": 0.3})
     row = next(line for line in md.splitlines() if "Ground truth" in line)
     assert row.startswith("| *Ground truth* |") and "**" not in row and "<u>" not in row  # FR 100 not bold
-    assert "**90.00**" in md  # the explainers' best FR
+    assert pairs.ranked_rows(df) == ["fire", "dime"]
     truth = df.set_index("method").loc["truth"]
     assert all(pd.isna(truth[c]) for c in report.tables.COST_COLUMNS)
     assert df.set_index("method").loc["fire", "sec_per_cf"] == 0.5
@@ -470,7 +467,7 @@ def test_directions_come_from_the_registry_not_from_metrics_json(tmp_path):
     _write_results(tmp_path, "synthxray_pacemaker", rows)
     df, higher = report.load_task_table(tmp_path, "synthxray_pacemaker", list(rows), "xray", synthetic=True)
     assert higher["FID"] is False and higher["FR"] is True
-    assert "| FiRe | **1.00** |" in report.to_markdown(df, higher)
+    assert "FID↓" in report.to_markdown(df, higher)  # the marks' direction: tests/test_pairs.py
 
 
 def test_builtin_metric_classes_leave_directions_to_their_registration():

@@ -30,7 +30,8 @@ rule evaluate:
         ref="results/{task}/fid_ref.npz",
         models=lambda wc: model_inputs(wc.task, wf.eval_roles(config, wc.task)),
     output:
-        "results/{task}/{method}/metrics.json",
+        metrics="results/{task}/{method}/metrics.json",
+        samples="results/{task}/{method}/samples.npz",
     log:
         "logs/evaluate/{task}/{method}.log",
     benchmark:
@@ -47,5 +48,5 @@ rule evaluate:
         n_eval=lambda wc: wf.n_eval_arg(config, wc.method),
     shell:
         "vcebench evaluate --task {wildcards.task} --method {wildcards.method} {params.n_eval} "
-        "--cfs {input.cfs:q} --fid-ref {input.ref:q} {params.data} --out {output:q} {params.cfg} "
+        "--cfs {input.cfs:q} --fid-ref {input.ref:q} {params.data} --out {output.metrics:q} {params.cfg} "
         "> {log:q} 2>&1"

@@ -23,6 +23,7 @@ Examples::
     vcebench report accept --reference results/reference/regression
     vcebench report seeds --task synthfaces_smile
     vcebench report pareto --task synthfaces_smile
+    vcebench report pairs --task synthfaces_smile
     vcebench report sets --task synthfaces_smile --a results --b runs/ref2/results --out sets.md
     vcebench report tolerances --reference results/reference/regression
     vcebench report excerpt --check README.md

@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cfs", help="counterfactuals.npz (default results/<task>/<method>/counterfactuals.npz)")
     p.add_argument("--fid-ref", help="fid_ref.npz written by --reference (default: compute on the fly)")
     p.add_argument("--out", help="output path (default results/<task>/<method>/metrics.json, "
-                                 "or results/<task>/fid_ref.npz with --reference)")
+                                 "or results/<task>/fid_ref.npz with --reference); the per-input record "
+                                 "samples.npz is written beside metrics.json")
     p.add_argument("--data", help="rendered dataset cache folder (synthetic datasets; default: render in memory)")
     p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
     p.add_argument("--only", action="append", metavar="METRIC",
@@ -51,6 +52,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Resolves the task (and the method's name, given or the --cfs folder's) once into an
     :class:`~vcebench.protocol.run_settings.EvalSettings`, then writes the FID reference or metrics.json."""
+    from metrics.records import SAMPLES_FILE
+
     from ..config.load import ConfigError
     from ..core.io import check_writable
 
@@ -69,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or f"results/{task.name}/{method}/metrics.json"
     check_writable(Path(out).parent, "metrics.json")  # before the evaluation, not after it
     result = evaluate_task(settings, cfs, fid_ref=args.fid_ref, device=device, only=args.only,
-                           progress=not args.no_progress, strict=args.strict)
+                           progress=not args.no_progress, strict=args.strict,
+                           samples_out=str(Path(out).with_name(SAMPLES_FILE)))
     from ..core.io import write_json
 
     write_json(out, result)

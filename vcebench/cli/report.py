@@ -9,6 +9,8 @@ Examples::
     vcebench report accept --reference results/reference/regression --tasks synthfaces_smile
     vcebench report seeds --task synthfaces_smile          # results/synthfaces_smile_seeds.{csv,md}
     vcebench report pareto --task synthfaces_smile         # results/synthfaces_smile_pareto.{csv,png}
+    vcebench report pairs --task synthfaces_smile          # results/synthfaces_smile_pairs.{csv,md}
+    vcebench report pairs --summary synthfaces_smile synthxray_pacemaker   # results/summary_pairs.md, summary_cd.png
     vcebench report tolerances --reference results/reference/regression   # tolerances.yaml from the seed spread
     vcebench report excerpt --check README.md        # the docs' table excerpts equal results/reference/default
 """
@@ -25,7 +27,7 @@ from . import add_config_arg, add_subverb, add_subverbs
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="tables, figures, paper tables, metric regression (task, gallery, paper, "
-                       "regression, accept, seeds, pareto, tolerances, excerpt)",
+                       "regression, accept, seeds, pareto, pairs, tolerances, excerpt)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     subs = add_subverbs(p)
     t = add_subverb(subs, "task", run_task, "a task's table (csv, md, tex), efficiency and qualitative figures")
@@ -66,6 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     pa = add_subverb(subs, "pareto", run_pareto, "the Pareto table and figures of the variants of config `pareto`")
     _task_arg(pa)
     _results_args(pa)
+
+    pr = add_subverb(subs, "pairs", run_pairs, "paired tests between a task's ranked rows (<out-dir>/<task>_pairs."
+                     "{csv,md}), or with --summary their verdict over tasks (summary_pairs.md, summary_cd.png)")
+    pr.add_argument("--task", help="task name (config key `tasks`)")
+    _methods_arg(pr)
+    pr.add_argument("--summary", nargs="+", metavar="TASK", help="summarize these tasks' <out-dir>/<task>_pairs.csv")
+    _results_args(pr)
 
     ns = add_subverb(subs, "sets", run_sets, "the same task table from two network sets: each cell inside the "
                      "first set's interval or not, each metric's method order (how much the verdict is the networks')")
@@ -187,6 +196,24 @@ def run_seeds(args: argparse.Namespace) -> int:
     methods = args.methods or task_methods(cfg, args.task, cfg["methods"])
     print(seed_report(cfg, args.task, methods, Path(args.results), Path(args.out_dir)).read_text())
     return 0
+
+def run_pairs(args: argparse.Namespace) -> int:
+    """Writes <out-dir>/<task>_pairs.{csv,md} from the rows' samples.npz (vcebench.report.pairs), or with --summary
+    <out-dir>/summary_pairs.md and summary_cd.png from the tasks' pairs (vcebench.report.pair_summary)."""
+    from ..config.load import ConfigError
+    from ..config.tasks import task_methods
+    from ..steps.pairs import pairs_report, pairs_summary
+
+    if bool(args.task) == bool(args.summary):
+        raise ConfigError("vcebench report pairs needs --task TASK or --summary TASK [TASK ...] (one of them)")
+    if args.summary:
+        print(pairs_summary(args.summary, Path(args.out_dir)))
+        return 0
+    cfg = _config(args)
+    methods = args.methods or task_methods(cfg, args.task, cfg["methods"])
+    print(pairs_report(cfg, args.task, methods, Path(args.results), Path(args.out_dir)).read_text())
+    return 0
+
 
 def run_sets(args: argparse.Namespace) -> int:
     """Writes --out (markdown) and its .json: the task's table of set --b against set --a."""

@@ -236,3 +236,33 @@ def gallery_figure(path: Path, method: str, inputs: np.ndarray, cf: np.ndarray, 
     cb.set_label("|diff| ([0, 1]; same scale for every method)", fontsize=6)
     cb.ax.tick_params(labelsize=6)
     _save(fig, path)
+
+
+def cd_figure(path: Path, mean_ranks: pd.Series, cd: float, groups: list[list[str]], n_blocks: int) -> None:
+    """A critical-difference diagram (Demšar 2006, Fig. 1): the methods on a mean-rank axis (1 = best, left), the
+    critical difference as a bar above it, and a thick line under each group no test separates."""
+    plt = _plt()
+    r = mean_ranks.sort_values()
+    k = max(len(r), 2)
+    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.3 * len(r)))
+    ax.set_xlim(0.5, k + 0.5)
+    ax.set_ylim(-1.2 - 0.3 * len(r), 1.6)
+    ax.axis("off")
+    ax.hlines(0, 1, k, color="k", lw=1)
+    for t in range(1, k + 1):
+        ax.vlines(t, 0, 0.12, color="k", lw=1)
+        ax.text(t, 0.2, str(t), ha="center", va="bottom", fontsize=8)
+    if np.isfinite(cd) and len(r):
+        ax.hlines(1.1, 1, 1 + cd, color="tab:red", lw=2)
+        ax.text(1 + cd / 2, 1.2, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=8, color="tab:red")
+    for i, (m, v) in enumerate(r.items()):
+        y = -0.5 - 0.3 * i
+        ax.vlines(v, y, 0, color="0.4", lw=0.8)
+        ax.text(k + 0.45 if i >= len(r) / 2 else 0.55, y, f"{method_label(m)} ({v:.2f})", va="center",
+                ha="right" if i >= len(r) / 2 else "left", fontsize=8)
+        ax.hlines(y, v, k + 0.4 if i >= len(r) / 2 else 0.6, color="0.4", lw=0.8)
+    for j, g in enumerate(groups):
+        ax.hlines(-0.2 - 0.08 * j, r[g].min() - 0.03, r[g].max() + 0.03, color="k", lw=3)
+    ax.set_title(f"Mean rank over {n_blocks} blocks (task x column); bars: groups within the critical difference"
+                 if len(r) else "No method is in every block: no mean ranks", fontsize=9)
+    _save(fig, path)

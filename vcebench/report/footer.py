@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -13,6 +14,9 @@ from ..config.kernels import describe
 from ..config.tasks import external_name, is_baseline, is_truth
 from ..protocol import fair
 from .tables import display_columns, format_value, method_label
+
+if TYPE_CHECKING:
+    from .pairs import MarkNote
 
 SUBSET_WORDS = {"all": "all inputs", "successful": "successful CFs", "correct": "correctly classified inputs",
                 "correct_successful": "correct and successful"}
@@ -47,13 +51,16 @@ def load_profiles(results: Path, task: str, methods: list[str]) -> dict[str, dic
 
 
 def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = None,
-                feature_dim: int | None = None, profiles: dict[str, dict] | None = None) -> list[str]:
-    """Footer lines of a task table (markdown; ``to_latex`` turns them into a table note): what ± means, the
-    n behind each column, the protocol (noise rule, selection rule, n, seeds, feature extractor), where the
-    cost columns come from, and warnings (a DDPM row whose every sample flipped at its first guidance scale).
-    Reads what the rows' metrics.json hold and leaves out what they do not."""
+                feature_dim: int | None = None, profiles: dict[str, dict] | None = None,
+                marks: MarkNote | None = None, task: str = "") -> list[str]:
+    """Footer lines of a task table (markdown; ``to_latex`` turns them into a table note): what ± means, what the
+    marks rest on (``marks``: :func:`.pairs.marks`' note; None: no paired tests, no marks), the n behind each
+    column, the protocol (noise rule, selection rule, n, seeds, feature extractor), where the cost columns come
+    from, and warnings (a DDPM row whose every sample flipped at its first guidance scale). Reads what the rows'
+    metrics.json hold and leaves out what they do not."""
     boot = next((mj.get("bootstrap") for mj in metas.values() if mj.get("bootstrap")), None)
     lines = [_interval_line(boot)] if boot else []
+    lines.append(marks_line(marks, task))
     lines += _n_per_column_lines(df, metas)
     lines.append(_protocol_line(metas, tuned, feature_dim, boot))
     lines.append(COSTS_LINE)
@@ -95,6 +102,27 @@ def _interval_line(boot: dict) -> str:
             f"resamples, FID/sFID/KID {boot['feature_resamples']}, seed {boot['seed']}; subsets follow the drawn "
             "inputs); bounds in the csv (`<column>_lo`, `<column>_hi`). A resample repeats inputs, which adds to "
             "FID's small-n bias: FID/sFID intervals can lie above the value; KID is unbiased at any n.")
+
+
+def marks_line(note: MarkNote | None, task: str = "") -> str:
+    """What bold and underline mean (the paired tests of :mod:`.pairs`), or why the table has none: never marks
+    from point values alone, whose differences the intervals often cannot separate."""
+    where = 'docs/protocol.md, "Paired comparisons"'
+    if note is None or not note.marked:
+        why = (f"no per-input record (samples.npz) for {', '.join(method_label(m) for m in note.no_record)}"
+               if note is not None and note.no_record else "no paired tests were run for this table")
+        return (f"No marks (bold / underline): {why}; marks come only from paired tests over the same inputs "
+                f"({where}), never from the point values alone.")
+    pairs = f"`{task}_pairs.md`" if task else "the task's `_pairs.md`"
+    line = (f"**Bold**: better than every other ranked row, each paired test significant at 0.05 family-wise per "
+            f"column (Holm over the column's pairs of ranked rows; exact McNemar on the discordant inputs for the "
+            f"0 / 1 columns, e.g. FR, else the paired bootstrap over the shared resamples); underlined: the best "
+            f"point value and every ranked row that no test separates from it (not separable from the best). "
+            f"Differences, intervals, p-values: {pairs} ({where}). The cost columns carry no marks (measured "
+            f"once, no test over the inputs).")
+    if note.unmarked:
+        line += " No marks in " + "; ".join(f"{c} ({why})" for c, why in note.unmarked.items()) + "."
+    return line
 
 
 def _n_per_column_lines(df: pd.DataFrame, metas: dict[str, dict]) -> list[str]:

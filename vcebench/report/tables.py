@@ -1,5 +1,5 @@
-"""Task tables: one row per method from the run's results, cell formatting and ranking marks, and the
-CSV / Markdown / LaTeX writers."""
+"""Task tables: one row per method from the run's results, cell formatting, and the CSV / Markdown / LaTeX
+writers. The cells' marks come from the paired tests (:mod:`.pairs`): ``'best'`` bold, ``'tied'`` underlined."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ COST_COLUMNS = list(registry.COST_COLUMNS)
 PROTOCOL_COLUMNS = list(registry.PROTOCOL_COLUMNS)
 # a cell's 95 % bootstrap interval travels as <col>_lo / <col>_hi (csv), shown as value ± half-width
 INTERVAL_SUFFIXES = ("_lo", "_hi")
+# column -> {row index: 'best' (bold) | 'tied' (underlined)}: the marks of the paired tests (vcebench.report.pairs)
+Marks = dict[str, dict[int, str]]
 # on the header of a column that cannot rank this task's methods as its direction says (vcebench.report.validity)
 HEADER_MARK = "†"
 # Headers of the columns that are no metric's (a metric's come from its registration, registry.column_labels).
@@ -91,24 +93,6 @@ def load_task_table(results: Path, task: str, methods: list[str], kind: str, syn
     return df[cols], higher
 
 
-def rank_marks(values: pd.Series, higher: bool) -> dict[int, str]:
-    """Index -> 'best' / 'second' (ties share a rank), NaNs ignored."""
-    v = pd.to_numeric(values, errors="coerce")
-    finite = v.dropna()
-    if finite.empty:
-        return {}
-    uniq = sorted(finite.unique(), reverse=higher)
-    marks = {}
-    for i, val in v.items():
-        if pd.isna(val):
-            continue
-        if val == uniq[0]:
-            marks[i] = "best"
-        elif len(uniq) > 1 and val == uniq[1]:
-            marks[i] = "second"
-    return marks
-
-
 def format_value(v) -> str:
     """A cell's number: ``--`` for none, integers as such, else three or so significant digits."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
@@ -147,15 +131,6 @@ def display_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if c != "n" and not c.endswith(INTERVAL_SUFFIXES)]
 
 
-def _marks(df: pd.DataFrame, cols: list[str], higher: dict[str, bool]) -> dict[str, dict[int, str]]:
-    """Best / second per column among the explainers (the do-nothing rows, ``tasks.is_baseline``, are
-    reference rows and never ranked)."""
-    from ..config.tasks import is_baseline
-
-    ranked = ~df["method"].map(is_baseline).astype(bool)
-    return {c: rank_marks(df[c].where(ranked), higher.get(c, False)) for c in cols if c in higher}
-
-
 def direction_arrow(col: str, higher: dict[str, bool], tex: bool) -> str:
     if col not in higher:
         return ""
@@ -165,24 +140,25 @@ def direction_arrow(col: str, higher: dict[str, bool], tex: bool) -> str:
 
 
 def to_markdown(df: pd.DataFrame, higher: dict[str, bool], title: str = "", footer: list[str] | None = None,
-                marked: Iterable[str] = ()) -> str:
-    """The table (best **bold**, second underlined; a cell with a bootstrap interval reads ``value ± half-width``)
-    and its footer lines (default: the n of each row); the ``marked`` columns' headers carry ``†`` (their
-    footer sentence says why: :mod:`vcebench.report.validity`)."""
+                marked: Iterable[str] = (), marks: Marks | None = None) -> str:
+    """The table (``marks``, column -> {row index: 'best' | 'tied'} from :func:`.pairs.marks`: 'best' **bold**,
+    'tied' underlined; none: no marks; a cell with a bootstrap interval reads ``value ± half-width``) and its
+    footer lines (default: the n of each row); the ``marked`` columns' headers carry ``†`` (their footer sentence
+    says why: :mod:`vcebench.report.validity`)."""
     cols = display_columns(df)
     marked = set(marked)
     head = ["Method"] + [f"{_md_math(column_label(c))}{direction_arrow(c, higher, False)}"
                          f"{HEADER_MARK if c in marked else ''}" for c in cols[1:]]
     lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |",
                                                         "|" + "---|" * len(head)]
-    marks = _marks(df, cols[1:], higher)
+    marks = marks or {}
     for i, row in df.iterrows():
         label = method_label(row["method"])
         cells = [f"*{label}*" if _is_baseline(row) else label]
         for c in cols[1:]:
             s = format_value(row[c])
             mk = marks.get(c, {}).get(i)
-            s = f"**{s}**" if mk == "best" else f"<u>{s}</u>" if mk == "second" else s
+            s = f"**{s}**" if mk == "best" else f"<u>{s}</u>" if mk == "tied" else s
             hw = _half_width(row, c)
             cells.append(s if hw is None else f"{s} ± {_fmt_hw(hw)}")
         lines.append("| " + " | ".join(cells) + " |")
@@ -212,12 +188,12 @@ def _tex_escape(s: str) -> str:
 
 
 def to_latex(df: pd.DataFrame, higher: dict[str, bool], caption: str = "", label: str = "",
-             footer: list[str] | None = None, marked: Iterable[str] = ()) -> str:
-    """A booktabs table: best in bold, second underlined, arrows from each metric's direction, a cell with a
-    bootstrap interval as ``value $\\pm$ half-width``, ``$^\\dagger$`` on the ``marked`` columns' headers;
-    ``footer`` lines go below it as a table note."""
+             footer: list[str] | None = None, marked: Iterable[str] = (), marks: Marks | None = None) -> str:
+    """A booktabs table: ``marks`` as in :func:`to_markdown` ('best' bold, 'tied' underlined), arrows from each
+    metric's direction, a cell with a bootstrap interval as ``value $\\pm$ half-width``, ``$^\\dagger$`` on the
+    ``marked`` columns' headers; ``footer`` lines go below it as a table note."""
     cols = display_columns(df)
-    marks = _marks(df, cols[1:], higher)
+    marks = marks or {}
     marked = set(marked)
     head = ["Method"] + [column_label(c) if "$" in column_label(c) else _tex_escape(column_label(c))
                          for c in cols[1:]]
@@ -235,7 +211,7 @@ def to_latex(df: pd.DataFrame, higher: dict[str, bool], caption: str = "", label
         for c in cols[1:]:
             s = format_value(row[c])
             mk = marks.get(c, {}).get(i)
-            s = r"\textbf{" + s + "}" if mk == "best" else r"\underline{" + s + "}" if mk == "second" else s
+            s = r"\textbf{" + s + "}" if mk == "best" else r"\underline{" + s + "}" if mk == "tied" else s
             hw = _half_width(row, c)
             cells.append(s if hw is None else s + r"{\tiny${}\pm{}$" + _fmt_hw(hw) + "}")
         out.append(" & ".join(cells) + r" \\")
@@ -268,9 +244,9 @@ def _tex_note(s: str) -> str:
 
 
 def write_task_tables(df: pd.DataFrame, higher: dict[str, bool], out_dir: Path, task: str,
-                      footer: list[str] | None = None, marked: Iterable[str] = ()) -> None:
+                      footer: list[str] | None = None, marked: Iterable[str] = (), marks: Marks | None = None) -> None:
     with atomic_path(out_dir / f"{task}.csv") as tmp:
         df.to_csv(tmp, index=False, float_format="%.6g")
-    write_text(out_dir / f"{task}.md", to_markdown(df, higher, title=task, footer=footer, marked=marked))
+    write_text(out_dir / f"{task}.md", to_markdown(df, higher, title=task, footer=footer, marked=marked, marks=marks))
     write_text(out_dir / f"{task}.tex", to_latex(df, higher, caption=f"vcebench results on {task}",
-                                                  label=f"tab:{task}", footer=footer, marked=marked))
+                                                  label=f"tab:{task}", footer=footer, marked=marked, marks=marks))

@@ -161,10 +161,11 @@ def _checked(batches, z, checks: dict[str, int]):
 
 def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None = None, device="cpu",
                   only: list[str] | None = None, progress: bool = False, strict: bool = False,
-                  models=None, resampled: bool = False) -> dict:
+                  models=None, resampled: bool = False, samples_out: str | None = None) -> dict:
     """Everything `vcebench evaluate` writes to metrics.json for the counterfactuals ``cfs_path`` of
     ``settings.method``, whose inputs come from ``settings.split`` (``models``: preloaded TaskModels, tests).
-    ``resampled``: also ``resampled``, each metric's value in every bootstrap resample (no metrics.json key)."""
+    ``resampled``: also ``resampled``, each metric's value in every bootstrap resample (no metrics.json key).
+    ``samples_out``: also write the per-input record there (``samples.npz``, :mod:`metrics.records`)."""
     import torch
 
     from metrics import metric_names, required_roles
@@ -191,7 +192,11 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
     gt_of = _gt_counterfactuals(settings.config, task, ids) if "ground_truth" in _inputs_of(names) else None
     core, metrics, checks = score(settings, names, models, x_of, z["cf"], ids, z["target"], label, gt_of=gt_of,
                                   fid_ref=fid_ref, device=device, progress=progress, strict=strict, stored=z,
-                                  keep_resamples=resampled)
+                                  keep_resamples=resampled, records=samples_out is not None)
+    if samples_out is not None:
+        from metrics.records import write_samples
+
+        write_samples(samples_out, core["records"])
     used = sorted({r for m in metrics for r in m.roles} | {"classifier"})
     inputs = {"counterfactuals": str(cfs_path), "fid_reference": fid_ref, "eval_split": settings.split,
               "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage}
@@ -203,12 +208,14 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
 def score(settings: EvalSettings, names: list[str], models, x_of, cf: np.ndarray, ids: np.ndarray,
           target: np.ndarray, label: np.ndarray, *, gt_of=None, fid_ref: str | None = None, device="cpu",
           progress: bool = False, strict: bool = False, stored: Mapping[str, np.ndarray] | None = None,
-          built: list | None = None, keep_resamples: bool = False) -> tuple[dict, list, dict]:
+          built: list | None = None, keep_resamples: bool = False,
+          records: bool = False) -> tuple[dict, list, dict]:
     """The metrics ``names`` of ``settings.task`` on uint8 counterfactuals ``cf`` of the inputs ``x_of(rows)``
     (sample ids ``ids``, targets, attribute labels: -1 where unknown, which leaves the ``correct`` subsets
     out), with their bootstrap intervals: (``run_metrics``' result, the metrics, the checks against the
     ``pred`` / ``flipped`` arrays of ``stored``, a counterfactuals file). `vcebench evaluate` and the Python
-    API (``vcebench.evaluate``) both score through here (``built``: the metrics ``names``, already built)."""
+    API (``vcebench.evaluate``) both score through here (``built``: the metrics ``names``, already built;
+    ``records``: ``run_metrics``' per-input record too)."""
     from metrics.evaluation import make_batches, run_metrics
 
     metrics = built if built is not None else _build_metrics(settings, names, _inputs_of(names), models, ids, fid_ref)
@@ -216,7 +223,7 @@ def score(settings: EvalSettings, names: list[str], models, x_of, cf: np.ndarray
     checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
     batches = make_batches(x_of, cf, ids, target, label, models.classifier, bs, gt_of, device=device)
     core = run_metrics(metrics, _checked(batches, stored or {}, checks), progress=progress, strict=strict,
-                       bootstrap=settings.metrics["bootstrap"], keep_resamples=keep_resamples)
+                       bootstrap=settings.metrics["bootstrap"], keep_resamples=keep_resamples, records=records)
     return core, metrics, checks
 
 def _metrics_json(settings: EvalSettings, z, core: dict, checks: dict, inputs: dict, models: dict, record: dict,

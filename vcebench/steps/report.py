@@ -16,20 +16,22 @@ from ..config.load import read_yaml
 def task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir, n_qual: int) -> None:
     from .. import report
     from ..config.tasks import get_task, is_truth
-    from ..report import figures
+    from ..report import figures, pairs
 
     task = get_task(cfg, task_name)
     df, higher = report.load_task_table(results, task_name, methods, task.kind, task.synthetic)
     metas = report.load_metrics_json(results, task_name, methods)
+    _, marks, note = pairs.task_pairs(results, task_name, df, higher)  # the marks of the paired tests
     footer = report.task_footer(df, metas, _tuned_file(cfg, task_name),
                                 _feature_dim(results / task_name / "fid_ref.npz"),
-                                profiles=report.load_profiles(results, task_name, methods))
+                                profiles=report.load_profiles(results, task_name, methods), marks=note, task=task_name)
     footer += report.resolution_lines(metas, task.dataset, task.attribute)
     checks = report.check_columns(df, higher)  # each metric column against the truth row (none without one)
     footer += report.validity_lines(checks, task_name, task.attribute)
     attacks = report.check_attacks(df, checks)  # how each column treats a row that is no counterfactual
     footer += report.attack_lines(attacks, checks)
-    report.write_task_tables(df, higher, out_dir, task_name, footer=footer, marked=report.marked_columns(checks))
+    report.write_task_tables(df, higher, out_dir, task_name, footer=footer, marked=report.marked_columns(checks),
+                             marks=marks)
     report.write_validity(out_dir / f"{task_name}_validity.json", df, checks, task_name, attacks)
     costs = df[~df["method"].map(is_truth).astype(bool)]  # the truth row has no cost
     figures.efficiency_figure(out_dir / f"{task_name}_efficiency.png", costs, title=task_name)

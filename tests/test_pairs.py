@@ -1,0 +1,256 @@
+"""Per-input records (samples.npz), paired comparisons and the marks they decide (issue #60 items 1-3).
+
+Fake results trees with known per-input values: replicates are drawn with the one shared count matrix, as
+`vcebench evaluate` draws them (metrics.evaluation), so the rows are paired exactly as in a real run.
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from metrics import EvalBatch, FlipRate
+from metrics.bootstrap import Resamples, Samples, resample_counts, weighted_means
+from metrics.evaluation import run_metrics
+from metrics.fid import FID
+from metrics.records import RecordError, SampleRecord, counts_sha256, read_samples, write_samples
+from metrics.similarity import L1Distance
+from vcebench import report
+from vcebench.report import pair_summary, pairs
+
+TASK = "synthxray_pacemaker"
+N, B = 120, 400
+
+
+# --- records ------------------------------------------------------------------------------------------------
+
+class Project(torch.nn.Module):
+    def forward(self, x):
+        return x.flatten(1)[:, :5] * 3
+
+
+def _batches(n=30, bs=8):
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(n, 3, 4, 4, generator=g) * 2 - 1
+    cf = (x + 0.3 * torch.randn(n, 3, 4, 4, generator=g)).clamp(-1, 1)
+    flipped = torch.rand(n, generator=g) < 0.6
+    for s in range(0, n, bs):
+        sl = slice(s, s + bs)
+        m = len(x[sl])
+        yield EvalBatch(x=x[sl], cf=cf[sl], sample_id=torch.arange(n)[sl] * 2 + 7,
+                        target=torch.ones(m, dtype=torch.long),
+                        flipped=flipped[sl], label=torch.zeros(m, dtype=torch.long))
+
+
+def test_run_metrics_records_what_each_input_contributed(tmp_path):
+    """q/ means are the columns (FR: 100 x the mean of 0 / 1), subsets and features follow FID's successful CFs,
+    boot/ are the interval's replicates and the digest is the count matrix's."""
+    cfg = {"resamples": 50, "feature_resamples": 20, "seed": 3}
+    l1 = L1Distance()
+    l1.subset = "successful"
+    out = run_metrics([FlipRate(), l1, FID(Project())], _batches(), bootstrap=cfg, keep_resamples=True, records=True)
+    rec = out["records"]
+    write_samples(tmp_path / "samples.npz", rec)
+    got = read_samples(tmp_path / "samples.npz")
+    ids = np.arange(30) * 2 + 7
+    assert got.schema == "vcebench-samples/1" and got.ids.dtype == np.int64 and (got.ids == ids).all()
+    flips = np.concatenate([b.flipped.numpy() for b in _batches()])
+    assert (got.q["FR"] == flips).all() and "FR" not in got.subset
+    assert 100 * got.q["FR"].mean() == pytest.approx(out["metrics"]["FR"])
+    assert (got.subset["L1"] == flips).all() and np.isnan(got.q["L1"][~flips]).all()
+    assert np.nanmean(got.q["L1"]) == pytest.approx(out["metrics"]["L1"])
+    feats = got.features["fid_features"]
+    assert feats.dtype == np.float32 and feats.shape == (30, 5) and np.isnan(feats[~flips]).all()
+    assert np.isfinite(feats[flips]).all()
+    for k in ("FR", "L1", "FID"):
+        assert got.boot[k] == pytest.approx(out["resampled"][k], nan_ok=True), k
+    assert len(got.boot["FR"]) == 50 and len(got.boot["FID"]) == 20
+    assert got.boot_counts_sha256 == counts_sha256(Resamples(ids, resample_counts(30, 50, 3)))
+    other = counts_sha256(Resamples(ids, resample_counts(30, 50, 4)))
+    assert got.boot_counts_sha256 != other
+
+
+def test_read_samples_refuses_what_the_schema_does_not_allow(tmp_path):
+    ok = SampleRecord(ids=np.arange(4), q={"FR": np.ones(4)}, boot={"FR": np.ones(3)}, boot_counts_sha256="ab")
+    write_samples(tmp_path / "ok.npz", ok)
+    assert read_samples(tmp_path / "ok.npz").q["FR"].tolist() == [1, 1, 1, 1]
+    for bad, msg in ((SampleRecord(ids=np.array([3, 1])), "sorted"),
+                     (SampleRecord(ids=np.arange(4), q={"FR": np.ones(3)}), "q/FR"),
+                     (SampleRecord(ids=np.arange(4), features={"net": np.ones((3, 2))}), "features/net")):
+        with pytest.raises(RecordError, match=msg):
+            write_samples(tmp_path / "bad.npz", bad)
+    np.savez(tmp_path / "old.npz", ids=np.arange(2), schema=np.asarray("vcebench-samples/0"),
+             boot_counts_sha256=np.asarray(""))
+    with pytest.raises(RecordError, match="vcebench-samples/0"):
+        read_samples(tmp_path / "old.npz")
+
+
+# --- the statistics -----------------------------------------------------------------------------------------
+
+def test_holm_bootstrap_p_and_mcnemar_on_known_values():
+    assert pairs.holm(np.array([0.01, 0.04, 0.03, np.nan])).tolist()[:3] == pytest.approx([0.03, 0.06, 0.06])
+    assert np.isnan(pairs.holm(np.array([0.01, np.nan]))[1])
+    assert pairs.bootstrap_p(np.ones(99)) == pytest.approx(2 / 100)  # all replicates one side: 2 (0 + 1) / (B + 1)
+    assert pairs.bootstrap_p(np.zeros(99)) == 1.0
+    assert pairs.bootstrap_p(np.r_[-np.ones(50), np.ones(49)]) == 1.0
+    p, k = pairs.mcnemar(np.r_[np.ones(8), np.zeros(4)], np.zeros(12))
+    assert k == 8 and p == pytest.approx(2 * 0.5 ** 8)  # 8 discordant, all one way
+    assert pairs.mcnemar(np.ones(5), np.ones(5)) == (1.0, 0)
+
+
+# --- fake results trees -------------------------------------------------------------------------------------
+
+def _values(seed: int):
+    """Per-input L1 (lower is better) and flips (FR) of four ranked rows and the input row: FiRe's L1 clearly the
+    lowest, DiME's and MaskDiME's equal up to noise; FR: FiRe and DiME equal but for 2 inputs, ACE far lower."""
+    g = np.random.default_rng(seed)
+    base = g.uniform(0.3, 0.7, N)
+    fr = (g.uniform(size=N) < 0.9).astype(float)
+    dime_fr = fr.copy()
+    dime_fr[np.nonzero(fr)[0][:2]] = 0
+    return {"fire": (base - 0.2, fr), "dime": (base + g.normal(0, 0.01, N), dime_fr),
+            "maskdime": (base + g.normal(0, 0.01, N), fr), "ace": (base + 0.3, (g.uniform(size=N) < 0.5) * 1.0),
+            "input": (np.zeros(N), np.zeros(N))}
+
+
+def _write_tree(root, rows, counts_seed=0, skip_records=(), task=TASK):
+    ids = np.arange(N, dtype=np.int64) + 1000
+    draws = Resamples.draw(ids, B, counts_seed)
+    for m, (l1, fr) in rows.items():
+        d = root / task / m
+        d.mkdir(parents=True)
+        boot = {}
+        for col, v, scale in (("L1", l1, 1.0), ("FR", fr, 100.0)):
+            s = Samples()
+            s.add(torch.from_numpy(ids), torch.from_numpy(v))
+            boot[col] = weighted_means(s, draws, scale)
+        metrics = {"L1": float(l1.mean()), "FR": 100 * float(fr.mean())}
+        intervals = {k: list(np.quantile(v, [0.025, 0.975])) for k, v in boot.items()}
+        (d / "metrics.json").write_text(json.dumps({"metrics": metrics, "intervals": intervals, "n_inputs": N,
+                                                    "subsets": {"L1": "all", "FR": "all"}}))
+        if m not in skip_records:
+            write_samples(d / "samples.npz", SampleRecord(ids=ids, q={"L1": l1, "FR": fr}, boot=boot,
+                                                          boot_counts_sha256=counts_sha256(draws)))
+    return list(rows)
+
+
+def _table(root, methods, task=TASK):
+    df, higher = report.load_task_table(root, task, methods, "xray", synthetic=True)
+    return df, higher
+
+
+def _cell(md: str, method: str, col_index: int) -> str:
+    line = next(ln for ln in md.splitlines() if ln.startswith(f"| {method} |") or ln.startswith(f"| *{method}* |"))
+    return [c.strip() for c in line.strip("|").split("|")][col_index]
+
+
+def test_marks_come_from_the_tests_not_the_point_values(tmp_path):
+    methods = _write_tree(tmp_path, _values(0))
+    df, higher = _table(tmp_path, methods)
+    table, marks, note = pairs.task_pairs(tmp_path, TASK, df, higher)
+    by = {(r.column, r.a, r.b): r for r in table.itertuples()}
+    assert set(table["a"]) | set(table["b"]) == {"fire", "dime", "maskdime", "ace"}  # the input row is not ranked
+    assert by[("L1", "fire", "dime")].separated and by[("L1", "fire", "dime")].better == "fire"
+    assert not by[("L1", "dime", "maskdime")].separated and by[("L1", "dime", "maskdime")].test == "bootstrap"
+    fr = by[("FR", "fire", "dime")]
+    assert fr.test == "mcnemar" and fr.discordant == 2 and not fr.separated and fr.p == pytest.approx(0.5)
+    assert by[("FR", "fire", "ace")].separated and by[("FR", "fire", "ace")].better == "fire"
+    assert (table.groupby("column")["p_holm"].count() == 6).all()  # Holm over the 4 * 3 / 2 pairs of a column
+    lo, hi = by[("L1", "fire", "ace")].diff_lo, by[("L1", "fire", "ace")].diff_hi
+    assert lo < -0.5 < hi < 0 and by[("L1", "fire", "ace")].diff == pytest.approx(-0.5)
+
+    md = report.to_markdown(df, higher, marks=marks)
+    cols = ["Method"] + report.tables.display_columns(df)[1:]
+    li, fi = cols.index("L1"), cols.index("FR")
+    assert _cell(md, "FiRe", li).startswith("**") and "<u>" not in md.split("\n")[0]
+    for m in ("DiME", "MaskDiME", "ACE"):
+        assert "**" not in _cell(md, m, li) and "<u>" not in _cell(md, m, li), m
+    # FR: FiRe has the best point value but DiME is not separable from it; MaskDiME equals FiRe; ACE is separated
+    for m in ("FiRe", "DiME", "MaskDiME"):
+        assert _cell(md, m, fi).startswith("<u>"), m
+    assert "<u>" not in _cell(md, "ACE", fi) and "**" not in _cell(md, "ACE", fi)
+    assert "**" not in _cell(md, "Input (no edit)", li)  # L1 = 0 is the reference row's, never marked
+    tex = report.to_latex(df, higher, marks=marks)
+    fire = df.set_index("method").loc["fire"]
+    assert r"\textbf{" + report.tables.format_value(fire["L1"]) + "}" in tex
+    assert r"\underline{" + report.tables.format_value(fire["FR"]) + "}" in tex and tex.count(r"\textbf{") == 1
+    line = report.footer.marks_line(note, TASK)
+    assert "**Bold**" in line and "Holm" in line and f"{TASK}_pairs.md" in line and "No marks in" not in line
+
+    pairs.write_pairs(tmp_path, TASK, table)
+    back = pd.read_csv(tmp_path / f"{TASK}_pairs.csv")
+    assert list(back.columns) == pairs.PAIR_COLUMNS and len(back) == 12
+    assert "## L1" in (tmp_path / f"{TASK}_pairs.md").read_text()
+
+
+def test_marks_follow_each_columns_direction(tmp_path):
+    """Turning L1's direction round makes ACE (highest L1) the bold one: the marks read the registry's
+    direction, never a fixed sense."""
+    methods = _write_tree(tmp_path, _values(1))
+    df, higher = _table(tmp_path, methods)
+    _, marks, _ = pairs.task_pairs(tmp_path, TASK, df, {**higher, "L1": True})
+    ace = df.index[df["method"] == "ace"][0]
+    assert marks["L1"] == {ace: "best"}
+
+
+def test_rows_without_records_get_no_marks_never_point_value_marks(tmp_path):
+    methods = _write_tree(tmp_path, _values(2), skip_records=("ace",))
+    df, higher = _table(tmp_path, methods)
+    _, marks, note = pairs.task_pairs(tmp_path, TASK, df, higher)
+    md = report.to_markdown(df, higher, marks=marks)
+    assert "**" not in md and "<u>" not in md
+    assert note.no_record == ["ace"] and set(note.unmarked) == {"L1", "FR"}
+    assert "No marks" in report.footer.marks_line(note, TASK) and "ACE" in report.footer.marks_line(note, TASK)
+    old = tmp_path / "old"
+    methods = _write_tree(old, _values(2), skip_records=tuple(_values(2)))
+    df, higher = _table(old, methods)
+    _, marks, note = pairs.task_pairs(old, TASK, df, higher)
+    assert marks == {} and "**" not in report.to_markdown(df, higher, marks=marks)
+    assert report.footer.marks_line(note, TASK).startswith("No marks (bold / underline): no per-input record")
+    assert report.footer.marks_line(None).startswith("No marks")
+
+
+def test_rows_not_drawn_with_the_same_count_matrix_are_refused(tmp_path):
+    methods = _write_tree(tmp_path, _values(3))
+    other = tmp_path / "other"
+    _write_tree(other, {"dime": _values(3)["dime"]}, counts_seed=1)
+    (tmp_path / TASK / "dime" / "samples.npz").write_bytes((other / TASK / "dime" / "samples.npz").read_bytes())
+    df, higher = _table(tmp_path, methods)
+    with pytest.raises(pairs.PairingError, match="different count matrices"):
+        pairs.task_pairs(tmp_path, TASK, df, higher)
+    rec = read_samples(tmp_path / TASK / "fire" / "samples.npz")
+    rec.ids = rec.ids + 1
+    write_samples(tmp_path / TASK / "dime" / "samples.npz", rec)
+    with pytest.raises(pairs.PairingError, match="different inputs"):
+        pairs.task_pairs(tmp_path, TASK, df, higher)
+
+
+def test_summary_counts_wins_ties_losses_and_draws_the_cd_diagram(tmp_path):
+    tasks = [TASK, "synthfaces_smile"]
+    for i, t in enumerate(tasks):
+        methods = _write_tree(tmp_path, _values(10 + i), task=t)
+        df, higher = _table(tmp_path, methods, task=t)
+        pairs.write_pairs(tmp_path, t, pairs.task_pairs(tmp_path, t, df, higher)[0])
+    md = pair_summary.summarize(tmp_path, tasks, report.tables.registry.column_directions())
+    row = next(ln for ln in md.splitlines() if ln.startswith("| FiRe |"))
+    l1, fr, total = [c.strip() for c in row.strip("|").split("|")][1:4]
+    assert l1 == "6/0/0"  # FiRe beats the three others on L1 in both tasks
+    ace = next(ln for ln in md.splitlines() if ln.startswith("| ACE |"))
+    assert [c.strip() for c in ace.strip("|").split("|")][2] == "0/0/6"  # ACE loses every FR pair
+    assert (tmp_path / "summary_cd.png").stat().st_size > 1000
+    wtl = pair_summary.wins_ties_losses(pair_summary.read_pairs(tmp_path, tasks))
+    assert (wtl[["wins", "ties", "losses"]].sum(1) == 6).all()  # 3 opponents x 2 tasks per method and column
+    ranks = pair_summary.block_ranks(pair_summary.read_pairs(tmp_path, tasks), {"L1": False, "FR": True})
+    assert ranks.shape == (4, 4)  # 2 tasks x 2 columns, the 4 ranked rows
+    assert ranks.loc[(TASK, "L1"), "fire"] == 1.0 and ranks.loc[(TASK, "L1"), "ace"] == 4.0
+    assert ranks.loc[(TASK, "FR"), "ace"] == 4.0  # lowest FR, higher is better
+
+
+def test_groups_are_the_maximal_runs_within_the_critical_difference():
+    r = pd.Series({"a": 1.0, "b": 1.5, "c": 2.2, "d": 4.0})
+    assert pair_summary.groups(r, 1.3) == [["a", "b", "c"]]
+    assert pair_summary.groups(r, 0.6) == [["a", "b"]]
+    assert pair_summary.groups(r, 0.1) == []
+    assert pair_summary.critical_difference(4, 10) == pytest.approx(2.569 * np.sqrt(4 * 5 / 60), rel=1e-3)
