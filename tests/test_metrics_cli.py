@@ -70,11 +70,39 @@ def test_reference_then_evaluate(patched):
     assert res["models"]["fid_features"].startswith("standin-fid_features")
     assert res["seeds"] == [0, 1] and res["checks"]["flipped_disagreements"] == 0
     assert res["higher_is_better"]["FID"] is False and res["higher_is_better"]["COUT"] is True
+    _check_samples(d / "samples.npz", res, cfz, n_ok)
     # The same FID without the reference (originals' features computed on the fly).
     out2 = d / "metrics_noref.json"
     assert main(["evaluate", "--task", TASK, "--method", "fire", "--cfs", str(d / "counterfactuals.npz"),
                  "--out", str(out2), "--only", "FID", "--no-progress", *config]) == 0
     assert json.loads(out2.read_text())["metrics"]["FID"] == pytest.approx(m["FID"], rel=1e-4)
+
+
+def _check_samples(path, res, cfz, n_ok):
+    """samples.npz beside metrics.json: each mean column is the mean of its q/ (FR: 100 x), the replicates' rows
+    share the count matrix of the run's bootstrap settings, FID's feature rows are the successful CFs'."""
+    from metrics.bootstrap import Resamples
+    from metrics.records import counts_sha256, read_samples
+
+    rec = read_samples(path)
+    ids = np.sort(cfz["sample_id"]).astype(np.int64)
+    assert (rec.ids == ids).all()
+    for col in ("FR", "FR_oracle", "FVA", "L1", "MNAC", "COUT", "GT_L1", "GT_L1_region", "GT_recall"):
+        scale = 100.0 if col in ("FR", "FR_oracle", "FVA") else 1.0
+        assert scale * np.nanmean(rec.q[col]) == pytest.approx(res["metrics"][col], rel=1e-6), col
+        assert rec.in_subset(col).sum() == res["n"][col], col
+    assert set(rec.q["FR"][np.isfinite(rec.q["FR"])]) <= {0.0, 1.0} and rec.subset["FVA"].sum() == n_ok
+    assert "FID" not in rec.q and "CD" not in rec.q  # not means over inputs: replicates only
+    for col in ("FID", "sFID", "KID", "CD", "FR", "FVA"):
+        assert len(rec.boot[col]) == (res["bootstrap"]["feature_resamples"] if col in ("FID", "sFID", "KID")
+                                      else res["bootstrap"]["resamples"]), col
+    lo, hi = res["intervals"]["FR"]
+    assert np.quantile(rec.boot["FR"], 0.025) == pytest.approx(lo)
+    (feats,) = rec.features.values()
+    assert feats.shape == (64, 64) and np.isfinite(feats).all(1).sum() == n_ok
+    b = res["bootstrap"]
+    draws = Resamples.draw(ids, max(b["resamples"], b["feature_resamples"]), b["seed"])
+    assert rec.boot_counts_sha256 == counts_sha256(draws)
 
 
 def test_evaluate_rejects_foreign_sample_ids(patched, capsys):
