@@ -79,6 +79,9 @@ rule all:
     default_target: True
     input:
         expand("results/{task}.{ext}", task=TASKS, ext=["csv", "md", "tex"]),
+        expand("results/{task}_pairs.{ext}", task=TASKS, ext=["csv", "md"]),
+        "results/summary_pairs.md",
+        "results/summary_cd.png",
         expand(
             "results/{task}_{fig}.png", task=TASKS, fig=["qualitative", "efficiency"]
         ),

@@ -38,7 +38,7 @@ def test_dry_run_builds_whole_dag(preset):
     r = _smk(*args)
     assert r.returncode == 0, r.stdout + r.stderr
     for rule in ("render_data", "train_model", "explain_shard", "merge_counterfactuals", "fid_reference",
-                 "evaluate", "report_task"):
+                 "evaluate", "report_task", "pairs", "summary_pairs"):
         assert rule in r.stdout, rule
 
 

@@ -16,6 +16,11 @@ rule report_task:
             task=wc.task,
             method=task_methods(wc.task),
         ),
+        samples=lambda wc: expand(
+            "results/{task}/{method}/samples.npz",
+            task=wc.task,
+            method=task_methods(wc.task),
+        ),
     output:
         csv=report(
             "results/{task}.csv",
@@ -58,6 +63,76 @@ rule report_task:
     shell:
         "vcebench report task --task {wildcards.task} --methods {params.methods} {params.data} "
         "--out-dir results {params.cfg} > {log:q} 2>&1"
+
+
+rule pairs:
+    """Paired tests between the task's ranked rows (docs/protocol.md, "Paired comparisons"): the verdict behind the
+    table's marks."""
+    input:
+        metrics=lambda wc: expand(
+            "results/{task}/{method}/metrics.json",
+            task=wc.task,
+            method=task_methods(wc.task),
+        ),
+        samples=lambda wc: expand(
+            "results/{task}/{method}/samples.npz",
+            task=wc.task,
+            method=task_methods(wc.task),
+        ),
+    output:
+        csv=report(
+            "results/{task}_pairs.csv",
+            caption="report/pairs.rst",
+            category="{task}",
+            subcategory="table",
+            labels={"task": "{task}", "figure": "paired tests"},
+        ),
+        md="results/{task}_pairs.md",
+    log:
+        "logs/report/{task}_pairs.log",
+    benchmark:
+        "benchmarks/report/{task}_pairs.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        cfg=CFG,
+        methods=lambda wc: wf.shell_words(task_methods(wc.task)),
+    shell:
+        "vcebench report pairs --task {wildcards.task} --methods {params.methods} "
+        "--out-dir results {params.cfg} > {log:q} 2>&1"
+
+
+rule summary_pairs:
+    """Wins / ties / losses of the paired tests over the tasks and the mean-rank (critical-difference) diagram."""
+    input:
+        expand("results/{task}_pairs.csv", task=TASKS),
+    output:
+        md="results/summary_pairs.md",
+        cd=report(
+            "results/summary_cd.png",
+            caption="report/summary_cd.rst",
+            category="summary",
+            labels={"figure": "mean ranks"},
+        ),
+    log:
+        "logs/report/summary_pairs.log",
+    benchmark:
+        "benchmarks/report/summary_pairs.tsv"
+    conda:
+        "envs/vcebench.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        cfg=CFG,
+        tasks=wf.shell_words(TASKS),
+    shell:
+        "vcebench report pairs --summary {params.tasks} --out-dir results {params.cfg} > {log:q} 2>&1"
 
 
 rule gallery:
