@@ -4,6 +4,7 @@ Fake results trees with known per-input values: replicates are drawn with the on
 `vcebench evaluate` draws them (metrics.evaluation), so the rows are paired exactly as in a real run.
 """
 
+import hashlib
 import json
 
 import numpy as np
@@ -67,9 +68,12 @@ def test_run_metrics_records_what_each_input_contributed(tmp_path):
     for k in ("FR", "L1", "FID"):
         assert got.boot[k] == pytest.approx(out["resampled"][k], nan_ok=True), k
     assert len(got.boot["FR"]) == 50 and len(got.boot["FID"]) == 20
-    assert got.boot_counts_sha256 == counts_sha256(Resamples(ids, resample_counts(30, 50, 3)))
-    other = counts_sha256(Resamples(ids, resample_counts(30, 50, 4)))
-    assert got.boot_counts_sha256 != other
+    w = resample_counts(30, 50, 3)  # replicate b is row b of the count matrix: the same draw in every row
+    assert got.boot["FR"] == pytest.approx(100 * (w @ got.q["FR"]) / w.sum(1))
+    # the digest of the schema: the count matrix (little-endian int64, C order) then the ids (int64)
+    assert got.boot_counts_sha256 == hashlib.sha256(w.astype("<i8").tobytes() + ids.astype("<i8").tobytes()).hexdigest()
+    assert got.boot_counts_sha256 != counts_sha256(Resamples(ids, resample_counts(30, 50, 4)))
+    assert got.boot_counts_sha256 != counts_sha256(Resamples(ids + 1, w))
 
 
 def test_read_samples_refuses_what_the_schema_does_not_allow(tmp_path):
@@ -246,6 +250,21 @@ def test_summary_counts_wins_ties_losses_and_draws_the_cd_diagram(tmp_path):
     assert ranks.shape == (4, 4)  # 2 tasks x 2 columns, the 4 ranked rows
     assert ranks.loc[(TASK, "L1"), "fire"] == 1.0 and ranks.loc[(TASK, "L1"), "ace"] == 4.0
     assert ranks.loc[(TASK, "FR"), "ace"] == 4.0  # lowest FR, higher is better
+
+
+def test_rows_not_separated_from_any_row_sharing_the_best_value_are_underlined():
+    """FiRe and DiME share the best point value; MaskDiME is separated from DiME but not from FiRe: it is not
+    separable from the best (a best value), so it is underlined too; ACE is separated from both."""
+    df = pd.DataFrame({"method": ["fire", "dime", "maskdime", "ace"], "L1": [0.1, 0.1, 0.2, 0.5]})
+    sep = {("fire", "maskdime"): False, ("dime", "maskdime"): True, ("fire", "ace"): True, ("dime", "ace"): True,
+           ("fire", "dime"): False, ("maskdime", "ace"): True}
+    fam = pd.DataFrame([{"column": "L1", "a": a, "b": b, "separated": s} for (a, b), s in sep.items()])
+    rec = SampleRecord(ids=np.arange(3), boot={"L1": np.zeros(3)}, boot_counts_sha256="x")
+    marks, note = pairs.marks(df, {"L1": False}, fam, dict.fromkeys(df["method"], rec))
+    assert marks == {"L1": {0: "tied", 1: "tied", 2: "tied"}} and note.marked == ["L1"]
+    sep[("fire", "maskdime")] = True
+    fam = pd.DataFrame([{"column": "L1", "a": a, "b": b, "separated": s} for (a, b), s in sep.items()])
+    assert pairs.marks(df, {"L1": False}, fam, dict.fromkeys(df["method"], rec))[0] == {"L1": {0: "tied", 1: "tied"}}
 
 
 def test_groups_are_the_maximal_runs_within_the_critical_difference():
