@@ -244,8 +244,8 @@ def cd_figure(path: Path, mean_ranks: pd.Series, cd: float, groups: list[list[st
     plt = _plt()
     r = mean_ranks.sort_values()
     k = max(len(r), 2)
-    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.3 * len(r)))
-    ax.set_xlim(0.5, k + 0.5)
+    fig, ax = plt.subplots(figsize=(8, 1.6 + 0.3 * len(r)))
+    ax.set_xlim(-1.2, k + 2.2)
     ax.set_ylim(-1.2 - 0.3 * len(r), 1.6)
     ax.axis("off")
     ax.hlines(0, 1, k, color="k", lw=1)
@@ -256,13 +256,13 @@ def cd_figure(path: Path, mean_ranks: pd.Series, cd: float, groups: list[list[st
         ax.hlines(1.1, 1, 1 + cd, color="tab:red", lw=2)
         ax.text(1 + cd / 2, 1.2, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=8, color="tab:red")
     for i, (m, v) in enumerate(r.items()):
-        y = -0.5 - 0.3 * i
+        y, right = -0.5 - 0.3 * i, i >= len(r) / 2  # the better half labelled left, the other right
         ax.vlines(v, y, 0, color="0.4", lw=0.8)
-        ax.text(k + 0.45 if i >= len(r) / 2 else 0.55, y, f"{method_label(m)} ({v:.2f})", va="center",
-                ha="right" if i >= len(r) / 2 else "left", fontsize=8)
-        ax.hlines(y, v, k + 0.4 if i >= len(r) / 2 else 0.6, color="0.4", lw=0.8)
+        ax.hlines(y, v, k + 0.1 if right else 0.9, color="0.4", lw=0.8)
+        ax.text(k + 0.15 if right else 0.85, y, f"{method_label(m)} ({v:.2f})", va="center",
+                ha="left" if right else "right", fontsize=8)
     for j, g in enumerate(groups):
-        ax.hlines(-0.2 - 0.08 * j, r[g].min() - 0.03, r[g].max() + 0.03, color="k", lw=3)
+        ax.hlines(-0.15 - 0.12 * j, r[g].min() - 0.03, r[g].max() + 0.03, color="k", lw=3)
     ax.set_title(f"Mean rank over {n_blocks} blocks (task x column); bars: groups within the critical difference"
                  if len(r) else "No method is in every block: no mean ranks", fontsize=9)
     _save(fig, path)
