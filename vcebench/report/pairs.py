@@ -222,8 +222,8 @@ def pairs_markdown(task: str, pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
 
     lines = [f"# {task}: paired comparisons", "",
              f"Each pair of ranked rows on the same inputs and bootstrap draws (docs/protocol.md, \"Paired "
-             f"comparisons\"): Δ = a − b with its paired {LEVEL * 100:g} % percentile interval; p: exact McNemar on the "
-             f"discordant inputs for 0 / 1 columns (FR, ...), else the paired bootstrap; p (Holm): corrected over "
+             f"comparisons\"): Δ = a − b with its paired {LEVEL * 100:g} % percentile interval; p: exact McNemar on "
+             f"the discordant inputs for 0 / 1 columns (FR, ...), else the paired bootstrap; p (Holm): corrected over "
              f"the pairs of the column; separated at {alpha} family-wise.", ""]
     for col, fam in pairs.groupby("column", sort=False):
         lines += [f"## {col}", "", "| a | b | Δ (95 % CI) | test | p | p (Holm) | better |", "|---" * 7 + "|"]
