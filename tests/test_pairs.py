@@ -273,3 +273,21 @@ def test_groups_are_the_maximal_runs_within_the_critical_difference():
     assert pair_summary.groups(r, 0.6) == [["a", "b"]]
     assert pair_summary.groups(r, 0.1) == []
     assert pair_summary.critical_difference(4, 10) == pytest.approx(2.569 * np.sqrt(4 * 5 / 60), rel=1e-3)
+
+
+def test_report_pairs_cli_writes_each_tasks_pairs_then_their_summary(tmp_path, capsys):
+    from vcebench.cli import main
+
+    tasks = [TASK, "synthfaces_smile"]
+    for i, t in enumerate(tasks):
+        methods = _write_tree(tmp_path, _values(20 + i), task=t)
+        assert main(["report", "pairs", "--task", t, "--methods", *methods, "--results", str(tmp_path),
+                     "--out-dir", str(tmp_path)]) == 0
+        # the task's own table columns: x-ray tables show L1 and FR (12 pairs), faces tables FR only (6)
+        assert len(pd.read_csv(tmp_path / f"{t}_pairs.csv")) == (12 if t == TASK else 6)
+    assert main(["report", "pairs", "--summary", *tasks, "--out-dir", str(tmp_path)]) == 0
+    assert "| FiRe | 3/0/0 |" in (tmp_path / "summary_pairs.md").read_text()  # L1: one task
+    assert (tmp_path / "summary_cd.png").exists()
+    capsys.readouterr()
+    assert main(["report", "pairs", "--out-dir", str(tmp_path)]) == 2  # neither --task nor --summary
+    assert "--task TASK or --summary" in capsys.readouterr().err
