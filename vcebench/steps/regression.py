@@ -90,9 +90,11 @@ def _paired_rows(cfg, ref_dir: Path, task: str, results: Path, reference_table, 
     """The paired check of ``task`` (:func:`vcebench.report.paired.paired_check`) and the columns it covers."""
     import pandas as pd
 
+    from ..core.runtime import setup_torch
     from ..report import paired
     from ..report.regression import PAIRED_MAX_LOST
 
+    setup_torch(cfg.get("threads"))  # the feature metrics' bootstrap: the job's threads, never oversubscribed
     ref_records = paired.read_reference_records(ref_dir, task)
     current = paired.read_run_records(results, task, list(ref_records))
     table = reference_table.set_index("method")

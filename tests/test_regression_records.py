@@ -1,0 +1,150 @@
+"""The paired regression on per-input records (vcebench/report/paired.py): faults planted on fake records are
+caught naming their row and metric, an unchanged rerun and one within the CPU-kind drift pass, and the rates'
+rule is "more than one input net" (one input lost passes, two fail)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vcebench import registry
+from vcebench.report import paired, plants
+from vcebench.report.regression import CPU_DRIFT, PAIRED_MAX_LOST
+
+N, D = 64, 16
+HIGHER = registry.column_directions()
+REL = CPU_DRIFT["rel"]
+
+
+def fake_row(seed: int, n: int = N, d: int = D, fr: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """A row's record in the evaluate job's schema (vcebench-samples/1): rates, means (MNAC over the flipped
+    inputs only, NaN elsewhere), CF feature rows near the originals of :func:`fake_originals`, replicates."""
+    rng = np.random.default_rng(seed)
+    fr = (rng.random(n) < 0.9).astype(float) if fr is None else np.asarray(fr, float)
+    oracle = fr * (rng.random(n) < 0.85)
+    o = fake_originals(n, d)["features"]
+    return {"ids": np.arange(100, 100 + n, dtype=np.int64), "schema": np.array(paired.SCHEMA),
+            "q/FR": fr, "q/FR_oracle": oracle, "q/FVA": fr * (rng.random(n) < 0.95),
+            "q/L1": rng.lognormal(-3, 0.5, n), "q/GT_L1": rng.lognormal(-2, 0.3, n),
+            "q/MNAC": np.where(fr == 1, rng.poisson(2, n) + 1.0, np.nan), "subset/MNAC": fr == 1,
+            "features/fid": (o + 0.4 + 0.6 * rng.standard_normal((n, d))).astype(np.float32),
+            "boot/FR": rng.random(20), "boot_counts_sha256": np.array("0" * 64)}
+
+
+def fake_originals(n: int = N, d: int = D) -> dict[str, np.ndarray]:
+    """The originals' feature rows of the inputs (what the task's fid_ref.npz holds)."""
+    f = np.random.default_rng(1234).standard_normal((n, d)).astype(np.float32)
+    return {"sample_id": np.arange(100, 100 + n, dtype=np.int64), "features": f}
+
+
+def check(ref: dict, cur: dict, strict: bool = False, features=("FID", "KID", "sFID")):
+    orig = fake_originals(len(next(iter(ref.values()))["ids"]))
+    return paired.paired_check("t", ref, cur, (orig, orig), HIGHER, {m: list(features) for m in ref}, REL,
+                               PAIRED_MAX_LOST, [0, 1], strict=strict)
+
+
+def failing(fails: list[dict]) -> list[tuple[str, str, str]]:
+    return sorted((f["method"], f["metric"], f["status"]) for f in fails)
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return {"fire": fake_row(0), "dime": fake_row(1)}
+
+
+def test_an_unchanged_rerun_and_one_within_the_cpu_drift_pass(ref):
+    rows, fails = check(ref, {m: dict(r) for m, r in ref.items()})
+    assert not fails and {r["status"] for r in rows} == {"ok"}
+    got = {(r["method"], r["metric"]) for r in rows}
+    assert {("fire", c) for c in ("FR", "FR_oracle", "FVA", "L1", "GT_L1", "MNAC", "FID", "KID", "sFID")} <= got
+    assert not check(ref, {m: dict(r) for m, r in ref.items()}, strict=True, features=("FID",))[1]
+    drift = {}
+    for m, r in ref.items():  # every per-input mean x 1.01, the feature rows within a 0.1 % jitter
+        jitter = 1 + 1e-3 * np.random.default_rng(5).standard_normal(r["features/fid"].shape)
+        drift[m] = {k: (v * 1.01 if k in ("q/L1", "q/GT_L1", "q/MNAC") else v) for k, v in r.items()}
+        drift[m]["features/fid"] = (r["features/fid"] * jitter).astype(np.float32)
+    rows, fails = check(ref, drift)
+    assert not fails, failing(fails)
+    assert any(r["metric"] == "L1" and r["delta"] > 0 for r in rows)  # it moved, within the band
+
+
+def test_a_mean_past_the_drift_fails_naming_the_row(ref):
+    """L1 x 1.03 on every input (past the 1.8 % band) fails; MNAC lower (better) is an improvement."""
+    cur = {m: dict(r) for m, r in ref.items()}
+    cur["dime"]["q/L1"] = ref["dime"]["q/L1"] * 1.03
+    cur["dime"]["q/MNAC"] = ref["dime"]["q/MNAC"] * 0.9
+    rows, fails = check(ref, cur)
+    assert failing(fails) == [("dime", "L1", "REGRESSED")]
+    assert [r["status"] for r in rows if (r["method"], r["metric"]) == ("dime", "MNAC")] == ["improved"]
+    assert failing(check(ref, cur, strict=True)[1]) == [("dime", "L1", "CHANGED"), ("dime", "MNAC", "CHANGED")]
+
+
+def test_plant_a_unedited_cfs_drop_fr_and_are_caught(ref):
+    """10 % of FiRe's flipped CFs replaced by the unedited input: FR fails on FiRe's row, nothing on DiME's."""
+    planted, ids = plants.unedited_cfs(ref["fire"], fake_originals())
+    assert len(ids) == int(np.ceil(0.1 * (ref["fire"]["q/FR"] == 1).sum())) >= 6
+    fails = check(ref, {"fire": planted, "dime": ref["dime"]})[1]
+    assert ("fire", "FR", "REGRESSED") in failing(fails) and {f["method"] for f in fails} == {"fire"}
+    fr = next(f for f in fails if f["metric"] == "FR")
+    assert fr["lost"] == len(ids) and fr["delta"] == -len(ids)
+
+
+def test_plant_b_oracle_failures_with_fr_unchanged_are_caught_naming_the_row(ref):
+    """The adversarial drift: 10 % of DiME's oracle successes fail, its FR unchanged; the seed band of an
+    FR_oracle cell lets up to tens of points through, the paired check fails on this row alone."""
+    cur = {"fire": ref["fire"], "dime": plants.oracle_failures(ref["dime"])}
+    assert (cur["dime"]["q/FR"] == ref["dime"]["q/FR"]).all()
+    assert failing(check(ref, cur)[1]) == [("dime", "FR_oracle", "REGRESSED")]
+
+
+def test_plant_c_realism_fid_thirty_percent_is_caught_naming_the_row(ref):
+    planted, before, after = plants.realism(ref["fire"], fake_originals(), factor=1.3)
+    assert after == pytest.approx(1.3 * before, rel=1e-3)
+    fails = check(ref, {"fire": planted, "dime": ref["dime"]})[1]
+    assert ("fire", "FID", "REGRESSED") in failing(fails)
+    assert {(f["method"], f["metric"]) for f in fails} <= {("fire", "FID"), ("fire", "KID"), ("fire", "sFID")}
+    fid = next(f for f in fails if f["metric"] == "FID")
+    assert fid["current"] == pytest.approx(after) and fid["interval"][0] > fid["tolerance"]
+
+
+def test_one_input_lost_passes_and_two_fail(ref):
+    """The rates' rule, not vacuous on small changes: one oracle success lost passes, two fail; one lost and
+    one gained elsewhere is no loss; --strict fails on the one."""
+    q = ref["dime"]["q/FR_oracle"]
+    wins, losses = np.flatnonzero(q == 1), np.flatnonzero(q == 0)
+
+    def lose(k: int, gain: int = 0) -> dict:
+        row = dict(ref["dime"], **{"q/FR_oracle": q.copy()})
+        row["q/FR_oracle"][wins[:k]] = 0.0
+        row["q/FR_oracle"][losses[:gain]] = 1.0
+        return {"fire": ref["fire"], "dime": row}
+
+    assert not check(ref, lose(1), features=())[1]
+    assert failing(check(ref, lose(2), features=())[1]) == [("dime", "FR_oracle", "REGRESSED")]
+    assert not check(ref, lose(2, gain=1), features=())[1]
+    assert failing(check(ref, lose(1), strict=True, features=())[1]) == [("dime", "FR_oracle", "CHANGED")]
+
+
+def test_a_row_or_an_input_missing_now_fails(ref):
+    assert {f["status"] for f in check(ref, {"fire": ref["fire"]})[1]} == {"MISSING"}
+    short = {k: (v[:-1] if k != "schema" and np.ndim(v) and len(v) == N else v) for k, v in ref["dime"].items()}
+    fails = check(ref, {"fire": ref["fire"], "dime": short})[1]
+    assert {f["method"] for f in fails} == {"dime"} and {f["status"] for f in fails} == {"MISSING"}
+
+
+def test_the_reference_keeps_64_inputs_and_wide_features_as_float16(tmp_path):
+    """trim_records: no replicates, the first 64 inputs; D = 600 (> FLOAT16_ABOVE) rows stored as float16, and
+    the unchanged float32 rerun still passes (rounded to the reference's dtype before the comparison)."""
+    wide = fake_row(3, n=80, d=600)
+    kept = paired.trim_records(wide)
+    assert len(kept["ids"]) == paired.MAX_INPUTS and kept["features/fid"].dtype == np.float16
+    assert not any(k.startswith("boot") for k in kept)
+    np.savez(tmp_path / "r.npz", **kept)
+    assert paired.read_records(tmp_path / "r.npz")["q/FR"].shape == (64,)
+    orig = fake_originals(80, 600)
+    rows, fails = paired.paired_check("t", {"x": kept}, {"x": wide}, (orig, orig), HIGHER, {"x": ["FID"]}, REL,
+                                      PAIRED_MAX_LOST, [0])
+    assert not fails and any(r["metric"] == "FID" for r in rows)
+    np.savez(tmp_path / "bad.npz", **dict(kept, schema=np.array("other/2")))
+    with pytest.raises(ValueError, match="expected 'vcebench-samples/1'"):
+        paired.read_records(tmp_path / "bad.npz")
