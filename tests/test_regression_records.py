@@ -4,7 +4,13 @@ rule is "more than one input net" (one input lost passes, two fail)."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from vcebench import registry
@@ -16,14 +22,17 @@ HIGHER = registry.column_directions()
 REL = CPU_DRIFT["rel"]
 
 
-def fake_row(seed: int, n: int = N, d: int = D, fr: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def fake_row(seed: int, n: int = N, d: int = D, fr: np.ndarray | None = None,
+             ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """A row's record in the evaluate job's schema (vcebench-samples/1): rates, means (MNAC over the flipped
     inputs only, NaN elsewhere), CF feature rows near the originals of :func:`fake_originals`, replicates."""
     rng = np.random.default_rng(seed)
+    ids = np.arange(100, 100 + n, dtype=np.int64) if ids is None else np.asarray(ids, np.int64)
+    n = len(ids)
     fr = (rng.random(n) < 0.9).astype(float) if fr is None else np.asarray(fr, float)
     oracle = fr * (rng.random(n) < 0.85)
-    o = fake_originals(n, d)["features"]
-    return {"ids": np.arange(100, 100 + n, dtype=np.int64), "schema": np.array(paired.SCHEMA),
+    o = fake_originals(n, d, ids)["features"]
+    return {"ids": ids, "schema": np.array(paired.SCHEMA),
             "q/FR": fr, "q/FR_oracle": oracle, "q/FVA": fr * (rng.random(n) < 0.95),
             "q/L1": rng.lognormal(-3, 0.5, n), "q/GT_L1": rng.lognormal(-2, 0.3, n),
             "q/MNAC": np.where(fr == 1, rng.poisson(2, n) + 1.0, np.nan), "subset/MNAC": fr == 1,
@@ -31,10 +40,11 @@ def fake_row(seed: int, n: int = N, d: int = D, fr: np.ndarray | None = None) ->
             "boot/FR": rng.random(20), "boot_counts_sha256": np.array("0" * 64)}
 
 
-def fake_originals(n: int = N, d: int = D) -> dict[str, np.ndarray]:
+def fake_originals(n: int = N, d: int = D, ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The originals' feature rows of the inputs (what the task's fid_ref.npz holds)."""
     f = np.random.default_rng(1234).standard_normal((n, d)).astype(np.float32)
-    return {"sample_id": np.arange(100, 100 + n, dtype=np.int64), "features": f}
+    ids = np.arange(100, 100 + n, dtype=np.int64) if ids is None else np.asarray(ids, np.int64)
+    return {"sample_id": ids, "features": f}
 
 
 def check(ref: dict, cur: dict, strict: bool = False, features=("FID", "KID", "sFID")):
@@ -148,3 +158,69 @@ def test_the_reference_keeps_64_inputs_and_wide_features_as_float16(tmp_path):
     np.savez(tmp_path / "bad.npz", **dict(kept, schema=np.array("other/2")))
     with pytest.raises(ValueError, match="expected 'vcebench-samples/1'"):
         paired.read_records(tmp_path / "bad.npz")
+
+
+# End to end on the committed reference's tables: fake records accepted into a copy of the reference, the
+# regression in its default (paired) mode, and scripts/plant_regression.py's three plants on copies of the run.
+ROOT = Path(__file__).resolve().parents[1]
+REF = ROOT / "results/reference/regression"
+CONFIGS = [str(ROOT / "config/config.yaml"), str(ROOT / "config/presets/regression.yaml")]
+TASK = "synthfaces_smile"
+RECORDED = ["fire", "dime"]
+
+
+@pytest.fixture(scope="module")
+def accepted(tmp_path_factory):
+    """(a regression run of fake records on the reference's smile table, a reference copy that accepted them)."""
+    from vcebench.core.io import save_npz
+    from vcebench.steps.regression import accept_records
+
+    tmp = tmp_path_factory.mktemp("e2e")
+    run, ref = tmp / "results", tmp / "reference"
+    shutil.copytree(REF, ref, ignore=shutil.ignore_patterns(paired.RECORDS_DIR))
+    (run / TASK).mkdir(parents=True)
+    shutil.copyfile(REF / f"{TASK}.csv", run / f"{TASK}.csv")
+    flips = json.loads((REF / f"{TASK}_flips.json").read_text())
+    ids = np.array(sorted(int(i) for i in next(iter(flips.values()))), np.int64)
+    save_npz(run / TASK / "fid_ref.npz", **fake_originals(len(ids), D, ids), extractor=np.array("fake"))
+    for m, f in flips.items():  # every row's own flips (FR_paired)
+        (run / TASK / m).mkdir()
+        save_npz(run / TASK / m / "counterfactuals.npz", sample_id=ids, flipped=np.array([f[str(i)] for i in ids]) == 1)
+    for k, m in enumerate(RECORDED):  # the other rows have no record: their cells are held to the drift
+        fr = np.array([flips[m][str(i)] for i in ids], float)
+        save_npz(run / TASK / m / paired.SAMPLES_FILE, **fake_row(10 + k, fr=fr, ids=ids))
+    written = accept_records(run, TASK, sorted(p.name for p in (run / TASK).iterdir() if p.is_dir()), ref)
+    assert paired.has_records(ref, TASK) and (ref / paired.RECORDS_DIR / TASK / paired.ORIGINALS_FILE) in written
+    return run, ref
+
+
+def test_the_paired_mode_end_to_end_passes_an_unchanged_run(accepted):
+    from vcebench.config.load import load_config
+    from vcebench.steps.regression import regression
+
+    run, ref = accepted
+    text, fails, _ = regression(load_config(CONFIGS), ref, [TASK], run, run, "test CPU")
+    assert not fails and "Mode: paired" in text
+    assert pd.read_csv(REF / f"{TASK}.csv")["method"].isin(RECORDED).sum() == len(RECORDED)
+    assert f"| {TASK} | dime | FR_oracle |" in text and f"| {TASK} | dime | FID |" in text
+    assert f"| {TASK} | dime | nfe_per_cf |" in text  # a cell without per-input records: within the drift
+
+
+def test_plant_script_catches_each_plant_naming_the_row(accepted, tmp_path, capsys):
+    """scripts/plant_regression.py: the control passes, each of the three plants fails its row's cell."""
+    run, ref = accepted
+    spec = importlib.util.spec_from_file_location("plant_regression", ROOT / "scripts/plant_regression.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = ["--results", str(run), "--reference", str(ref), "--task", TASK, "--method", "dime", "--work",
+            str(tmp_path / "plants"), *[a for c in CONFIGS for a in ("--config", c)]]
+    before = (run / TASK / "dime" / paired.SAMPLES_FILE).read_bytes()
+    assert script.main(args) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert all(" ok: " in line for line in lines.values()) and len(lines) == 4, lines
+    assert "nothing failed" in lines["control"] and "dime FR_oracle" in lines["oracle"]
+    assert "dime FR;" in lines["unedited"] + ";" and "dime FR_paired" in lines["unedited"]
+    assert "dime FID" in lines["realism"]
+    assert (run / TASK / "dime" / paired.SAMPLES_FILE).read_bytes() == before  # the run is never written
+    with pytest.raises(SystemExit, match="overlaps"):
+        script.main([*args[:8], "--work", str(ref / "x")])
