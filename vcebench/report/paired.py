@@ -294,3 +294,19 @@ def covered(reference: Mapping[str, Records], feature_metrics: Mapping[str, list
             cols |= set(feature_metrics.get(m, []))
         out[m] = cols
     return out
+
+
+def detection_markdown(n: int, rel: float, max_lost: int, level: float = PAIRED_LEVEL) -> str:
+    """The paired check's smallest failing change per kind of quantity at ``n`` inputs per row (what
+    ``detection.md`` says beside the seeds' bands; docs/ci.md quotes no number of it)."""
+    pct, lv = f"{100 * rel:.3g} %", f"{100 * level:.3g} %"
+    return "\n".join([
+        f"## The paired check (the default mode), n = {n} inputs per row", "",
+        "| quantity | fails when | smallest change that fails |", "|---|---|---|",
+        f"| rates ({', '.join(RATE_METRICS)}, any 0 / 1 column) | more than {max_lost} input(s) lost net "
+        f"| {max_lost + 1} inputs = {100 * (max_lost + 1) / n:.3g} points |",
+        f"| means (L1, GT_L1, MNAC, ...) | the {lv} t-interval of the per-input differences lies past "
+        f"{pct} of the mean (the CPU-kind drift) | {pct} of the value where every input repeats (one CPU kind: "
+        "the interval is a point); more by the interval's half-width where inputs move apart |",
+        f"| {', '.join(FEATURE_METRICS)} | the {lv} paired bootstrap interval ({FEATURE_RESAMPLES} resamples of "
+        f"the inputs, the same for both runs) lies past {pct} of the reference value | as for the means |", ""])

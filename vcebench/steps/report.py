@@ -229,8 +229,8 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
 
     from ..config.tasks import is_attack, is_baseline
     from ..core.errors import UserError
-    from ..report import seeds
-    from ..report.regression import CPU_DRIFT, reference_sha256
+    from ..report import paired, seeds
+    from ..report.regression import CPU_DRIFT, PAIRED_MAX_LOST, reference_sha256
 
     sc = cfg["seeds"]
     seeded = [t for t in tasks if (seeds_dir / f"{t}_seeds.csv").exists()]
@@ -266,7 +266,9 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
                                                          "MNAC", "CD", "COUT", "L1", "MAD", "S3"])
     md = (f"# Detection power of the regression in {ref_dir.name}\n\nDerived at commit {derived['commit']} on "
           f"{derived['networks']}, seeds {derived['seeds']}, n = {derived['n']} per task, tasks {', '.join(seeded)} "
-          "(`vcebench report tolerances`).\n\n" + seeds.detection_markdown(power, rows))
+          "(`vcebench report tolerances`).\n\n" + paired.detection_markdown(min(int(cfg["n_eval"]), paired.MAX_INPUTS),
+                                                                       CPU_DRIFT["rel"], PAIRED_MAX_LOST)
+          + "\n## The seeds' band (`--mode seeds`)\n\n" + seeds.detection_markdown(power, rows))
     return text, md
 
 
