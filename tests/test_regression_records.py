@@ -224,3 +224,11 @@ def test_plant_script_catches_each_plant_naming_the_row(accepted, tmp_path, caps
     assert (run / TASK / "dime" / paired.SAMPLES_FILE).read_bytes() == before  # the run is never written
     with pytest.raises(SystemExit, match="overlaps"):
         script.main([*args[:8], "--work", str(ref / "x")])
+
+
+def test_detection_md_states_the_paired_rule_from_n_and_the_drift():
+    """The generated detection.md (docs/ci.md quotes none of it): two inputs of n is the smallest rate drop
+    that fails, the drift band the smallest move of a mean."""
+    md = paired.detection_markdown(64, REL, PAIRED_MAX_LOST)
+    assert "more than 1 input(s) lost net | 2 inputs = 3.12 points" in md and f"{100 * REL:.3g} % of the mean" in md
+    assert "2 inputs = 6.25 points" in paired.detection_markdown(32, REL, PAIRED_MAX_LOST)
