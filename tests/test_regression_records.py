@@ -232,3 +232,19 @@ def test_detection_md_states_the_paired_rule_from_n_and_the_drift():
     md = paired.detection_markdown(64, REL, PAIRED_MAX_LOST)
     assert "more than 1 input(s) lost net | 2 inputs = 3.12 points" in md and f"{100 * REL:.3g} % of the mean" in md
     assert "2 inputs = 6.25 points" in paired.detection_markdown(32, REL, PAIRED_MAX_LOST)
+
+
+def test_cells_without_records_are_held_to_the_drift_in_the_paired_mode(accepted, tmp_path):
+    """NFE x 2 on DiME (a cost: no per-input record) and FID + 30 % on ACE (a row without a record) fail as cells
+    within the CPU-kind drift; DiME's FID cell is the records' to judge (its features are unchanged)."""
+    from vcebench.config.load import load_config
+    from vcebench.steps.regression import regression
+
+    run, ref = accepted
+    shutil.copytree(run, tmp_path / "run")
+    table = pd.read_csv(run / f"{TASK}.csv")
+    for m, col, factor in (("dime", "nfe_per_cf", 2.0), ("ace", "FID", 1.3), ("dime", "FID", 1.3)):
+        table.loc[table["method"] == m, col] *= factor
+    table.to_csv(tmp_path / "run" / f"{TASK}.csv", index=False)
+    _, fails, _ = regression(load_config(CONFIGS), ref, [TASK], tmp_path / "run", tmp_path / "run", "test CPU")
+    assert failing(fails) == [("ace", "FID", "REGRESSED"), ("dime", "nfe_per_cf", "REGRESSED")]

@@ -230,6 +230,8 @@ def feature_check(task: str, method: str, metric: str, ref: Records, cur: Record
     ones = np.ones((1, len(ids)), np.int64)
     o_ref = trim_originals(originals[0], ids, ref[net].dtype)["features"]
     k_ref = _keep(ref, metric, ref)
+    if k_ref is None:  # no subset and no FR: which CFs enter the metric is unknown
+        return None
     point = float(feature_values(metric, o_ref, ref[net], k_ref, ones, sfid_seeds, ids)[0])
     row = _row(task, method, metric, reference=point, tolerance=rel * abs(point))
     c_cur = _aligned(ref, cur, net) if cur is not None else None
@@ -291,7 +293,7 @@ def covered(reference: Mapping[str, Records], feature_metrics: Mapping[str, list
     for m, ref in reference.items():
         cols = {k[2:] for k in ref if k.startswith("q/")}
         if has_originals and any(k.startswith("features/") for k in ref):
-            cols |= set(feature_metrics.get(m, []))
+            cols |= {c for c in feature_metrics.get(m, []) if _keep(ref, c, ref) is not None}
         out[m] = cols
     return out
 
