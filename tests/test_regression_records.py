@@ -248,3 +248,24 @@ def test_cells_without_records_are_held_to_the_drift_in_the_paired_mode(accepted
     table.to_csv(tmp_path / "run" / f"{TASK}.csv", index=False)
     _, fails, _ = regression(load_config(CONFIGS), ref, [TASK], tmp_path / "run", tmp_path / "run", "test CPU")
     assert failing(fails) == [("ace", "FID", "REGRESSED"), ("dime", "nfe_per_cf", "REGRESSED")]
+
+
+def test_report_accept_copies_each_rows_record_and_drops_stale_ones(accepted, tmp_path, monkeypatch, capsys):
+    """`vcebench report accept` writes samples/<task>/<method>.npz per recorded row and originals.npz; a row
+    recorded in an earlier accept and gone now is removed."""
+    from vcebench.cli import main
+    from vcebench.config import kernels
+
+    run, _ = accepted
+    shutil.copyfile(REF / f"{TASK}.md", run / f"{TASK}.md")
+    ref = tmp_path / "ref"
+    stale = ref / paired.RECORDS_DIR / TASK / "gone.npz"
+    stale.parent.mkdir(parents=True)
+    np.savez(stale, ids=np.arange(3))
+    monkeypatch.setattr(kernels, "cpu_kind", lambda: "test CPU")
+    assert main(["report", "accept", "--reference", str(ref), "--out-dir", str(run), "--tasks", TASK]) == 0
+    folder = ref / paired.RECORDS_DIR / TASK
+    assert sorted(p.name for p in folder.iterdir()) == sorted([f"{m}.npz" for m in RECORDED] + ["originals.npz"])
+    assert f"reference updated: {folder / 'dime.npz'}" in capsys.readouterr().out
+    kept = paired.read_records(folder / "dime.npz")
+    assert len(kept["ids"]) == 64 and not any(k.startswith("boot") for k in kept)
