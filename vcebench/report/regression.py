@@ -1,5 +1,10 @@
 """The CI metric-regression check: a table against its reference, within each cell's tolerance.
 
+The default (paired) mode compares each row's per-input records with the reference's
+(:mod:`vcebench.report.paired`) and holds the cells without records to :data:`CPU_DRIFT`
+(``regression_check(drift_only=True)``); the seeds' mode (``--mode seeds``) holds every cell to its band over
+the generation seeds, below.
+
 A reference folder (``results/reference/regression``, the regression preset's run on the shipped networks)
 holds ``tolerances.yaml``, the tables of the CPU kind that made it and ``machine.json`` naming that kind.
 The tolerances are per cell (task x method x metric, :func:`vcebench.report.seeds.derive_cell_tolerances`)
