@@ -269,3 +269,16 @@ def test_report_accept_copies_each_rows_record_and_drops_stale_ones(accepted, tm
     assert f"reference updated: {folder / 'dime.npz'}" in capsys.readouterr().out
     kept = paired.read_records(folder / "dime.npz")
     assert len(kept["ids"]) == 64 and not any(k.startswith("boot") for k in kept)
+
+
+def test_a_rate_in_percent_and_one_outside_its_subset_count_alike():
+    """A 0 / 100 rate counts its inputs as a 0 / 1 one; an input leaving the subset (NaN) is a success lost."""
+    ref = np.array([100.0] * 10 + [0.0] * 5 + [np.nan])
+    now = ref.copy()
+    now[:2] = 0.0
+    assert paired.is_rate("custom", ref) and not paired.is_rate("L1", np.array([0.5, 1.0]))
+    row = paired.rate_check("t", "m", "custom", ref, now, True, PAIRED_MAX_LOST)
+    assert (row["lost"], row["status"]) == (2, "REGRESSED")
+    now = ref.copy()
+    now[0] = np.nan
+    assert paired.rate_check("t", "m", "custom", ref, now, True, PAIRED_MAX_LOST)["status"] == "ok"  # one lost

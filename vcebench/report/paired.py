@@ -132,14 +132,18 @@ def _status(lo: float, hi: float, band: float, higher: bool, strict: bool) -> st
 
 def rate_check(task: str, method: str, col: str, ref: np.ndarray, cur: np.ndarray | None, higher: bool,
                max_lost: int, strict: bool = False) -> dict:
-    """One rate, input by input: ``reference`` / ``current`` count the inputs that are a success (1 when higher
-    is better, else 0; NaN, outside the subset, never is), ``delta`` the net change in inputs."""
-    good = 1.0 if higher else 0.0
-    was = np.asarray(ref, float) == good
+    """One rate, input by input: ``reference`` / ``current`` count the inputs that are a success (positive when
+    higher is better, whatever the scale, 1 or 100; else 0; NaN, outside the subset, never is), ``delta`` the net
+    change in inputs."""
+    def success(v: np.ndarray) -> np.ndarray:
+        v = np.asarray(v, float)
+        return v > 0 if higher else v == 0
+
+    was = success(ref)
     row = _row(task, method, col, reference=float(was.sum()), tolerance=float(0 if strict else max_lost))
     if cur is None:
         return {**row, "current": np.nan, "status": "MISSING"}
-    now = np.asarray(cur, float) == good
+    now = success(cur)
     lost, gained = int((was & ~now).sum()), int((~was & now).sum())
     row.update(current=float(now.sum()), delta=float(gained - lost), lost=lost, gained=gained)
     if strict:
@@ -208,7 +212,7 @@ def _keep(rec: Records, metric: str, ids_of: Records) -> np.ndarray | None:
     for key in (f"subset/{metric}", "q/FR"):
         v = _aligned(ids_of, rec, key)
         if v is not None:
-            return np.asarray(v, bool) if key.startswith("subset/") else np.asarray(v, float) == 1.0
+            return np.asarray(v, bool) if key.startswith("subset/") else np.asarray(v, float) > 0
     return None
 
 
@@ -252,10 +256,11 @@ def feature_check(task: str, method: str, metric: str, ref: Records, cur: Record
 
 
 def is_rate(col: str, ref: np.ndarray) -> bool:
-    """A rate: a column of :data:`RATE_METRICS`, or one whose finite reference values are all 0 or 1."""
+    """A rate: a column of :data:`RATE_METRICS`, or one whose finite reference values are all 0 or 1 (or all 0
+    or 100)."""
     v = np.asarray(ref, float)
     v = v[np.isfinite(v)]
-    return col in RATE_METRICS or (len(v) > 0 and bool(np.isin(v, (0.0, 1.0)).all()))
+    return col in RATE_METRICS or (len(v) > 0 and any(bool(np.isin(v, (0.0, top)).all()) for top in (1.0, 100.0)))
 
 
 def paired_check(task: str, reference: Mapping[str, Records], current: Mapping[str, Records],
