@@ -15,7 +15,7 @@ from vcebench.cli import main
 from vcebench.config.load import load_config
 from vcebench.core.errors import UserError
 from vcebench.report.regression import CPU_DRIFT, check_current, reference_sha256
-from vcebench.steps.report import regression
+from vcebench.steps.regression import regression
 
 ROOT = Path(__file__).resolve().parent.parent
 REF = ROOT / "results/reference/regression"
@@ -53,7 +53,9 @@ def _plant(out: Path, task: str, method: str, metric: str, change) -> tuple[floa
 
 
 def _check(cfg, out: Path, strict: bool = False):
-    return regression(cfg, REF, TASKS, out, out, "test CPU", strict=strict)
+    """The seeds' band (`--mode seeds`): these tests plant on the tables (the paired mode's are
+    tests/test_regression_paired.py's and tests/test_regression_records.py's)."""
+    return regression(cfg, REF, TASKS, out, out, "test CPU", strict=strict, mode="seeds")
 
 
 def test_the_tolerances_are_current_and_name_their_commit_and_networks(cfg):
@@ -106,7 +108,7 @@ def test_the_cli_exits_1_and_prints_the_failing_cell(run, capsys):
     _plant(run, "synthfaces_smile", "fire", "FR", lambda v: v - 10.0)
     args = ["report", "regression", "--reference", str(REF), "--results", str(run), "--out-dir", str(run),
             "--out", str(run / "regression.md"), "--config", str(ROOT / "config/config.yaml"), "--config",
-            str(PRESET)]
+            str(PRESET), "--mode", "seeds"]
     assert main(args) == 1
     err = capsys.readouterr().err
     assert "| synthfaces_smile | fire | FR |" in err and "REGRESSED" in err
@@ -136,4 +138,18 @@ def test_tolerances_older_than_the_reference_are_refused(cfg, tmp_path, run):
     why = check_current(yaml.safe_load((ref / "tolerances.yaml").read_text()), ref)
     assert "older than the reference: synthfaces_smile.csv changed" in why
     with pytest.raises(UserError, match="older than the reference"):
+        regression(cfg, ref, TASKS, run, run, "test CPU", mode="seeds")
+
+
+def test_the_paired_mode_refuses_a_reference_without_records_in_one_line(cfg, tmp_path, run, capsys):
+    """The default (paired) mode on a reference with no per-input records (accepted before they existed): one
+    line telling the user to re-accept, exit status 2, instead of a comparison."""
+    ref = tmp_path / "ref"
+    shutil.copytree(REF, ref, ignore=shutil.ignore_patterns("samples"))
+    with pytest.raises(UserError, match=r"no per-input records .* re-accept it \(`make reference`"):
         regression(cfg, ref, TASKS, run, run, "test CPU")
+    args = ["report", "regression", "--reference", str(ref), "--results", str(run), "--out-dir", str(run),
+            "--config", str(ROOT / "config/config.yaml"), "--config", str(PRESET)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "vcebench report accept" in err

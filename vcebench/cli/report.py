@@ -54,6 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", help="the regression report (markdown)")
     r.add_argument("--strict", action="store_true", help="fail on any change past the measured CPU-kind drift, "
                    "in either direction (what a behaviour-preserving change must pass)")
+    r.add_argument("--mode", choices=["paired", "seeds"], default="paired",
+                   help="paired (default): every per-input quantity against the reference's, input by input (the "
+                   "reference's per-row records); seeds: each cell within its band over the generation seeds, "
+                   "for a change that moves the random draws (docs/ci.md)")
 
     a = add_subverb(subs, "accept", run_accept, "copy the current task tables into the reference folder")
     _reference_args(a)
@@ -169,15 +173,16 @@ def run_paper(args: argparse.Namespace) -> int:
 
 
 def run_regression(args: argparse.Namespace) -> int:
-    """Compares each task's <out-dir>/<task>.csv with <reference>/<task>.csv within <reference>/tolerances.yaml
-    (``--strict``: within the measured CPU-kind drift); exit status 1 when a cell regressed (changed)."""
+    """Compares each task's <out-dir>/<task>.csv and its rows' per-input records with the reference: input by
+    input (``--mode paired``, the default) or within <reference>/tolerances.yaml's seed bands (``--mode seeds``);
+    ``--strict``: within the measured CPU-kind drift. Exit status 1 when a cell regressed (changed)."""
     from ..config.kernels import cpu_kind
-    from ..steps.report import failures_markdown, regression
+    from ..steps.regression import failures_markdown, regression
 
     cfg = _config(args)
     text, failed, note = regression(cfg, Path(args.reference), args.tasks or cfg["run_tasks"], Path(args.results),
                                     Path(args.out_dir), cpu_kind(), strict=args.strict,
-                                    out=Path(args.out) if args.out else None)
+                                    out=Path(args.out) if args.out else None, mode=args.mode)
     if note:
         print(f"vcebench report regression: {note}", file=sys.stderr)
     print(text)
@@ -257,9 +262,10 @@ def run_excerpt(args: argparse.Namespace) -> int:
 
 
 def run_accept(args: argparse.Namespace) -> int:
-    """Accepts the current results as the reference of this kind of CPU: copies <out-dir>/<task>.{csv,md} into
-    --reference (or its cpu/<kind>/ when --reference was made on another kind) with a machine.json."""
-    from ..steps.report import accept
+    """Accepts the current results as the reference of this kind of CPU: copies <out-dir>/<task>.{csv,md}, each
+    row's per-input flips and records (samples/<task>/<method>.npz) into --reference (or its cpu/<kind>/ when
+    --reference was made on another kind) with a machine.json."""
+    from ..steps.regression import accept
 
     cfg = _config(args)
     kind, ref_dir, others = accept(args.tasks or cfg["run_tasks"], Path(args.reference), Path(args.out_dir),

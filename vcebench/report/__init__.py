@@ -5,7 +5,9 @@ check used by CI (the paper's figures: :mod:`vcebench.report.figures`).
 - :mod:`.footer`: the footer paragraphs of a task table;
 - :mod:`.pairs`: paired tests between a task's rows (from their ``samples.npz``) and the marks they decide;
 - :mod:`.pareto`: quality-vs-cost fronts of the budget / noise-level sweeps;
-- :mod:`.regression`: a table against its reference within tolerances;
+- :mod:`.regression`: a table against its reference within tolerances (the seeds' band, the CPU-kind drift);
+- :mod:`.paired`: a rerun's per-input records against the reference's, input by input (CI's default);
+- :mod:`.plants`: faults planted on per-input records (the paired check's tests, scripts/plant_regression.py);
 - :mod:`.validity`: each metric column against the true counterfactual and the unedited input.
 """
 

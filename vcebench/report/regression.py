@@ -1,5 +1,10 @@
 """The CI metric-regression check: a table against its reference, within each cell's tolerance.
 
+The default (paired) mode compares each row's per-input records with the reference's
+(:mod:`vcebench.report.paired`) and holds the cells without records to :data:`CPU_DRIFT`
+(``regression_check(drift_only=True)``); the seeds' mode (``--mode seeds``) holds every cell to its band over
+the generation seeds, below.
+
 A reference folder (``results/reference/regression``, the regression preset's run on the shipped networks)
 holds ``tolerances.yaml``, the tables of the CPU kind that made it and ``machine.json`` naming that kind.
 The tolerances are per cell (task x method x metric, :func:`vcebench.report.seeds.derive_cell_tolerances`)
@@ -136,24 +141,28 @@ def unseeded_tasks(tolerances: dict, tasks: list[str]) -> list[str]:
 
 
 def regression_check(current: pd.DataFrame, reference: pd.DataFrame, tolerances: dict, higher: dict[str, bool],
-                     task: str, strict: bool = False) -> tuple[list[dict], list[dict]]:
+                     task: str, strict: bool = False, drift_only: bool = False,
+                     skip: dict[str, set[str]] | None = None) -> tuple[list[dict], list[dict]]:
     """Rows (task, method, metric, ref, now, delta, tol, status) for every toleranced cell.
 
     A cell regresses when it moves past its tolerance (:func:`cell_tolerance`) in its bad direction; moving
     in the good direction is reported as ``improved`` and does not fail. ``strict``: a move past the CPU-kind
     drift in either direction is ``CHANGED`` and fails. A per-cell file guards the cells it names.
+    ``drift_only`` (the paired mode's cells without per-input records): every cell but the machine's within
+    the CPU-kind drift in its bad direction; ``skip``: ``{method: columns}`` left to the paired check.
     """
     rows, failures = [], []
     ref = reference.set_index("method")
     cur = current.set_index("method")
     for m in ref.index:
-        guarded = checked_metrics(tolerances, task, m)
+        guarded = None if drift_only else checked_metrics(tolerances, task, m)
         for col, refval in ref.loc[m].items():
             if col == "n" or pd.isna(refval) or col not in higher or (guarded is not None and col not in guarded):
                 continue
-            if guarded is None and "cells" in tolerances and col in NOT_CHECKED:
+            if (guarded is None and ("cells" in tolerances or drift_only) and col in NOT_CHECKED) \
+                    or col in (skip or {}).get(m, ()):
                 continue
-            tol = cell_tolerance(tolerances, task, m, col, refval, strict)
+            tol = cell_tolerance(tolerances, task, m, col, refval, strict or drift_only)
             if tol is None:
                 continue
             now = cur.loc[m, col] if (m in cur.index and col in cur.columns) else np.nan
@@ -227,10 +236,16 @@ def paired_flip_check(reference: dict[str, dict], current: dict[str, dict], task
 
 
 def regression_markdown(rows: list[dict]) -> str:
-    head = ("| task | method | metric | reference | current | delta | tolerance | status |\n"
-            "|---|---|---|---|---|---|---|---|\n")
+    """One line per checked cell; ``interval``: the paired interval of now - reference, where there is one."""
+    head = ("| task | method | metric | reference | current | delta | tolerance | status | paired interval |\n"
+            "|---|---|---|---|---|---|---|---|---|\n")
     fv = format_value
+
+    def interval(r: dict) -> str:
+        return f"[{fv(r['interval'][0])}, {fv(r['interval'][1])}]" if r.get("interval") else "--"
+
     body = "".join(
         f"| {r['task']} | {r['method']} | {r['metric']} | {fv(r['reference'])} | {fv(r['current'])} | "
-        f"{fv(r.get('delta', float('nan')))} | {fv(r['tolerance'])} | {r['status']} |\n" for r in rows)
+        f"{fv(r.get('delta', float('nan')))} | {fv(r['tolerance'])} | {r['status']} | {interval(r)} |\n"
+        for r in rows)
     return head + body

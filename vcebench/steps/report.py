@@ -4,8 +4,6 @@ task tables and figures, the paper's tables, and the CI metric regression.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -94,42 +92,6 @@ def pareto_report(cfg, task_name: str, results: Path, out_dir: Path):
     report.pareto_figures(out_dir / f"{task_name}_pareto.png", out_dir / f"{task_name}_pareto_snr.png", df, higher,
                           title=task_name)
     return df
-
-
-def accept(tasks: list[str], reference: Path, out_dir: Path,
-           copied: Callable[[Path], None] = lambda path: None) -> tuple[str, Path, list[tuple[Path, str]]]:
-    """`report accept`: copies ``<out_dir>/<task>.{csv,md}`` into the reference folder of this kind of CPU
-    (``reference``, or its ``cpu/<kind>/`` when ``reference`` was made on another kind), calling ``copied``
-    with each file written, then its machine.json. Returns the CPU kind, that folder and the references of
-    other kinds kept beside it (folder, kind)."""
-    import shutil
-
-    import torch
-
-    from ..config.kernels import cpu_kind, record
-    from ..core.io import write_json
-    from ..report.regression import FLIPS_FILE, MACHINE_FILE, accept_dir, machine_record, read_flips, reference_kind
-
-    kind = cpu_kind()
-    ref_dir = accept_dir(reference, kind)
-    ref_dir.mkdir(parents=True, exist_ok=True)
-    for t in tasks:
-        for ext in ("csv", "md"):
-            src = out_dir / f"{t}.{ext}"
-            shutil.copyfile(src, ref_dir / src.name)
-            copied(ref_dir / src.name)
-        methods = [p.name for p in sorted((out_dir / t).glob("*")) if p.is_dir()]
-        flips = read_flips(out_dir, t, methods)
-        if flips:  # the per-input outcomes the paired FR check compares against
-            write_json(ref_dir / FLIPS_FILE.format(task=t), flips)
-            copied(ref_dir / FLIPS_FILE.format(task=t))
-    write_json(ref_dir / MACHINE_FILE, machine_record(kind, record(), torch.__version__))
-    others = []
-    for d in [reference, *sorted((reference / "cpu").glob("*"))]:
-        other = reference_kind(d) if d != ref_dir else None
-        if other:
-            others.append((d, other))
-    return kind, ref_dir, others
 
 
 def _tuned_file(cfg, task_name: str) -> dict | None:
@@ -230,86 +192,6 @@ def galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int
                                class_names=names)
 
 
-def regression(cfg, ref_dir: Path, tasks: list[str], results: Path, out_dir: Path, kind: str,
-               strict: bool = False, out: Path | None = None) -> tuple[str, list[dict], str | None]:
-    """The CI metric regression: each task's ``<out_dir>/<task>.csv`` against the reference tables of the CPU
-    ``kind`` within ``<ref_dir>/tolerances.yaml`` (``strict``: within the CPU-kind drift only), written to
-    ``out`` when given. Returns the markdown report, the failing cells (:func:`failures_markdown` prints them)
-    and the note on a reference made on another CPU kind (or None). ``UserError`` when the tolerances are missing or
-    older than the reference they guard."""
-    import pandas as pd
-
-    from .. import report
-    from ..config.tasks import get_task
-    from ..core.errors import UserError
-    from ..report.regression import (
-        FLIPS_FILE,
-        check_current,
-        paired_flip_check,
-        read_flips,
-        reference_kind,
-        reference_tables,
-        unseeded_tasks,
-    )
-
-    tol_file = ref_dir / "tolerances.yaml"
-    if not tol_file.exists():
-        raise UserError(f"no tolerances at {tol_file}; derive them with `vcebench report tolerances "
-                        f"--reference {ref_dir}` (after `snakemake seeds`)")
-    tolerances = read_yaml(tol_file) or {}
-    stale = check_current(tolerances, ref_dir)
-    if stale:
-        raise UserError(stale)
-    if strict and "cpu_drift" not in tolerances:
-        raise UserError(f"--strict needs derived per-cell tolerances (`cpu_drift` in {tol_file})")
-    tables_dir, note = reference_tables(ref_dir, kind)
-    all_rows, failures = [], []
-    for t in tasks:
-        task = get_task(cfg, t)
-        cur_file = out_dir / f"{t}.csv"
-        if not cur_file.exists():
-            raise UserError(f"no table {cur_file} to compare (run the preset first: `make regression`)")
-        ref = pd.read_csv(tables_dir / f"{t}.csv")
-        cur = pd.read_csv(cur_file)
-        _, higher = report.load_task_table(results, t, list(cur["method"]), task.kind, task.synthetic)
-        rows, fails = report.regression_check(cur, ref, tolerances, higher, t, strict=strict)
-        all_rows += rows
-        failures += fails
-        flips_file = tables_dir / FLIPS_FILE.format(task=t)
-        if flips_file.exists():  # the paired check of FR, input by input (report.regression.paired_flip_check)
-            ref_flips = json.loads(flips_file.read_text())
-            rows, fails = paired_flip_check(ref_flips, read_flips(results, t, list(ref_flips)), t, strict=strict)
-            all_rows += rows
-            failures += fails
-    what = "changed past the CPU-kind drift" if strict else "regressed past tolerance"
-    status = (f"{len(failures)} cell(s) {what}" if failures
-              else f"no {'change' if strict else 'regression'} ({len(all_rows)} cells within "
-                   f"{'the CPU-kind drift' if strict else 'tolerance'})")
-    made_on = reference_kind(tables_dir) or "a CPU it does not name"
-    derived = tolerances.get("derived") or {}
-    prov = (f"Tolerances derived at commit {derived['commit']} on {derived['networks']} (seeds {derived['seeds']}, "
-            f"n = {derived['n']}).\n\n" if derived else "")
-    mode = ("Mode: strict (any move past the measured CPU-kind drift fails, either direction).\n\n" if strict
-            else "")
-    bare = unseeded_tasks(tolerances, tasks)
-    if bare and not strict:
-        mode += (f"No seed spread in the tolerances for {', '.join(bare)}: held to the CPU-kind drift only "
-                 "(`make reference` derives them).\n\n")
-    text = (f"# Metric regression against {tables_dir}\n\nReference made on {made_on}; this CPU: {kind}.\n\n"
-            + prov + mode + (f"Note: {note}\n\n" if note else "") + f"{status}\n\n"
-            + report.regression_markdown(all_rows))
-    if out is not None:
-        report.write_text(out, text)
-    return text, failures, note
-
-
-def failures_markdown(failures: list[dict]) -> str:
-    """The failing cells of :func:`regression` as its markdown table."""
-    from .. import report
-
-    return report.regression_markdown(failures)
-
-
 def networks_sha256(folder: Path) -> str:
     """One sha256 over every ``card.json`` of a network set (each card holds the sha256 of its files)."""
     import hashlib
@@ -349,8 +231,8 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
 
     from ..config.tasks import is_attack, is_baseline
     from ..core.errors import UserError
-    from ..report import seeds
-    from ..report.regression import CPU_DRIFT, reference_sha256
+    from ..report import paired, seeds
+    from ..report.regression import CPU_DRIFT, PAIRED_MAX_LOST, reference_sha256
 
     sc = cfg["seeds"]
     seeded = [t for t in tasks if (seeds_dir / f"{t}_seeds.csv").exists()]
@@ -386,7 +268,9 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
                                                          "MNAC", "CD", "COUT", "L1", "MAD", "S3"])
     md = (f"# Detection power of the regression in {ref_dir.name}\n\nDerived at commit {derived['commit']} on "
           f"{derived['networks']}, seeds {derived['seeds']}, n = {derived['n']} per task, tasks {', '.join(seeded)} "
-          "(`vcebench report tolerances`).\n\n" + seeds.detection_markdown(power, rows))
+          "(`vcebench report tolerances`).\n\n" + paired.detection_markdown(min(int(cfg["n_eval"]), paired.MAX_INPUTS),
+                                                                       CPU_DRIFT["rel"], PAIRED_MAX_LOST)
+          + "\n## The seeds' band (`--mode seeds`)\n\n" + seeds.detection_markdown(power, rows))
     return text, md
 
 
