@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-SCHEMA = "vcebench-samples/1"
-SAMPLES_FILE = "samples.npz"  # results/<task>/<method>/samples.npz, the evaluate job's per-row record
+from metrics.records import SAMPLES_FILE, SCHEMA, read_samples
+
 RECORDS_DIR = "samples"  # <reference>/samples/<task>/<method>.npz and <reference>/samples/<task>/originals.npz
 ORIGINALS_FILE = "originals.npz"
 FEATURE_METRICS = ("FID", "KID", "sFID")
@@ -44,13 +44,14 @@ Records = Mapping[str, np.ndarray]
 
 
 def read_records(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of one ``samples.npz`` (no pickles); ``ValueError`` naming the file when its ``schema`` is
-    not :data:`SCHEMA`."""
-    with np.load(path, allow_pickle=False) as z:
-        rec = {k: z[k] for k in z.files}
-    if str(rec.get("schema", "")) != SCHEMA:
-        raise ValueError(f"{path}: schema {str(rec.get('schema', 'missing'))!r}, expected {SCHEMA!r}")
-    return rec
+    """The arrays of one ``samples.npz`` as a flat mapping (``ids``, ``q/<COLUMN>``, ...), read and checked by
+    :func:`metrics.records.read_samples` (a ``RecordError`` naming the file when it is off its schema)."""
+    r = read_samples(path)
+    out: dict[str, np.ndarray] = {"ids": r.ids, "schema": np.asarray(r.schema),
+                                  "boot_counts_sha256": np.asarray(r.boot_counts_sha256)}
+    for prefix, group in (("q", r.q), ("subset", r.subset), ("features", r.features), ("boot", r.boot)):
+        out.update({f"{prefix}/{k}": v for k, v in group.items()})
+    return out
 
 
 def reference_records_dir(ref_dir: Path, task: str) -> Path:
@@ -90,7 +91,8 @@ def trim_records(rec: Records, max_inputs: int = MAX_INPUTS,
     ``subset/`` and ``features/`` columns (features as float16 when wider than ``float16_above``); no
     bootstrap replicates."""
     keep = slice(0, min(max_inputs, len(rec["ids"])))
-    out: dict[str, np.ndarray] = {"ids": np.asarray(rec["ids"], np.int64)[keep], "schema": np.array(SCHEMA)}
+    out: dict[str, np.ndarray] = {"ids": np.asarray(rec["ids"], np.int64)[keep], "schema": np.array(SCHEMA),
+                                  "boot_counts_sha256": np.asarray("")}  # no replicates kept: no count matrix
     for k, v in rec.items():
         if k.startswith(("q/", "subset/")):
             out[k] = np.asarray(v)[keep]
