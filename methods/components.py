@@ -1,0 +1,95 @@
+"""8-connected components of binary masks on the mask's device, in torch (no host round trip).
+
+Selects exactly the component that ``scipy.ndimage.label(m, structure=ones((3, 3)))`` followed by
+``argmax(bincount(labels)[1:])`` selects: scipy numbers components in raster order of their first pixel
+and ``argmax`` returns the first maximum, so among equally large components the one whose first pixel
+comes first in raster order wins. Here every component is labelled by the raster index of its first
+pixel (its minimum index), so the same rule is "largest size, then smallest label".
+
+Labelling is min-label propagation with pointer jumping (the "label propagation with shortcutting" of
+Liu & Tarjan, "Simple concurrent labeling algorithms for connected components", SOSA 2019): each round
+(1) takes the minimum label over each foreground pixel's 3 x 3 foreground neighbourhood (a max-pool of
+negated labels) and (2) jumps, ``L[p] <- L[L[p]]``. Labels only decrease, and a label is always the
+index of a pixel of the same component that is not after ``p``, so the labels are those of plain min
+propagation or smaller; plain propagation reaches the component's minimum after as many rounds as the
+component's geodesic eccentricity, at most (pixels in the component) - 1. Hence ``rounds = n_fg - 1``
+rounds, with ``n_fg`` the mask's foreground count, are provably enough; that fixed count is what a CUDA
+graph runs (:func:`largest_component_fixed`). Eager callers stop at convergence instead (a host check per
+round), which in practice takes a few dozen rounds thanks to the jumps.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def _round(lab: Tensor, fg: Tensor, big: float) -> Tensor:
+    """One propagation + jump round on labels ``lab`` (N, 1, H, W) float (background = ``big``)."""
+    n, _, h, w = lab.shape
+    neigh = -F.max_pool2d(-lab, 3, stride=1, padding=1)  # min over the 3 x 3 neighbourhood (8-connected)
+    lab = torch.where(fg, torch.minimum(lab, neigh), lab)
+    flat = lab.reshape(n, h * w)
+    ext = torch.cat([flat, flat.new_full((n, 1), big)], dim=1)  # index h*w: the background's label
+    jumped = ext.gather(1, flat.long())  # L[L[p]]
+    return torch.where(fg, jumped.view_as(lab), lab)
+
+
+def _initial(m: Tensor) -> tuple[Tensor, Tensor, float]:
+    """(labels = raster index on the foreground, background ``big = H*W``; foreground bool; big)."""
+    n, c, h, w = m.shape
+    if c != 1:
+        raise ValueError(f"masks must be (N, 1, H, W), got {tuple(m.shape)}")
+    if h * w >= 2**24:
+        raise ValueError(f"float32 labels are exact up to 2**24 pixels, got {h} x {w}")
+    fg = m > 0.5
+    big = float(h * w)
+    idx = torch.arange(h * w, device=m.device, dtype=torch.float32).view(1, 1, h, w)
+    return torch.where(fg, idx, torch.full_like(idx, big)).expand(n, 1, h, w), fg, big
+
+
+def label_components(m: Tensor, rounds: int | None = None) -> Tensor:
+    """Component labels of the binary masks ``m`` (N, 1, H, W): each foreground pixel gets the raster index
+    of its component's first pixel, the background gets H*W; float32 (N, 1, H, W).
+
+    ``rounds`` None: iterate until no label changes (one host check per round; eager only). An int: exactly
+    that many rounds, no host check (graph-capturable); ``n_fg - 1`` rounds are provably enough (module
+    docstring)."""
+    lab, fg, big = _initial(m)
+    if rounds is not None:
+        for _ in range(rounds):
+            lab = _round(lab, fg, big)
+        return lab
+    while True:
+        nxt = _round(lab, fg, big)
+        if torch.equal(nxt, lab):
+            return lab
+        lab = nxt
+
+
+def largest_of_labels(lab: Tensor, fg: Tensor) -> Tensor:
+    """Bool (N, 1, H, W): each sample's largest labelled component, ties to the smallest label (scipy's
+    ``argmax`` over components numbered in raster order); all False for an empty mask."""
+    n, _, h, w = lab.shape
+    flat = lab.reshape(n, h * w).long()
+    sizes = torch.zeros(n, h * w + 1, dtype=torch.long, device=lab.device)
+    sizes.scatter_add_(1, flat, torch.ones_like(flat))  # sizes[:, l]: pixels labelled l
+    sizes[:, h * w] = 0  # the background bin
+    best = sizes.amax(1, keepdim=True)
+    label_ids = torch.arange(h * w + 1, device=lab.device).expand(n, -1)
+    chosen = torch.where(sizes == best, label_ids, h * w).amin(1, keepdim=True)  # the first largest
+    return ((flat == chosen) & fg.reshape(n, h * w)).view(n, 1, h, w)
+
+
+def largest_component_torch(m: Tensor, rounds: int | None = None) -> Tensor:
+    """Each sample's largest 8-connected component of ``m`` > 0.5, as ``m``'s dtype; ``rounds`` as in
+    :func:`label_components` (None: to convergence, eager)."""
+    lab = label_components(m, rounds)
+    return largest_of_labels(lab, m > 0.5).to(m.dtype)
+
+
+def largest_component_fixed(m: Tensor, max_fg: int) -> Tensor:
+    """:func:`largest_component_torch` with the provable fixed round count for masks of at most ``max_fg``
+    foreground pixels (``max_fg - 1`` rounds, at least 0): no host synchronisation, graph-capturable."""
+    return largest_component_torch(m, rounds=max(0, int(max_fg) - 1))
