@@ -23,6 +23,7 @@ from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
 from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite, require
+from .graphs import at_step
 from .guidance import l1_grad
 
 
@@ -96,7 +97,7 @@ class Schedule:
         key = (v, like.dtype, like.device)
         if key not in self._cache:
             self._cache[key] = self._vectors()[v].to(dtype=like.dtype, device=like.device)
-        return self._cache[key][i]
+        return at_step(self._cache[key], i)
 
     def _train_step(self, i: int | Tensor, z: Tensor) -> Tensor:
         """The network's timestep for each row of ``z`` at respaced step ``i`` (an int, or a 0-dim device tensor
@@ -105,7 +106,7 @@ class Schedule:
             key = ("timesteps", z.device)
             if key not in self._cache:
                 self._cache[key] = self.timesteps.to(z.device)
-            return self._cache[key][i].expand(len(z))
+            return at_step(self._cache[key], i).expand(len(z))
         return torch.full((len(z),), self.train_steps[i], dtype=torch.long, device=z.device)
 
     def _vectors(self) -> dict[str, Tensor]:

@@ -49,7 +49,7 @@ from .base import (
     nonfinite,
     require,
 )
-from .graphs import Drawn, StepGraphs
+from .graphs import Drawn, StepGraphs, at_step
 from .guidance import mean_abs_normalize, p_target, perceptual, smoothgrad, target_ce, tv_loss
 from .masks import dilate_radius, feather, largest_component, nested_topk, top_ratio, top_ratio_count
 
@@ -281,7 +281,7 @@ def step_size_at(p: FireParams, k: Tensor, K: int, p_k: Tensor) -> Tensor:
     if not p.adaptive_step:
         return torch.full_like(p_k, p.eta)
     factors = torch.tensor([p.eta * j / (K - 1) if j else 0.0 for j in range(K)], dtype=p_k.dtype, device=p_k.device)
-    adaptive = factors[k] * ((p.p_flip - p_k) / p.p_flip).clamp_min(0)
+    adaptive = at_step(factors, k) * ((p.p_flip - p_k) / p.p_flip).clamp_min(0)
     return torch.where(k == 0, torch.full_like(p_k, 0.3 * p.eta), adaptive)
 
 

@@ -25,6 +25,12 @@ from .base import NFE
 StepFn = Callable[..., dict[str, Tensor]]
 
 
+def at_step(v: Tensor, i: int | Tensor) -> Tensor:
+    """``v[i]`` as a 0-dim tensor; a tensor ``i`` is read on the device (``index_select``: indexing with a 0-dim
+    tensor would read it on the host)."""
+    return v.index_select(0, i.view(1).to(v.device)).squeeze(0) if torch.is_tensor(i) else v[i]
+
+
 class Drawn:
     """Noise drawn before a step, handed to code that asks a generator for it (``randn`` of that shape)."""
 
