@@ -186,8 +186,8 @@ def fire_refine_masked(x0: Tensor, target: Tensor, models: TaskModels, generator
     recorded outputs and its working state frozen. Each update is :func:`fire_step`, a function of tensors
     (its index k a device tensor, its SmoothGrad noise drawn before it) that ``cuda_graphs`` replays as a
     CUDA graph on a CUDA device (methods/graphs.py); on a CPU it runs eagerly. The step recomputes the PMF
-    graph at Z_t^k instead of reusing the previous step's (a graph cannot outlive its capture): one more PMF
-    forward per update in the NFE counts, the same values."""
+    graph at Z_t^k instead of reusing the previous step's (an autograd graph cannot outlive its capture):
+    2K PMF forwards instead of K + 1 (``mode: reverse``: the same 2K), the same values."""
     models, dev = nfe.counted(models), x0.device
     levels = noise_levels(p)
     b, s, z0 = fire_start(x0, target, generator, p, nfe)
