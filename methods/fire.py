@@ -193,11 +193,12 @@ def fire_refine_masked(x0: Tensor, target: Tensor, models: TaskModels, generator
     b, s, z0 = fire_start(x0, target, generator, p, nfe)
     sg_gen = generator.fork("fire/smoothgrad").subset(b.row_list)
     rn_gen = generator.fork("fire/renoise").subset(b.row_list)
-    steps = StepGraphs(partial(fire_step, models, p, len(levels)), p.cuda_graphs and dev.type == "cuda", nfe)
+    steps = StepGraphs(partial(fire_step, models, p), p.cuda_graphs and dev.type == "cuda", nfe)
+    factors = step_factors(p, len(levels), s.p)
     for k, t_k in enumerate(levels):
         drawn = {"noise": sg_gen.randn(p.smoothgrad_n, *x0.shape[1:], device=dev)} if p.mask == "fire" else {}
-        o = steps("fire", t_k, k=torch.tensor(k, device=dev), x0=s.x0, z0=s.z0, target=s.target, z=s.z, x=s.x,
-                  m_hard=s.m_hard, m_soft=s.m_soft, p_k=s.p, **drawn)
+        o = steps("fire", t_k, k=torch.tensor(k, device=dev), factors=factors, x0=s.x0, z0=s.z0, target=s.target,
+                  z=s.z, x=s.x, m_hard=s.m_hard, m_soft=s.m_soft, p_k=s.p, **drawn)
         ok = ~(o["bad_grad"] | o["bad_state"])
         b.fail(s.live & o["bad_grad"], FAIL_NONFINITE_GRAD)
         b.fail(s.live & o["bad_state"], FAIL_NONFINITE_STATE)
@@ -214,19 +215,19 @@ def fire_refine_masked(x0: Tensor, target: Tensor, models: TaskModels, generator
     return fire_result(b, z0)
 
 
-def fire_step(models: TaskModels, p: FireParams, K: int, t: float, *, k: Tensor, x0: Tensor, z0: Tensor,
+def fire_step(models: TaskModels, p: FireParams, t: float, *, k: Tensor, factors: Tensor, x0: Tensor, z0: Tensor,
               target: Tensor, z: Tensor, x: Tensor, m_hard: Tensor, m_soft: Tensor, p_k: Tensor,
               noise: Tensor | None = None) -> dict[str, Tensor]:
     """One update of Algorithm 1 (Lines 4-12 and Eq. target_prob) from tensors only: the masks of X_k, the
     gradient through a fresh PMF graph at Z_t^k, the masked update, the blend and p_target(X_{k+1});
-    ``k`` a 0-dim device tensor; ``noise`` the SmoothGrad copies (``mask: fire``)."""
+    ``k`` a 0-dim device tensor, ``factors`` :func:`step_factors`; ``noise`` the SmoothGrad copies (``mask: fire``)."""
     s = SimpleNamespace(x0=x0, z0=z0, target=target, z=z, x=x, m_hard=m_hard, m_soft=m_soft, p=p_k,
                         sel=torch.arange(len(z), device=z.device))
     m_hard_k, m_soft_k = MASKS[p.mask](models.classifier, s, p, Drawn(noise) if noise is not None else None)
     graph = pmf_graph(models.pmf, z, t, True)
     blend = m_soft_k if p.loss_mask == "current" else torch.where(k == 0, m_soft_k, m_soft)
     grad = joint_gradient(models, graph, s, blend, p, m_hard_k)
-    eta = step_size_at(p, k, K, p_k).view(-1, 1, 1, 1)
+    eta = step_size_at(p, k, factors, p_k).view(-1, 1, 1, 1)
     z_next = m_hard_k * (z - eta * grad) + (1 - m_hard_k) * z0
     x_next = m_soft_k * pmf_graph(models.pmf, z_next, t, False)[1] + (1 - m_soft_k) * x0
     with torch.no_grad():
@@ -275,14 +276,19 @@ def step_size(p: FireParams, k: int, K: int, p_k: Tensor) -> Tensor:
     return p.eta * k / (K - 1) * ((p.p_flip - p_k) / p.p_flip).clamp_min(0)
 
 
-def step_size_at(p: FireParams, k: Tensor, K: int, p_k: Tensor) -> Tensor:
-    """:func:`step_size` with the step ``k`` a 0-dim device tensor (no host branch): the same numbers, as the
-    per-step factors ``eta k / (K - 1)`` are the same float32 values the eager scalars round to."""
+def step_size_at(p: FireParams, k: Tensor, factors: Tensor, p_k: Tensor) -> Tensor:
+    """:func:`step_size` with the step ``k`` a 0-dim device tensor (no host branch) and ``factors`` =
+    :func:`step_factors`: the same numbers, as ``eta k / (K - 1)`` is the float32 value the eager scalar rounds to."""
     if not p.adaptive_step:
         return torch.full_like(p_k, p.eta)
-    factors = torch.tensor([p.eta * j / (K - 1) if j else 0.0 for j in range(K)], dtype=p_k.dtype, device=p_k.device)
     adaptive = at_step(factors, k) * ((p.p_flip - p_k) / p.p_flip).clamp_min(0)
     return torch.where(k == 0, torch.full_like(p_k, 0.3 * p.eta), adaptive)
+
+
+def step_factors(p: FireParams, K: int, like: Tensor) -> Tensor:
+    """``eta k / (K - 1)`` for k = 0 .. K - 1 (0 at k = 0, where :func:`step_size` takes 0.3 eta), on ``like``'s
+    device, made once before the loop (a host-to-device copy inside a captured step is not allowed)."""
+    return torch.tensor([p.eta * k / (K - 1) if k else 0.0 for k in range(K)], dtype=like.dtype, device=like.device)
 
 
 # --- masks (Lines 4-7) and their ablations -----------------------------------------------------

@@ -157,7 +157,7 @@ def test_guard_catches_the_eager_loop_and_a_planted_item(world, guard, monkeypat
         fire.fire_refine(x, target, models, gens(len(x)), p, NFE(len(x)))
     guard.active = False
     size = fire.step_size_at
-    monkeypatch.setattr(fire, "step_size_at", lambda p, k, K, p_k: size(p, k, K, p_k) * p_k.max().item() ** 0)
+    monkeypatch.setattr(fire, "step_size_at", lambda p, k, f, p_k: size(p, k, f, p_k) * p_k.max().item() ** 0)
     with pytest.raises(HostRead):
         fire.fire_refine_masked(x, target, models, gens(len(x)), p, NFE(len(x)))
     guard.active = False
