@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .components import largest_component_fixed, largest_component_torch
+from .components import largest_component_fixed, largest_component_scipy, largest_component_torch
 
 
 def top_ratio_count(pixels: int, ratio: float) -> int:
@@ -26,14 +26,15 @@ def top_ratio(a: Tensor, ratio: float) -> Tensor:
 
 
 def largest_component(m: Tensor, max_fg: int | None = None) -> Tensor:
-    """Keep each sample's largest 8-connected component (ties: the one met first in raster order), on
-    ``m``'s device: the component ``scipy.ndimage.label`` + ``argmax(bincount)`` keeps (methods/components.py).
+    """Keep each sample's largest 8-connected component (ties: the one met first in raster order): the
+    component ``scipy.ndimage.label`` + ``argmax(bincount)`` keeps (methods/components.py), bit for bit.
 
-    ``max_fg`` None: labels propagated to convergence (a host check per round); an int, the most foreground
-    pixels a mask can hold (``top_ratio``'s k): a fixed, provably sufficient round count, no host sync."""
-    if max_fg is None:
-        return largest_component_torch(m)
-    return largest_component_fixed(m, max_fg)
+    ``max_fg`` None (eager): scipy on a CPU tensor, on another device the labels propagated there to
+    convergence (a host check per round, no copy of the mask). ``max_fg`` an int, the most foreground pixels a
+    mask can hold (``top_ratio``'s k): a fixed, provably sufficient round count on the device, no host read."""
+    if max_fg is not None:
+        return largest_component_fixed(m, max_fg)
+    return largest_component_scipy(m) if m.device.type == "cpu" else largest_component_torch(m)
 
 
 def dilate(m: Tensor, kernel: int) -> Tensor:

@@ -6,23 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from scipy import ndimage
 
-from methods.components import label_components, largest_component_torch, largest_of_labels
+from methods.components import (
+    label_components,
+    largest_component_scipy,
+    largest_component_torch,
+    largest_of_labels,
+)
 from methods.masks import largest_component
 
-EIGHT = np.ones((3, 3), dtype=bool)
 
-
-def scipy_largest(m: torch.Tensor, structure: np.ndarray = EIGHT) -> torch.Tensor:
-    """The former CPU implementation of ``largest_component`` (the reference)."""
-    arr = m.numpy() > 0.5
-    out = np.zeros_like(arr)
-    for i in range(arr.shape[0]):
-        lab, n = ndimage.label(arr[i, 0], structure=structure)
-        if n:
-            out[i, 0] = lab == int(np.argmax(np.bincount(lab.ravel())[1:])) + 1
-    return torch.from_numpy(out).float()
+def scipy_largest(m: torch.Tensor, structure: np.ndarray | None = None) -> torch.Tensor:
+    """The reference: ``scipy.ndimage.label`` (8-connected unless ``structure``) and the first largest component."""
+    return largest_component_scipy(m) if structure is None else largest_component_scipy(m, structure)
 
 
 def masks(rows: list[str]) -> torch.Tensor:
@@ -63,7 +59,7 @@ def test_random_masks_match_scipy(shape, density):
     g = torch.Generator().manual_seed(hash((shape, density)) % 2**31)
     m = (torch.rand(12, 1, *shape, generator=g) < density).float()
     ref = scipy_largest(m)
-    assert torch.equal(largest_component(m), ref)
+    assert torch.equal(largest_component_torch(m), ref)
     if shape[0] * shape[1] <= 1024:  # the fixed, sync-free bound (n_fg - 1 rounds; slow for large masks on a CPU)
         assert torch.equal(largest_component(m, max_fg=int(m.flatten(1).sum(1).max())), ref)
 
@@ -92,7 +88,7 @@ def test_top_ratio_masks_with_their_fixed_bound_match_scipy():
     ("spiral", spiral(33)),
 ])
 def test_edge_cases_match_scipy(name, m):
-    got = largest_component(m)
+    got = largest_component_torch(m)
     assert torch.equal(got, scipy_largest(m)), name
     assert torch.equal(largest_component(m, max_fg=int(m.sum())), got), name
 
@@ -115,9 +111,9 @@ def test_planted_faults_are_caught():
     """The edge cases discriminate: 4-connectivity fails the diagonal case, the last-largest tie rule the tie."""
     four = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]], dtype=bool)
     diag = masks(["#....", ".#...", "..#..", "...#.", "##..#"])
-    assert not torch.equal(scipy_largest(diag, four), largest_component(diag))
+    assert not torch.equal(scipy_largest(diag, four), largest_component_torch(diag))
     tie = masks(["..##", "....", "##..", "...."])
     lab = label_components(tie)
     last = largest_of_labels(torch.where(tie > 0.5, 15 - lab, lab), tie > 0.5)  # labels reversed: last wins
-    assert not torch.equal(last.float(), largest_component(tie))
+    assert not torch.equal(last.float(), largest_component_torch(tie))
     assert torch.equal(largest_component_torch(tie), scipy_largest(tie))
