@@ -6,16 +6,16 @@ and ``argmax`` returns the first maximum, so among equally large components the 
 comes first in raster order wins. Here every component is labelled by the raster index of its first
 pixel (its minimum index), so the same rule is "largest size, then smallest label".
 
-Labelling is min-label propagation with pointer jumping (the "label propagation with shortcutting" of
-Liu & Tarjan, "Simple concurrent labeling algorithms for connected components", SOSA 2019): each round
-(1) takes the minimum label over each foreground pixel's 3 x 3 foreground neighbourhood (a max-pool of
-negated labels) and (2) jumps, ``L[p] <- L[L[p]]``. Labels only decrease, and a label is always the
-index of a pixel of the same component that is not after ``p``, so the labels are those of plain min
-propagation or smaller; plain propagation reaches the component's minimum after as many rounds as the
-component's geodesic eccentricity, at most (pixels in the component) - 1. Hence ``rounds = n_fg - 1``
-rounds, with ``n_fg`` the mask's foreground count, are provably enough; that fixed count is what a CUDA
-graph runs (:func:`largest_component_fixed`). Eager callers stop at convergence instead (a host check per
-round), which in practice takes a few rounds thanks to the jumps (8 on FiRe's 5 % masks at 128 px).
+Labelling is min-label propagation: each round every foreground pixel takes the minimum label of its
+3 x 3 neighbourhood (a max-pool of negated labels; the background never wins). After r rounds a pixel holds
+the minimum index within geodesic distance r inside its component, so the component's minimum everywhere
+once r reaches the component's geodesic eccentricity, at most (pixels in the component) - 1: ``n_fg - 1``
+rounds, with ``n_fg`` the mask's foreground count, are provably enough. That fixed count, with no host
+check, is what a CUDA graph runs (:func:`largest_component_fixed`; FiRe's masks hold top_ratio's k pixels).
+Eager callers add pointer jumping, ``L[p] <- L[L[p]]`` (the "label propagation with shortcutting" of Liu &
+Tarjan, "Simple concurrent labeling algorithms for connected components", SOSA 2019), and stop at
+convergence (a host check per round): a jump only lowers a label to another pixel's label of the same
+component, so the fixed point is the same, reached in a few rounds (8 on FiRe's 5 % masks at 128 px).
 :func:`largest_component_scipy` is the reference, and the CPU default (methods/masks.py).
 """
 
@@ -30,30 +30,35 @@ from torch import Tensor
 EIGHT = np.ones((3, 3), dtype=bool)  # scipy's 8-connected structure
 
 
-def _min3x3(lab: Tensor, big: float) -> Tensor:
-    """The minimum over each pixel's 3 x 3 neighbourhood (8-connected; outside the image counts as ``big``): one
-    max-pool of the negated labels on a GPU, two separable passes of shifted minima on a CPU (where PyTorch's
-    stride-1 max-pool is an order of magnitude slower). Both are exact."""
-    if lab.device.type != "cpu":
-        return -F.max_pool2d(-lab, 3, stride=1, padding=1)
-    p = F.pad(lab, (1, 1, 1, 1), value=big)
-    rows = torch.minimum(torch.minimum(p[..., :-2], p[..., 1:-1]), p[..., 2:])
-    return torch.minimum(torch.minimum(rows[..., :-2, :], rows[..., 1:-1, :]), rows[..., 2:, :])
+def _max3x3(neg: Tensor, low: float) -> Tensor:
+    """The maximum over each pixel's 3 x 3 neighbourhood, itself included (outside the image counts as ``low``):
+    one stride-1 max-pool on a GPU, two separable passes of shifted maxima on a CPU (where PyTorch's stride-1
+    max-pool is an order of magnitude slower). Both are exact."""
+    if neg.device.type != "cpu":
+        return F.max_pool2d(neg, 3, stride=1, padding=1)
+    p = F.pad(neg, (1, 1, 1, 1), value=low)
+    rows = torch.maximum(torch.maximum(p[..., :-2], p[..., 1:-1]), p[..., 2:])
+    return torch.maximum(torch.maximum(rows[..., :-2, :], rows[..., 1:-1, :]), rows[..., 2:, :])
 
 
-def _round(lab: Tensor, fg: Tensor, big: float) -> Tensor:
-    """One propagation + jump round on labels ``lab`` (N, 1, H, W) float (background = ``big``)."""
-    n, _, h, w = lab.shape
-    neigh = _min3x3(lab, big)
-    lab = torch.where(fg, torch.minimum(lab, neigh), lab)
-    flat = lab.reshape(n, h * w)
-    ext = torch.cat([flat, flat.new_full((n, 1), big)], dim=1)  # index h*w: the background's label
-    jumped = ext.gather(1, flat.long())  # L[L[p]]
-    return torch.where(fg, jumped.view_as(lab), lab)
+def _propagate(neg: Tensor, fg: Tensor, big: float) -> Tensor:
+    """One round of min-label propagation on negated labels ``neg`` (N, 1, H, W) (background ``-big``): each
+    foreground pixel takes the largest negated label, i.e. the smallest label, of its 3 x 3 neighbourhood."""
+    return torch.where(fg, _max3x3(neg, -big), neg)
+
+
+def _jump(neg: Tensor, fg: Tensor, big: float) -> Tensor:
+    """Pointer jumping, ``L[p] <- L[L[p]]``, on negated labels."""
+    n, _, h, w = neg.shape
+    flat = neg.reshape(n, h * w)
+    ext = torch.cat([flat, flat.new_full((n, 1), -big)], dim=1)  # index h*w: the background's label
+    jumped = ext.gather(1, (-flat).long())
+    return torch.where(fg, jumped.view_as(neg), neg)
 
 
 def _initial(m: Tensor) -> tuple[Tensor, Tensor, float]:
-    """(labels = raster index on the foreground, background ``big = H*W``; foreground bool; big)."""
+    """(negated labels: minus the raster index on the foreground, ``-big`` with ``big = H*W`` on the background;
+    the foreground, bool; big)."""
     n, c, h, w = m.shape
     if c != 1:
         raise ValueError(f"masks must be (N, 1, H, W), got {tuple(m.shape)}")
@@ -62,26 +67,26 @@ def _initial(m: Tensor) -> tuple[Tensor, Tensor, float]:
     fg = m > 0.5
     big = float(h * w)
     idx = torch.arange(h * w, device=m.device, dtype=torch.float32).view(1, 1, h, w)
-    return torch.where(fg, idx, torch.full_like(idx, big)).expand(n, 1, h, w), fg, big
+    return torch.where(fg, -idx, torch.full_like(idx, -big)).expand(n, 1, h, w), fg, big
 
 
 def label_components(m: Tensor, rounds: int | None = None) -> Tensor:
     """Component labels of the binary masks ``m`` (N, 1, H, W): each foreground pixel gets the raster index
     of its component's first pixel, the background gets H*W; float32 (N, 1, H, W).
 
-    ``rounds`` None: iterate until no label changes (one host check per round; eager only). An int: exactly
-    that many rounds, no host check (graph-capturable); ``n_fg - 1`` rounds are provably enough (module
-    docstring)."""
-    lab, fg, big = _initial(m)
+    ``rounds`` None: propagation and jumps until no label changes (one host check per round; eager only). An
+    int: exactly that many rounds of plain propagation (two kernels each on a GPU), no host check
+    (graph-capturable); ``n_fg - 1`` rounds are provably enough (module docstring)."""
+    neg, fg, big = _initial(m)
     if rounds is not None:
         for _ in range(rounds):
-            lab = _round(lab, fg, big)
-        return lab
+            neg = _propagate(neg, fg, big)
+        return -neg
     while True:
-        nxt = _round(lab, fg, big)
-        if torch.equal(nxt, lab):
-            return lab
-        lab = nxt
+        nxt = _jump(_propagate(neg, fg, big), fg, big)
+        if torch.equal(nxt, neg):
+            return -neg
+        neg = nxt
 
 
 def largest_of_labels(lab: Tensor, fg: Tensor) -> Tensor:
