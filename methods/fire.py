@@ -197,7 +197,8 @@ def fire_refine_masked(x0: Tensor, target: Tensor, models: TaskModels, generator
     factors = step_factors(p, len(levels), s.p)
     for k, t_k in enumerate(levels):
         drawn = {"noise": sg_gen.randn(p.smoothgrad_n, *x0.shape[1:], device=dev)} if p.mask == "fire" else {}
-        o = steps("fire", t_k, k=torch.tensor(k, device=dev), factors=factors, x0=s.x0, z0=s.z0, target=s.target,
+        t = torch.tensor(t_k, dtype=torch.float64, device=dev)  # float64: the PMF rounds it as it rounds t_k
+        o = steps("fire", k=torch.tensor(k, device=dev), t=t, factors=factors, x0=s.x0, z0=s.z0, target=s.target,
                   z=s.z, x=s.x, m_hard=s.m_hard, m_soft=s.m_soft, p_k=s.p, **drawn)
         ok = ~(o["bad_grad"] | o["bad_state"])
         b.fail(s.live & o["bad_grad"], FAIL_NONFINITE_GRAD)
@@ -215,12 +216,13 @@ def fire_refine_masked(x0: Tensor, target: Tensor, models: TaskModels, generator
     return fire_result(b, z0)
 
 
-def fire_step(models: TaskModels, p: FireParams, t: float, *, k: Tensor, factors: Tensor, x0: Tensor, z0: Tensor,
+def fire_step(models: TaskModels, p: FireParams, *, k: Tensor, t: Tensor, factors: Tensor, x0: Tensor, z0: Tensor,
               target: Tensor, z: Tensor, x: Tensor, m_hard: Tensor, m_soft: Tensor, p_k: Tensor,
               noise: Tensor | None = None) -> dict[str, Tensor]:
     """One update of Algorithm 1 (Lines 4-12 and Eq. target_prob) from tensors only: the masks of X_k, the
     gradient through a fresh PMF graph at Z_t^k, the masked update, the blend and p_target(X_{k+1});
-    ``k`` a 0-dim device tensor, ``factors`` :func:`step_factors`; ``noise`` the SmoothGrad copies (``mask: fire``)."""
+    ``k`` and the noise level ``t`` 0-dim device tensors, ``factors`` :func:`step_factors`; ``noise`` the
+    SmoothGrad copies (``mask: fire``)."""
     s = SimpleNamespace(x0=x0, z0=z0, target=target, z=z, x=x, m_hard=m_hard, m_soft=m_soft, p=p_k,
                         sel=torch.arange(len(z), device=z.device))
     m_hard_k, m_soft_k = MASKS[p.mask](models.classifier, s, p, Drawn(noise) if noise is not None else None)
@@ -237,7 +239,7 @@ def fire_step(models: TaskModels, p: FireParams, t: float, *, k: Tensor, factors
 
 
 # --- the pieces of a step --------------------------------------------------------------------
-def pmf_graph(pmf, z: Tensor, t: float, keep_graph: bool) -> tuple[Tensor, Tensor]:
+def pmf_graph(pmf, z: Tensor, t: float | Tensor, keep_graph: bool) -> tuple[Tensor, Tensor]:
     """(Z leaf, G_theta(Z, t)), Eq. pmf_prediction; with ``keep_graph`` the graph is kept for a gradient."""
     with torch.set_grad_enabled(keep_graph):
         leaf = z.detach().requires_grad_(keep_graph)

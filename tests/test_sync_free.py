@@ -247,12 +247,19 @@ def test_new_params_are_parsed_and_typed():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 @pytest.mark.parametrize("name, params", [("fire", SPREAD), ("maskdime", MASKDIME_SETTINGS["retries spread"])])
-def test_cuda_graphs_equal_the_sync_free_path_on_a_gpu(world, name, params):
-    x, target, models = world
+def test_cuda_graphs_equal_the_sync_free_path_on_a_gpu(world, monkeypatch, name, params):
+    """Replayed steps give the sync-free eager path's counterfactuals and network counts on the same GPU. The toy
+    networks' constants move to the GPU first (a host-to-device copy cannot be captured)."""
+    from tests import toy
+
     dev = torch.device("cuda")
+    x, target, _ = world
     models = toy_models()
     for role in ("classifier", "pmf", "perceptual", "ddpm"):
         getattr(models, role).to(dev)
+    monkeypatch.setattr(models.ddpm, "alphas_cumprod", models.ddpm.alphas_cumprod.to(dev))
+    monkeypatch.setattr(toy.prior(), "v", toy.prior().v.to(dev))
+    monkeypatch.setattr(toy.prior(), "lam", toy.prior().lam.to(dev))
     x, target = x.to(dev), target.to(dev)
     eager = methods.get_method(name, {**params, "sync_free": True})(x, target, models, gens(len(x)))
     graphed = methods.get_method(name, {**params, "cuda_graphs": True})(x, target, models, gens(len(x)))
