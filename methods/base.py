@@ -99,6 +99,15 @@ class NFE:
         return dataclasses.replace(models, **roles)
 
 
+def counter_of(models: TaskModels) -> NFE | None:
+    """The :class:`NFE` that counts the calls of ``models`` (seen through :meth:`NFE.counted`), or None."""
+    for role in ("classifier", "ddpm", "pmf", "perceptual"):
+        m = getattr(models, role)
+        if isinstance(m, _Counted):
+            return m._nfe
+    return None
+
+
 def _uncounted(m: Any) -> Any:
     return m.inner if isinstance(m, _Counted) else m
 

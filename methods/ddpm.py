@@ -23,6 +23,7 @@ from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
 from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite, require
+from .graphs import at_step
 from .guidance import l1_grad
 
 
@@ -89,40 +90,51 @@ class Schedule:
                    coef_z=(1 - abar_prev) * alphas.sqrt() / (1 - abar), variance=variance,
                    train_steps=ts.tolist())
 
-    def _s(self, v: str, i: int, like: Tensor) -> Tensor:
-        """Coefficient ``v`` at step ``i`` as a 0-dim tensor of ``like``'s dtype and device; each vector
-        is copied to the device once, so a step reads it there without a host round trip."""
+    def _s(self, v: str, i: int | Tensor, like: Tensor) -> Tensor:
+        """Coefficient ``v`` at step ``i`` (an int or a 0-dim device tensor) as a 0-dim tensor of ``like``'s
+        dtype and device; each vector is copied to the device once, so a step reads it there without a host
+        round trip."""
         key = (v, like.dtype, like.device)
         if key not in self._cache:
             self._cache[key] = self._vectors()[v].to(dtype=like.dtype, device=like.device)
-        return self._cache[key][i]
+        return at_step(self._cache[key], i)
+
+    def _train_step(self, i: int | Tensor, z: Tensor) -> Tensor:
+        """The network's timestep for each row of ``z`` at respaced step ``i`` (an int, or a 0-dim device tensor
+        read on the device: no host round trip, so a captured step can take it as an input)."""
+        if torch.is_tensor(i):
+            key = ("timesteps", z.device)
+            if key not in self._cache:
+                self._cache[key] = self.timesteps.to(z.device)
+            return at_step(self._cache[key], i).expand(len(z))
+        return torch.full((len(z),), self.train_steps[i], dtype=torch.long, device=z.device)
 
     def _vectors(self) -> dict[str, Tensor]:
         return {"sqrt_abar": self.abar.sqrt(), "sqrt_1m_abar": (1 - self.abar).sqrt(), "coef_x0": self.coef_x0,
                 "coef_z": self.coef_z, "variance": self.variance, "log_beta": self.betas.log(),
                 "log_variance": self.variance.log()}
 
-    def sqrt_abar(self, i: int, like: Tensor) -> Tensor:
+    def sqrt_abar(self, i: int | Tensor, like: Tensor) -> Tensor:
         return self._s("sqrt_abar", i, like)
 
-    def q_sample(self, x: Tensor, i: int, noise: Tensor) -> Tensor:
+    def q_sample(self, x: Tensor, i: int | Tensor, noise: Tensor) -> Tensor:
         """z_i = sqrt(abar_i) x + sqrt(1 - abar_i) eps."""
         return self._s("sqrt_abar", i, x) * x + self._s("sqrt_1m_abar", i, x) * noise
 
     @torch.no_grad()
-    def p_mean_variance(self, ddpm, z: Tensor, i: int) -> tuple[Tensor, Tensor, Tensor]:
+    def p_mean_variance(self, ddpm, z: Tensor, i: int | Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """One UNet call: (posterior mean, variance, clipped Tweedie estimate x0hat) at step ``i``."""
         return self.p_mean_variance_grad(ddpm, z, i)
 
-    def p_mean_variance_grad(self, ddpm, z: Tensor, i: int) -> tuple[Tensor, Tensor, Tensor]:
+    def p_mean_variance_grad(self, ddpm, z: Tensor, i: int | Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """:meth:`p_mean_variance` that autograd can run through (ACE's attack through the DDPM)."""
-        t = torch.full((len(z),), self.train_steps[i], dtype=torch.long, device=z.device)
+        t = self._train_step(i, z)
         eps, v = ddpm.eps_var(z, t) if getattr(ddpm, "learned_variance", False) else (ddpm.eps(z, t), None)
         x0 = ((z - self._s("sqrt_1m_abar", i, z) * eps) / self._s("sqrt_abar", i, z)).clamp(-1, 1)
         mean = self._s("coef_x0", i, z) * x0 + self._s("coef_z", i, z) * z
         return mean, self.learned_variance(v, i, z) if v is not None else self._s("variance", i, z), x0
 
-    def learned_variance(self, v: Tensor, i: int, like: Tensor) -> Tensor:
+    def learned_variance(self, v: Tensor, i: int | Tensor, like: Tensor) -> Tensor:
         """guided-diffusion's ``LEARNED_RANGE``: ``exp(f log beta_i + (1 - f) log var~_i)``, ``f = (v + 1) / 2``,
         per pixel, on the respaced schedule (beta_i and the clipped posterior variance var~_i)."""
         f = (v.float() + 1) / 2
@@ -155,9 +167,12 @@ class DDPMMethod:
         self.name, self.params = name, params
         self.roles = ("classifier", "ddpm") + (("perceptual",) if params.perc else ())
 
+    masked = False  # a subclass with a sync-free path: its ``sync_free`` / ``cuda_graphs`` (run_ddpm_method)
+
     def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
                  generator: SampleGenerators) -> Counterfactuals:
-        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=self.passes)
+        return run_ddpm_method(self.params, x, target, models, generator, self._attempt, passes=self.passes,
+                               masked=self.masked)
 
     def _attempt(self, models: TaskModels, sched: Schedule, x: Tensor, target: Tensor, gen: SampleGenerators,
                  scale: float) -> tuple[Tensor, dict[str, Tensor]]:
@@ -169,7 +184,7 @@ AttemptFn = Callable[[TaskModels, Schedule, Tensor, Tensor, SampleGenerators, fl
 
 
 def run_ddpm_method(p, x: Tensor, target: Tensor, models: TaskModels, generator: SampleGenerators,
-                    attempt: AttemptFn, passes: int) -> Counterfactuals:
+                    attempt: AttemptFn, passes: int, masked: bool = False) -> Counterfactuals:
     """DiME's classifier-scale schedule (``main.py``), shared by the DDPM baselines: try each scale of
     ``p.scales`` in order on the samples not flipped yet; ``steps`` = guided steps run.
 
@@ -177,7 +192,9 @@ def run_ddpm_method(p, x: Tensor, target: Tensor, models: TaskModels, generator:
     active samples; it draws its noise from fresh forks of their generators, so every retry starts
     from the SAME noise. A sample that never flips keeps its last attempt's counterfactual; one whose
     state turns non-finite fails and returns its input. ``p.respacing`` and ``p.start_step`` set the
-    trajectory (``passes`` trajectories per attempt).
+    trajectory (``passes`` trajectories per attempt). ``masked``: the batch keeps its shape (a sample that
+    flipped or failed is run again but keeps its record), so every attempt has the same shapes for a
+    captured step; the one host read is whether any sample is left, between attempts.
     """
     nfe = NFE(len(x))
     models = nfe.counted(models)
@@ -185,17 +202,24 @@ def run_ddpm_method(p, x: Tensor, target: Tensor, models: TaskModels, generator:
     b = ActiveBatch(x, nfe, cf=x.clone(), scale=torch.zeros(len(x), device=x.device),
                     attempts=torch.zeros(len(x), dtype=torch.int64, device=x.device))
     target = target.to(x.device)
+    active = torch.ones(len(b), dtype=torch.bool, device=x.device)  # masked: the rows still trying
     for scale in p.scales:
         if len(b) == 0:
             break
         xs, ts = x[b.index], target[b.index]
         z, extras = attempt(models, sched, xs, ts, generator.subset(b.row_list), float(scale))
         bad = nonfinite(z)
-        b.fail(bad, FAIL_NONFINITE_STATE)
-        b.record(cf=z.clamp(-1, 1), scale=float(scale), attempts=b.out["attempts"][b.index] + 1, **extras)
+        b.fail(active & bad, FAIL_NONFINITE_STATE)
+        b.record(active, cf=z.clamp(-1, 1), scale=float(scale), attempts=b.out["attempts"][b.index] + 1, **extras)
         with torch.no_grad():
             flipped = (models.classifier(z.clamp(-1, 1)).argmax(1) == ts) & ~bad
-        b.keep((~flipped & ~bad).cpu())  # the attempt's one host sync: flipped / failed samples leave
+        if masked:
+            active = active & ~flipped & ~bad
+            if not bool(active.any()):  # between attempts: no sample left
+                break
+        else:
+            b.keep((~flipped & ~bad).cpu())  # the attempt's one host sync: flipped / failed samples leave
+            active = torch.ones(len(b), dtype=torch.bool, device=x.device)
     info = {k: v for k, v in b.out.items() if k != "cf"}
     steps = b.out["attempts"] * p.start_step * passes
     return finalize(x, b.out["cf"], target, models, steps, b.failed, b.reason, nfe, info)

@@ -28,6 +28,8 @@ Choices the paper leaves open, made here:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from types import SimpleNamespace
 from typing import Literal
 
 import torch
@@ -47,8 +49,9 @@ from .base import (
     nonfinite,
     require,
 )
+from .graphs import Drawn, StepGraphs, at_step
 from .guidance import mean_abs_normalize, p_target, perceptual, smoothgrad, target_ce, tv_loss
-from .masks import dilate_radius, feather, largest_component, nested_topk, top_ratio
+from .masks import dilate_radius, feather, largest_component, nested_topk, top_ratio, top_ratio_count
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,13 @@ class FireParams:
     loss_mask: Literal["current", "previous"] = "current"  # the soft mask of the loss image (module docstring)
     grad_norm: Literal["image", "mask"] = "image"  # mean |grad| over the image or inside the hard mask
     tv_reduction: Literal["mean", "sum"] = "mean"  # TV per pixel (mean: effectively off at 0.01) or summed
+    sync_free: bool = False  # true: the masked loop (fire_refine_masked): no host read, the batch keeps its shape
+    cuda_graphs: bool = False  # true (implies sync_free): on a CUDA device each update replays a captured graph
+
+    @property
+    def masked(self) -> bool:
+        """Whether the sync-free, masked loop runs (``sync_free`` or ``cuda_graphs``)."""
+        return self.sync_free or self.cuda_graphs
 
     def validate(self, section: str) -> None:
         require(0 < self.t < 1, section, f"t must be in (0, 1), got {self.t}")
@@ -110,15 +120,7 @@ def fire_refine(x0: Tensor, target: Tensor, models: TaskModels, generator: Sampl
     models, dev = nfe.counted(models), x0.device
     f, levels, make_masks = models.classifier, noise_levels(p), MASKS[p.mask]
     sg_gen, rn_gen = generator.fork("fire/smoothgrad"), generator.fork("fire/renoise")
-    eps = generator.fork("fire/init").randn(*x0.shape[1:], device=dev)
-    z0 = (1 - p.t) * x0 + p.t * eps  # Line 1, Eq. fixed_noise_init: Z_t^0 = (1 - t) X_0 + t Z^0
-    mask0, zeros = torch.zeros_like(x0[:, :1]), torch.zeros(len(x0), device=dev)
-    b = ActiveBatch(x0, nfe, x_cf=x0.clone(), z=torch.zeros_like(x0), m_hard=mask0, m_soft=mask0.clone(),
-                    steps=torch.zeros(len(x0), dtype=torch.long, device=dev), p_final=zeros)
-    # Line 2: X_0 is the first clean image, M_hard^{-1} = 0.
-    s = b.start(x0=x0, z0=z0, eps=eps, target=target.to(dev), z=z0, x=x0, m_hard=mask0, m_soft=mask0.clone(),
-                p=zeros,
-                live=torch.ones(len(x0), dtype=torch.bool, device=dev))
+    b, s, z0 = fire_start(x0, target, generator, p, nfe)
     graph = None  # (Z leaf, G(Z)): the PMF graph of the last prediction, reused by the next gradient
     for k, t_k in enumerate(levels):  # Line 3
         if len(b) == 0:
@@ -152,13 +154,92 @@ def fire_refine(x0: Tensor, target: Tensor, models: TaskModels, generator: Sampl
         b.keep(keep)  # batch compaction: finished (or failed) samples leave
         if p.mode == "reverse" and k + 1 < len(levels):
             renoise(s, levels[k + 1], rn_gen.subset(b.row_list))
+    return fire_result(b, z0)
+
+
+def fire_start(x0: Tensor, target: Tensor, generator: SampleGenerators, p: FireParams,
+               nfe: NFE) -> tuple[ActiveBatch, SimpleNamespace, Tensor]:
+    """Lines 1-2: (the batch with its outputs, its working state, Z_t^0); shared by both loops."""
+    dev = x0.device
+    eps = generator.fork("fire/init").randn(*x0.shape[1:], device=dev)
+    z0 = (1 - p.t) * x0 + p.t * eps  # Line 1, Eq. fixed_noise_init: Z_t^0 = (1 - t) X_0 + t Z^0
+    mask0, zeros = torch.zeros_like(x0[:, :1]), torch.zeros(len(x0), device=dev)
+    b = ActiveBatch(x0, nfe, x_cf=x0.clone(), z=torch.zeros_like(x0), m_hard=mask0, m_soft=mask0.clone(),
+                    steps=torch.zeros(len(x0), dtype=torch.long, device=dev), p_final=zeros)
+    # Line 2: X_0 is the first clean image, M_hard^{-1} = 0.
+    s = b.start(x0=x0, z0=z0, eps=eps, target=target.to(dev), z=z0, x=x0, m_hard=mask0, m_soft=mask0.clone(),
+                p=zeros, live=torch.ones(len(x0), dtype=torch.bool, device=dev))
+    return b, s, z0
+
+
+def fire_result(b: ActiveBatch, z0: Tensor) -> FireResult:
     o = b.out
     return FireResult(x_cf=o["x_cf"], z=o["z"], z0=z0, m_hard=o["m_hard"], m_soft=o["m_soft"], steps=o["steps"],
                       p_final=o["p_final"], failed=b.failed, reason=b.reason)
 
 
+# --- the sync-free loop: masking instead of compaction ---------------------------------------------
+def fire_refine_masked(x0: Tensor, target: Tensor, models: TaskModels, generator: SampleGenerators,
+                       p: FireParams, nfe: NFE) -> FireResult:
+    """Algorithm 1 as :func:`fire_refine`, with no host read inside the loop (``sync_free`` / ``cuda_graphs``):
+    the batch keeps its shape for all K updates; a sample that stops (early stopping, failure) keeps its
+    recorded outputs and its working state frozen. Each update is :func:`fire_step`, a function of tensors
+    (its index k a device tensor, its SmoothGrad noise drawn before it) that ``cuda_graphs`` replays as a
+    CUDA graph on a CUDA device (methods/graphs.py); on a CPU it runs eagerly. The step recomputes the PMF
+    graph at Z_t^k instead of reusing the previous step's (an autograd graph cannot outlive its capture):
+    2K PMF forwards instead of K + 1 (``mode: reverse``: the same 2K), the same values."""
+    models, dev = nfe.counted(models), x0.device
+    levels = noise_levels(p)
+    b, s, z0 = fire_start(x0, target, generator, p, nfe)
+    sg_gen = generator.fork("fire/smoothgrad").subset(b.row_list)
+    rn_gen = generator.fork("fire/renoise").subset(b.row_list)
+    steps = StepGraphs(partial(fire_step, models, p), p.cuda_graphs and dev.type == "cuda", nfe)
+    factors = step_factors(p, len(levels), s.p)
+    for k, t_k in enumerate(levels):
+        drawn = {"noise": sg_gen.randn(p.smoothgrad_n, *x0.shape[1:], device=dev)} if p.mask == "fire" else {}
+        t = torch.tensor(t_k, dtype=torch.float64, device=dev)  # float64: the PMF rounds it as it rounds t_k
+        o = steps("fire", k=torch.tensor(k, device=dev), t=t, factors=factors, x0=s.x0, z0=s.z0, target=s.target,
+                  z=s.z, x=s.x, m_hard=s.m_hard, m_soft=s.m_soft, p_k=s.p, **drawn)
+        ok = ~(o["bad_grad"] | o["bad_state"])
+        b.fail(s.live & o["bad_grad"], FAIL_NONFINITE_GRAD)
+        b.fail(s.live & o["bad_state"], FAIL_NONFINITE_STATE)
+        b.record(s.live & ok, x_cf=o["x"], z=o["z"], m_hard=o["m_hard"], m_soft=o["m_soft"], steps=k + 1,
+                 p_final=o["p"])
+        done = o["p"] >= p.p_flip if p.early_stop else torch.zeros_like(ok)  # Lines 13-14
+        live = s.live & ok & ~done
+        for name in ("z", "x", "p", "m_hard", "m_soft"):  # a stopped sample's state is frozen
+            old = getattr(s, name)
+            setattr(s, name, torch.where(live.view(-1, *[1] * (old.ndim - 1)), o[name], old))
+        s.live = live
+        if p.mode == "reverse" and k + 1 < len(levels):
+            renoise(s, levels[k + 1], rn_gen)
+    return fire_result(b, z0)
+
+
+def fire_step(models: TaskModels, p: FireParams, *, k: Tensor, t: Tensor, factors: Tensor, x0: Tensor, z0: Tensor,
+              target: Tensor, z: Tensor, x: Tensor, m_hard: Tensor, m_soft: Tensor, p_k: Tensor,
+              noise: Tensor | None = None) -> dict[str, Tensor]:
+    """One update of Algorithm 1 (Lines 4-12 and Eq. target_prob) from tensors only: the masks of X_k, the
+    gradient through a fresh PMF graph at Z_t^k, the masked update, the blend and p_target(X_{k+1});
+    ``k`` and the noise level ``t`` 0-dim device tensors, ``factors`` :func:`step_factors`; ``noise`` the
+    SmoothGrad copies (``mask: fire``)."""
+    s = SimpleNamespace(x0=x0, z0=z0, target=target, z=z, x=x, m_hard=m_hard, m_soft=m_soft, p=p_k,
+                        sel=torch.arange(len(z), device=z.device))
+    m_hard_k, m_soft_k = MASKS[p.mask](models.classifier, s, p, Drawn(noise) if noise is not None else None)
+    graph = pmf_graph(models.pmf, z, t, True)
+    blend = m_soft_k if p.loss_mask == "current" else torch.where(k == 0, m_soft_k, m_soft)
+    grad = joint_gradient(models, graph, s, blend, p, m_hard_k)
+    eta = step_size_at(p, k, factors, p_k).view(-1, 1, 1, 1)
+    z_next = m_hard_k * (z - eta * grad) + (1 - m_hard_k) * z0
+    x_next = m_soft_k * pmf_graph(models.pmf, z_next, t, False)[1] + (1 - m_soft_k) * x0
+    with torch.no_grad():
+        p_next = p_target(models.classifier(x_next), target)
+    return {"z": z_next.detach(), "x": x_next, "p": p_next, "m_hard": m_hard_k, "m_soft": m_soft_k,
+            "bad_grad": nonfinite(grad), "bad_state": nonfinite(x_next) | ~torch.isfinite(p_next)}
+
+
 # --- the pieces of a step --------------------------------------------------------------------
-def pmf_graph(pmf, z: Tensor, t: float, keep_graph: bool) -> tuple[Tensor, Tensor]:
+def pmf_graph(pmf, z: Tensor, t: float | Tensor, keep_graph: bool) -> tuple[Tensor, Tensor]:
     """(Z leaf, G_theta(Z, t)), Eq. pmf_prediction; with ``keep_graph`` the graph is kept for a gradient."""
     with torch.set_grad_enabled(keep_graph):
         leaf = z.detach().requires_grad_(keep_graph)
@@ -197,13 +278,29 @@ def step_size(p: FireParams, k: int, K: int, p_k: Tensor) -> Tensor:
     return p.eta * k / (K - 1) * ((p.p_flip - p_k) / p.p_flip).clamp_min(0)
 
 
+def step_size_at(p: FireParams, k: Tensor, factors: Tensor, p_k: Tensor) -> Tensor:
+    """:func:`step_size` with the step ``k`` a 0-dim device tensor (no host branch) and ``factors`` =
+    :func:`step_factors`: the same numbers, as ``eta k / (K - 1)`` is the float32 value the eager scalar rounds to."""
+    if not p.adaptive_step:
+        return torch.full_like(p_k, p.eta)
+    adaptive = at_step(factors, k) * ((p.p_flip - p_k) / p.p_flip).clamp_min(0)
+    return torch.where(k == 0, torch.full_like(p_k, 0.3 * p.eta), adaptive)
+
+
+def step_factors(p: FireParams, K: int, like: Tensor) -> Tensor:
+    """``eta k / (K - 1)`` for k = 0 .. K - 1 (0 at k = 0, where :func:`step_size` takes 0.3 eta), on ``like``'s
+    device, made once before the loop (a host-to-device copy inside a captured step is not allowed)."""
+    return torch.tensor([p.eta * k / (K - 1) if k else 0.0 for k in range(K)], dtype=like.dtype, device=like.device)
+
+
 # --- masks (Lines 4-7) and their ablations -----------------------------------------------------
 def fire_masks(f, s, p: FireParams, gen: SampleGenerators) -> tuple[Tensor, Tensor]:
     """Eqs. orig_mask, hard_mask, soft_mask: SmoothGrad attribution A^k of X_k, its top-rho largest
     connected component dilated by r (M_orig^k), the union M_hard^k, and M_soft^k = Feather(M_orig^k, w)."""
     noise = gen.randn(p.smoothgrad_n, *s.x.shape[1:], device=s.x.device)
     attribution = smoothgrad(f, s.x, s.target, noise, p.smoothgrad_sigma)
-    m_orig = dilate_radius(largest_component(top_ratio(attribution, p.rho)), p.dilation)
+    max_fg = top_ratio_count(s.x[0, 0].numel(), p.rho) if p.masked else None  # masked: fixed rounds, no sync
+    m_orig = dilate_radius(largest_component(top_ratio(attribution, p.rho), max_fg), p.dilation)
     return torch.maximum(s.m_hard, m_orig), feather(m_orig, p.feather)
 
 
@@ -247,6 +344,7 @@ class FiRe:
     def __call__(self, x: Tensor, target: Tensor, models: TaskModels,
                  generator: SampleGenerators) -> Counterfactuals:
         nfe = NFE(len(x))
-        r = fire_refine(x, target, models, generator, self.params, nfe)
+        refine = fire_refine_masked if self.params.masked else fire_refine
+        r = refine(x, target, models, generator, self.params, nfe)
         info = {"mask_hard": r.m_hard.bool(), "mask_soft": r.m_soft.half(), "p_target": r.p_final}
         return finalize(x, r.x_cf, target, models, r.steps, r.failed, r.reason, nfe, info)

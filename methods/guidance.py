@@ -85,6 +85,6 @@ def smoothgrad(classifier: nn.Module, x: Tensor, target: Tensor, noise: Tensor, 
     """
     b, n = noise.shape[:2]
     xs = (x.detach().unsqueeze(1) + sigma * noise).flatten(0, 1).requires_grad_(True)
-    s = target_log_odds(classifier(xs), target.repeat_interleave(n))
+    s = target_log_odds(classifier(xs), target.view(-1, 1).expand(-1, n).reshape(-1))  # copies by expand (graph-safe)
     g = torch.autograd.grad(s.sum(), xs)[0]
     return g.abs().view(b, n, *x.shape[1:]).mean(1).mean(1, keepdim=True)

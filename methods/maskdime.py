@@ -15,14 +15,17 @@ reference's Gaussian blur > 0); retries re-draw the SAME noise.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
+import torch
 from torch import Tensor
 
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
-from .base import require
+from .base import counter_of, require
 from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule
+from .graphs import StepGraphs
 from .guidance import guidance_grads
 from .masks import nested_topk
 
@@ -35,6 +38,13 @@ class MaskDimeParams(GuidedDDPMParams):
     rho: float = 0.5  # share of the top-k kept for the clean-image mask Mx
     dilation: int = 5  # odd square kernel
     grad_scale: float = 8.0  # s in g = s (g_cls + g_dist)
+    sync_free: bool = False  # true: masking instead of compaction, no host read in the guided steps
+    cuda_graphs: bool = False  # true (implies sync_free): on a CUDA device each guided step replays a captured graph
+
+    @property
+    def masked(self) -> bool:
+        """Whether the sync-free, masked path runs (``sync_free`` or ``cuda_graphs``)."""
+        return self.sync_free or self.cuda_graphs
 
     def validate(self, section: str) -> None:
         super().validate(section)
@@ -44,26 +54,45 @@ class MaskDimeParams(GuidedDDPMParams):
 
 def maskdime_attempt(models: TaskModels, sched: Schedule, p: MaskDimeParams, x: Tensor, target: Tensor,
                      gen: SampleGenerators, scale: float) -> tuple[Tensor, Tensor]:
-    """One MaskDiME run; returns (z_0, Mz of the last step)."""
+    """One MaskDiME run; returns (z_0, Mz of the last step). With ``p.masked`` the step index is a device
+    tensor and, under ``cuda_graphs`` on a CUDA device, each step replays a captured graph (methods/graphs.py);
+    the noise of every step is drawn before it, so the steps read nothing back on the host either way."""
     shape, dev = x.shape[1:], x.device
     noise = gen.fork("steps")
     z = sched.q_sample(x, p.start_step, gen.fork("init").randn(*shape, device=dev))
-    x_t, mx = x.clone(), None
+    capture = p.cuda_graphs and dev.type == "cuda"
+    step = StepGraphs(partial(maskdime_step, models, sched, p), capture, counter_of(models))
+    masks: dict[str, Tensor] = {}  # Mx of the previous step (none at the first)
     for i in range(p.start_step - 1, -1, -1):
-        mean, var, x0hat = sched.p_mean_variance(models.ddpm, z, i)
-        if mx is not None:
-            x_t = mx * x0hat + (1 - mx) * x
-        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
-        sab = sched.sqrt_abar(i, x)
-        g_cls = g_cls / sab
-        mz, mx = nested_topk(g_cls.abs().mean(1, keepdim=True), p.k, p.rho, p.dilation)
-        l1_clean, l1_noisy = p.l1_terms(z, x_t, x)
-        grads = p.grad_scale * (g_cls + (g_perc + l1_clean) / sab + l1_noisy)
-        z = mz * (mean - var * grads) + (1 - mz) * sched.q_sample(x, i, noise.randn(*shape, device=dev))
-    return z, mz
+        at = torch.tensor(i, device=dev) if p.masked else i
+        o = step("maskdime", float(scale), i=at, z=z, x=x, target=target, noise=noise.randn(*shape, device=dev),
+                 **masks)
+        z, masks = o["z"], {"mx": o["mx"]}
+    return z, o["mz"]
+
+
+def maskdime_step(models: TaskModels, sched: Schedule, p: MaskDimeParams, scale: float, *, i: int | Tensor, z: Tensor,
+                  x: Tensor, target: Tensor, noise: Tensor, mx: Tensor | None = None) -> dict[str, Tensor]:
+    """One guided step (``get_MaskDiME_sampling_CelebA``'s loop body) from tensors: x0hat and the posterior,
+    the clean image ``Mx_prev * x0hat + (1 - Mx_prev) * x`` (the input at the first step, ``mx`` None), the
+    gradients, the nested masks and the masked update with ``noise`` for ``q(x, t_i)`` outside Mz."""
+    mean, var, x0hat = sched.p_mean_variance(models.ddpm, z, i)
+    x_t = x.clone() if mx is None else mx * x0hat + (1 - mx) * x
+    g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
+    sab = sched.sqrt_abar(i, x)
+    g_cls = g_cls / sab
+    mz, mx = nested_topk(g_cls.abs().mean(1, keepdim=True), p.k, p.rho, p.dilation)
+    l1_clean, l1_noisy = p.l1_terms(z, x_t, x)
+    grads = p.grad_scale * (g_cls + (g_perc + l1_clean) / sab + l1_noisy)
+    z = mz * (mean - var * grads) + (1 - mz) * sched.q_sample(x, i, noise)
+    return {"z": z, "mz": mz, "mx": mx}
 
 
 class MaskDiME(DDPMMethod):
+    @property
+    def masked(self) -> bool:
+        return self.params.masked
+
     def _attempt(self, models, sched, x, target, gen, scale):
         z, mz = maskdime_attempt(models, sched, self.params, x, target, gen, scale)
         return z, {"mask": mz > 0.5}

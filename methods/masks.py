@@ -5,38 +5,36 @@ Masks are float tensors (N, 1, H, W) with values in {0, 1} (binary) or [0, 1] (s
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy import ndimage
 from torch import Tensor
 
-_EIGHT = np.ones((3, 3), dtype=bool)
+from .components import largest_component_fixed, largest_component_scipy, largest_component_torch
+
+
+def top_ratio_count(pixels: int, ratio: float) -> int:
+    """How many pixels :func:`top_ratio` keeps out of ``pixels``: ``max(1, int(ratio * pixels))``, at most all."""
+    return max(1, min(pixels, int(ratio * pixels)))
 
 
 def top_ratio(a: Tensor, ratio: float) -> Tensor:
     """Binary mask of the ``max(1, int(ratio * H * W))`` largest values of ``a`` (N, 1, H, W), per sample."""
     n = a.shape[0]
     flat = a.reshape(n, -1)
-    k = max(1, min(flat.shape[1], int(ratio * flat.shape[1])))
-    idx = flat.topk(k, dim=1).indices
+    idx = flat.topk(top_ratio_count(flat.shape[1], ratio), dim=1).indices
     return torch.zeros_like(flat).scatter_(1, idx, 1.0).view_as(a)
 
 
-def largest_component(m: Tensor) -> Tensor:
-    """Keep each sample's largest 8-connected component (ties: the one met first in raster order).
+def largest_component(m: Tensor, max_fg: int | None = None) -> Tensor:
+    """Keep each sample's largest 8-connected component (ties: the one met first in raster order): the
+    component ``scipy.ndimage.label`` + ``argmax(bincount)`` keeps (methods/components.py), bit for bit.
 
-    Runs ``scipy.ndimage.label`` per sample on CPU.
-    """
-    arr = m.detach().cpu().numpy() > 0.5
-    out = np.zeros_like(arr)
-    for i in range(arr.shape[0]):
-        lab, n = ndimage.label(arr[i, 0], structure=_EIGHT)
-        if n == 0:
-            continue
-        sizes = np.bincount(lab.ravel())[1:]
-        out[i, 0] = lab == (int(np.argmax(sizes)) + 1)
-    return torch.from_numpy(out).to(device=m.device, dtype=m.dtype)
+    ``max_fg`` None (eager): scipy on a CPU tensor, on another device the labels propagated there to
+    convergence (a host check per round, no copy of the mask). ``max_fg`` an int, the most foreground pixels a
+    mask can hold (``top_ratio``'s k): a fixed, provably sufficient round count on the device, no host read."""
+    if max_fg is not None:
+        return largest_component_fixed(m, max_fg)
+    return largest_component_scipy(m) if m.device.type == "cpu" else largest_component_torch(m)
 
 
 def dilate(m: Tensor, kernel: int) -> Tensor:

@@ -172,6 +172,26 @@ def test_the_gpu_speed_plan_covers_the_issue_rows():
     assert {p["variant"] for p in mask} == {p["variant"] for p in plan if p["method"] == "fire"}
 
 
+def test_the_gpu_speed_plan_has_a_graphed_arm():
+    """#64: FiRe 15 / 10 / 3 updates at batch 5 and MaskDiME at batch 5 / 16 / 32, eager and with ``cuda_graphs``
+    (each graphed row has its eager twin: the same row without the switch)."""
+    import json
+    from pathlib import Path
+
+    plan = json.loads((Path(__file__).resolve().parents[1] / "scripts/gpu_speed_plan.json").read_text())
+
+    def arm(graphed: bool) -> set[tuple]:
+        rows = [(p, p.get("params", {})) for p in plan]
+        return {(p["method"], q.get("K", 15) if p["method"] == "fire" else None, p["batch"], p["variant"])
+                for p, q in rows if bool(q.get("cuda_graphs")) == graphed}
+
+    graphed, eager = arm(True), arm(False)
+    variant = "mixed+cl+gpunoise+bench"
+    assert {("fire", k, 5, variant) for k in (15, 10, 3)} | {("maskdime", None, b, variant) for b in (5, 16, 32)} \
+        == graphed
+    assert graphed <= eager
+
+
 def test_no_module_keeps_a_main_of_its_own():
     """The command line is `vcebench`: the former `python -m` entry points are subverbs now."""
     from vcebench.paper import timing as paper_timing

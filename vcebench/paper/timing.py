@@ -208,7 +208,8 @@ def time_method(method_name: str, params: dict[str, Any], models: TaskModels, x:
     nfe = {k: d for k, d in nfe_by_network(info).items() if d["fwd"] or d["bwd"]}
     flops = flops_from_nfe(nfe, calls)
     row = {
-        "method": method_name, "batch": batch, "n": n, "variant": v["name"],
+        "method": method_name, "batch": batch, "n": n,
+        "variant": v["name"] + ("+graphs" if params.get("cuda_graphs") else ""),  # the captured-step arm (#64)
         "sec_per_cf": seconds / n, "seconds": seconds, "warmup_seconds": warm_s, "repeats": len(runs),
         "sec_per_cf_runs": [r / n for r in runs], "sec_per_cf_min": min(runs) / n, "sec_per_cf_max": max(runs) / n,
         "mean_steps": float(steps.mean()), "flip_rate": float(flipped.mean()),
