@@ -182,6 +182,10 @@ def world():
     ("dime", {"respacing": 20, "start_step": 6}, {"l1_on": "clean", "l1": 5.0}),
     ("fastdime", {"respacing": 20, "start_step": 8, "warmup_steps": 4, "mask_dilation": 3}, {"mask_from_t": 0.05}),
     ("maskdime", {"respacing": 20, "start_step": 6, "k": 0.1, "dilation": 3}, {"l1_on": "clean", "l1": 5.0}),
+    # FastDiME_Med's code (config/presets/fair2.yaml): its loss form on the x-ray protocol's l1 on the clean image
+    ("dime", {"respacing": 20, "start_step": 6, "l1_on": "clean", "l1": 50.0}, {"guidance_form": "med"}),
+    ("fastdime", {"respacing": 20, "start_step": 8, "warmup_steps": 4, "mask_dilation": 3, "l1_on": "clean",
+                  "l1": 200.0}, {"guidance_form": "med"}),
 ])
 def test_each_switch_changes_the_counterfactuals_and_its_default_is_the_old_behaviour(world, name, base, switch):
     from methods.ddpm import GuidedDDPMParams

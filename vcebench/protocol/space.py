@@ -40,24 +40,30 @@ MASK_PARAMS = {"fire": ("rho", "dilation", "feather"), "fastdime": ("mask_thresh
 RADII = frozenset({("fire", "dilation"), ("fire", "feather")}) | ODD_KERNELS
 
 
-def rule_space(method: str) -> dict[str, dict]:
-    """The search space the rule gives ``method``: the offset, its strengths, its mask parameters."""
+# the l1 weights, searched like every strength from the re-tune on (config/presets/fair2.yaml; ACE's
+# dist_weight, its l1 weight, already is)
+L1_WEIGHTS = {m: ("l1",) for m in ("dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime")}
+
+
+def rule_space(method: str, l1: bool = False) -> dict[str, dict]:
+    """The search space the rule gives ``method``: the offset, its strengths (``l1``: its l1 weight too, the
+    fair2 switch), its mask parameters."""
     if method not in STRENGTHS:
         return {}
     log = {"range": list(STRENGTH_FACTORS), "scale": "log", "relative": True}
     out: dict[str, dict] = {"log_snr_offset": {"range": list(OFFSET_RANGE), "scale": "linear", "relative": False}}
-    for p in (*STRENGTHS[method], *MASK_PARAMS.get(method, ())):
+    for p in (*STRENGTHS[method], *(L1_WEIGHTS.get(method, ()) if l1 else ()), *MASK_PARAMS.get(method, ())):
         out[p] = ({"range": list(SHIFT_RANGE), "scale": "shift", "relative": True} if (method, p) in RADII
                   else dict(log))
     return out
 
 
-def space_violations(space: dict[str, dict]) -> list[str]:
+def space_violations(space: dict[str, dict], l1: bool = False) -> list[str]:
     """Where ``space`` (config ``tune.space``) breaks the rule: a method's space that is not :func:`rule_space`
     (one-sided, narrower, wider or missing a parameter). Empty: every space follows it."""
     bad = []
     for method, spec in space.items():
-        want = rule_space(method)
+        want = rule_space(method, l1)
         for p in sorted(set(want) | set(spec or {})):
             got = (spec or {}).get(p)
             if got is None or want.get(p) is None or [float(x) for x in got["range"]] != want[p]["range"] \
