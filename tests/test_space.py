@@ -103,3 +103,14 @@ def test_the_committed_picks_at_a_bound_are_listed():
     assert expected <= found, expected - found
     # DiME age x3.32 and FastDiME-2 age x3.28 are 6.7 % and 6.9 % of the log range below x4: not within 5 %
     assert ("synthfaces_age", "dime", "scales", "high") not in found
+
+
+def test_the_sweep_table_lists_the_widenings():
+    from vcebench.protocol.tune import sweep_markdown
+
+    tuned = read_yaml(Path(__file__).parents[1] / "config/tuned/synthxray_pacemaker.yaml")
+    assert "Widened spaces" not in sweep_markdown(tuned)  # made before the rule: none
+    ace = dict(tuned["methods"]["ace"], widenings=[{"after_trials": 32, "trial": 17, "sides": ["attack_step high"],
+                                                    "space": {"attack_step": [0.25, 16.0]}}])
+    md = sweep_markdown({**tuned, "methods": {**tuned["methods"], "ace": ace}})
+    assert "| ace | 32 | 17 | attack_step high | attack_step [0.25, 16.0] |" in md

@@ -154,7 +154,7 @@ def tune_methods(cfg: dict) -> list[str]:
 def merge_tuned(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """``new`` (some methods tuned again) with the other methods' settings, picks and sweep rows of ``old``;
     refuses to mix sweeps made under a different rule, split, n or number of settings."""
-    for key in ("task", "rule", "validation", "n_settings", "seed", "noise_rule", "sampler"):
+    for key in ("task", "rule", "validation", "n_settings", "seed", "noise_rule", "sampler", "widen"):
         if old.get(key) != new.get(key):
             raise ConfigError(f"cannot merge tune results: `{key}` differs ({old.get(key)!r} vs {new.get(key)!r}); "
                               f"tune every method again")
