@@ -140,7 +140,7 @@ def _protocol(cfg: dict, params: dict) -> dict:
     rule = proto["noise"]
     if rule not in NOISE_RULES:
         raise ConfigError(f"protocol.noise must be one of {list(NOISE_RULES)}, got {rule!r}")
-    if proto.get("retries", "per_attempt") not in RETRY_RULES:
+    if proto["retries"] not in RETRY_RULES:
         raise ConfigError(f"protocol.retries must be one of {list(RETRY_RULES)}, got {proto['retries']!r}")
     return proto
 
@@ -195,7 +195,7 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
     params = method_params(cfg, task, method, candidate)
     proto = _protocol(cfg, params)
     rule = proto["noise"]
-    shared = proto.get("retries", "per_attempt") == "shared"
+    shared = proto["retries"] == "shared"
     ref_res = int(proto["reference_resolution"])
     shift, res = resolution_shift(cfg, task.dataset, rule, ref_res)
     noise = method_noise(base)  # registry.MethodSpec.noise: FiRe's flow time, a DDPM's start step, or none
