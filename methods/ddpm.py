@@ -24,7 +24,7 @@ from vcebench.models.base import TaskModels
 
 from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite, require
 from .graphs import at_step
-from .guidance import l1_grad
+from .guidance import l1_grad, mean_l1_grad
 
 
 @dataclass(frozen=True)
@@ -40,14 +40,31 @@ class GuidedDDPMParams:
     # ``clean`` = ||x_t - x||_1 on the clean image that guides the step, a clean-image gradient beside the
     # classifier's (FastDiME_Med's x-ray protocol)
     l1_on: str = "noisy"
+    # the form of the guidance loss: ``dime`` = DiME's logit loss x the classifier scale beside the l1 gradient
+    # ``l1 * sign`` unscaled; ``med`` = FastDiME_Med's (models/diffusion.py:614-677): the BCE of the classifier
+    # and the per-pixel mean l1 on the clean image, the whole loss x the classifier scale (its step, 756-763)
+    guidance_form: str = "dime"
 
     def validate(self, section: str) -> None:
         require(1 <= self.start_step < self.respacing, section,
                 f"start_step must be in [1, respacing) = [1, {self.respacing}), got {self.start_step}")
         require(self.l1_on in ("noisy", "clean"), section, f"l1_on must be noisy or clean, got {self.l1_on!r}")
+        require(self.guidance_form in ("dime", "med"), section,
+                f"guidance_form must be dime or med, got {self.guidance_form!r}")
+        require(self.guidance_form == "dime" or self.l1_on == "clean", section,
+                "guidance_form med takes its l1 on the clean image: set l1_on: clean")
 
-    def l1_terms(self, z: Tensor, x_t: Tensor, x: Tensor) -> tuple[Tensor | float, Tensor | float]:
-        """(clean-image l1 gradient, noisy-state l1 gradient), weighted; the other one is 0 (``l1_on``)."""
+    @property
+    def cls_loss(self) -> str:
+        """The classifier loss of :func:`methods.guidance.guidance_grads`: DiME's logit loss, Med's BCE."""
+        return "bce" if self.guidance_form == "med" else "logit"
+
+    def l1_terms(self, z: Tensor, x_t: Tensor, x: Tensor, scale: float = 1.0) -> tuple[Tensor | float, Tensor | float]:
+        """(clean-image l1 gradient, noisy-state l1 gradient), weighted; the other one is 0 (``l1_on``). Under
+        ``guidance_form: med`` Med's per-pixel mean l1 times the classifier ``scale`` (its step multiplies the
+        whole loss's gradient by it: models/diffusion.py:761)."""
+        if self.guidance_form == "med":
+            return scale * self.l1 * mean_l1_grad(x_t, x), 0.0
         if self.l1_on == "clean":
             return self.l1 * l1_grad(x_t, x), 0.0
         return 0.0, self.l1 * l1_grad(z, x)

@@ -36,9 +36,11 @@ def dime_attempt(models: TaskModels, sched: Schedule, p: DimeParams, x: Tensor, 
     z = sched.q_sample(x, p.start_step, gen.fork("init").randn(*shape, device=x.device))
     x_t = x.clone()
     for i in range(p.start_step - 1, -1, -1):
-        mean, var, _ = sched.p_mean_variance(models.ddpm, z, i)
-        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
-        l1_clean, l1_noisy = p.l1_terms(z, x_t, x)
+        mean, var, x0hat = sched.p_mean_variance(models.ddpm, z, i)
+        # Med's DiME: the classifier on the one-step estimate, its l1 on the generated image (diffusion.py:655-667)
+        x_cls = x0hat if p.guidance_form == "med" else x_t
+        g_cls, g_perc = guidance_grads(models, x_cls, x, target, scale, p.perc, p.cls_loss)
+        l1_clean, l1_noisy = p.l1_terms(z, x_t, x, scale)
         grads = (g_cls + g_perc + l1_clean) / sched.sqrt_abar(i, x) + l1_noisy
         z = sample_step(mean, var, grads, i, noise.randn(*shape, device=x.device) if i > 0 else None)
         if i > 0:  # x_t: unguided denoising of z_{i-1} down to 0 (the recursive clean estimate)

@@ -60,9 +60,9 @@ def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: 
     mask_t = None if p.mask_from_t is None else p.mask_from_t * int(models.ddpm.num_train_timesteps)
     for j, i in enumerate(range(p.start_step - 1, -1, -1)):
         mean, var, x0hat = sched.p_mean_variance(models.ddpm, z, i)
-        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
+        g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc, p.cls_loss)
         div = sched.sqrt_abar(i, x) if p.scale_grads else 1.0
-        l1_clean, l1_noisy = p.l1_terms(z, x_t, x)
+        l1_clean, l1_noisy = p.l1_terms(z, x_t, x, scale)
         grads = (g_cls + g_perc + l1_clean) / div + l1_noisy
         z = sample_step(mean, var, grads, i, noise.randn(*shape, device=dev) if i > 0 else None)
         x_t = x0hat  # Tweedie estimate (FastDiME Eq. 4) guides the next step

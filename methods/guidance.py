@@ -40,6 +40,21 @@ def tv_loss(d: Tensor) -> Tensor:
     return dh + dw
 
 
+def bce_loss(logits: Tensor, target: Tensor) -> Tensor:
+    """FastDiME_Med's classifier loss (models/diffusion.py:601-612, ``F.binary_cross_entropy(sigmoid(logit),
+    y')``): the cross-entropy towards the target, which is that BCE for a 1-logit head read as ``[0, logit]``."""
+    return target_ce(logits, target)
+
+
+CLASSIFIER_LOSSES = {"logit": logit_loss, "bce": bce_loss}
+
+
+def mean_l1_grad(z: Tensor, x: Tensor) -> Tensor:
+    """Gradient in ``z`` of FastDiME_Med's per-sample L1 (models/diffusion.py:313-325: ``nn.L1Loss(reduction=
+    'none')`` then the mean over the pixels): ``sign(z - x) / (C H W)``."""
+    return torch.sign(z - x) / z[0].numel()
+
+
 def l1_grad(z: Tensor, x: Tensor) -> Tensor:
     """Gradient of ``||z - x||_1`` with respect to ``z`` (DiME's l1 term on the noisy state; on the clean image
     under ``l1_on: clean``)."""
@@ -61,11 +76,12 @@ def mean_abs_normalize(g: Tensor, eps: float = 1e-12) -> Tensor:
 
 @torch.enable_grad()
 def guidance_grads(models, x_t: Tensor, x: Tensor, target: Tensor, cls_scale: float,
-                   perc_weight: float) -> tuple[Tensor, Tensor]:
-    """Gradients w.r.t. the clean image ``x_t`` of ``cls_scale * logit_loss(f(x_t))`` and of
-    ``perc_weight * Perc(x_t, x)`` (DiME ``clean_class_cond_fn`` / ``dist_cond_fn``); one backward each."""
+                   perc_weight: float, cls_loss: str = "logit") -> tuple[Tensor, Tensor]:
+    """Gradients w.r.t. the clean image ``x_t`` of ``cls_scale * logit_loss(f(x_t))`` (``cls_loss: bce``:
+    FastDiME_Med's :func:`bce_loss`) and of ``perc_weight * Perc(x_t, x)`` (DiME ``clean_class_cond_fn`` /
+    ``dist_cond_fn``); one backward each."""
     x_in = x_t.detach().requires_grad_(True)
-    loss_c = cls_scale * logit_loss(models.classifier(x_in), target).sum()
+    loss_c = cls_scale * CLASSIFIER_LOSSES[cls_loss](models.classifier(x_in), target).sum()
     g_cls = torch.autograd.grad(loss_c, x_in)[0]
     if perc_weight == 0:
         return g_cls, torch.zeros_like(g_cls)

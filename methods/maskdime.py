@@ -78,11 +78,11 @@ def maskdime_step(models: TaskModels, sched: Schedule, p: MaskDimeParams, scale:
     gradients, the nested masks and the masked update with ``noise`` for ``q(x, t_i)`` outside Mz."""
     mean, var, x0hat = sched.p_mean_variance(models.ddpm, z, i)
     x_t = x.clone() if mx is None else mx * x0hat + (1 - mx) * x
-    g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc)
+    g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc, p.cls_loss)
     sab = sched.sqrt_abar(i, x)
     g_cls = g_cls / sab
     mz, mx = nested_topk(g_cls.abs().mean(1, keepdim=True), p.k, p.rho, p.dilation)
-    l1_clean, l1_noisy = p.l1_terms(z, x_t, x)
+    l1_clean, l1_noisy = p.l1_terms(z, x_t, x, scale)
     grads = p.grad_scale * (g_cls + (g_perc + l1_clean) / sab + l1_noisy)
     z = mz * (mean - var * grads) + (1 - mz) * sched.q_sample(x, i, noise)
     return {"z": z, "mz": mz, "mx": mx}

@@ -46,6 +46,7 @@ _DIME = "DiME main.py / FastDiME_CelebA main.py (CelebA 128 px)"
 _MED = "nina-weng/FastDiME_Med (CheXpert)"
 _MASK = "clguo/MaskDiME test.sh (CelebA 128 px)"
 _ACE = "guillaumejs2403/ACE scripts/celeba-attack.sh (CelebA 128 px)"
+_MEDC = "nina-weng/FastDiME_Med@c0494c3"  # its code, file:line (the chexpert_med domain: config/presets/fair2.yaml)
 
 # (domain, method family, param) -> PaperValue; `attribute` entries: (domain, method, param, attribute)
 PAPER: dict[tuple, PaperValue] = {
@@ -78,7 +79,29 @@ PAPER: dict[tuple, PaperValue] = {
     ("*", "ace", "dilation"): PaperValue(15, "kernel", 128, _ACE + " --sampling_dilation 15"),
     ("*", "ace", "attack_step"): PaperValue(1.0, "strength", None, _ACE + " --attack_step 1 (/255)"),
     ("*", "ace", "dist_weight"): PaperValue(0.001, "strength", None, _ACE + " --dist_l1 0.001"),
+    # FastDiME_Med exactly as its code runs (domain chexpert_med, falling back to chexpert; the fair2 switch)
+    ("chexpert_med", "ddpm", "guidance_form"): PaperValue(
+        "med", "other", None, _MEDC + " models/diffusion.py:313-325 (nn.L1Loss per pixel, .mean(1)), 601-612 (BCE "
+        "of sigmoid(logit), not DiME's logit loss), 614-677 (the weighted sum, loss.mean().backward()), 756-761 "
+        "(mean - beta_t grad scale / sqrt(alpha_t): the classifier scale multiplies the l1 too)"),
+    ("chexpert_med", "ddpm", "l1"): PaperValue(200.0, "strength", None, _MEDC + " CFgenerating/config_cf.py:75-78 "
+                                               "(Denoised_L1 200, on the denoised image)"),
+    ("chexpert_med", "dime", "l1"): PaperValue(50.0, "strength", None, _MEDC + " CFgenerating/config_cf.py:75-77 "
+                                               "(DiME: [Lc, Denoised_L1, L1] = [1, 0, 50], L1 on the generated "
+                                               "image: generate_cf.py:81-84, diffusion.py:664-667)"),
+    ("chexpert_med", "ddpm", "scales"): PaperValue([100], "strength", None, _MEDC + " CFgenerating/config_cf.py:82"),
+    ("chexpert_med", "ddpm", "ref_start"): PaperValue((80, 200), "other", None,
+                                                      _MEDC + " CFgenerating/config_cf.py:83-84 (400 of 1000)"),
+    ("chexpert_med", "fastdime", "mask_dilation"): PaperValue(21, "kernel", 224, _MEDC + " CFgenerating/config_cf."
+                                                              "py:93 (dilation 21), train/config.py:57-58 (224 px)"),
+    ("chexpert_med", "fastdime", "warmup_fraction"): PaperValue(
+        0.5, "other", None, _MEDC + " CFgenerating/config_cf.py:84,92 and models/diffusion.py:772 (the mask from t <= "
+        "start_tau 200 of a trajectory from 400: after half of it)"),
 }
+# a domain whose facts not listed fall back to another's (Med's code is the CheXpert papers' protocol)
+DOMAIN_FALLBACK = {"chexpert_med": "chexpert"}
+# the domains the switch of config/presets/fair2.yaml (`fair.rule_params(..., med_code=True)`) reads instead
+MED_CODE_DOMAIN = {"chexpert": "chexpert_med"}
 # task params that are no paper value carried by the rule, with the reason (the test lists them)
 NO_PAPER_VALUE = {
     ("synthxray_pacemaker", "maskdime", "k"): "MaskDiME publishes no x-ray setting: its age value 0.1 (the larger "
@@ -111,6 +134,8 @@ def paper_value(domain: str, method: str, param: str, attribute: str | None = No
                 ("*", fam, param), (domain, "ddpm", param), ("*", "ddpm", param)):
         if key in PAPER and (fam in DDPM_FAMILY or key[1] != "ddpm"):
             return PAPER[key]
+    if domain in DOMAIN_FALLBACK:
+        return paper_value(DOMAIN_FALLBACK[domain], method, param, attribute)
     raise KeyError(f"no paper value for {method}.{param} on {domain}")
 
 
@@ -142,10 +167,14 @@ def pixel_values(dataset: str, method: str, attribute: str | None = None) -> dic
     return {k: pv for k, pv in values.items() if pv.kind in ("radius", "kernel")}
 
 
-def rule_params(dataset: str, attribute: str, resolution: int) -> dict[str, dict[str, Any]]:
+def rule_params(dataset: str, attribute: str, resolution: int, med_code: bool = False) -> dict[str, dict[str, Any]]:
     """Every tuned method's params on a synthetic task of ``dataset`` / ``attribute`` at ``resolution``: the
-    papers' values (:data:`PAPER`) under the resolution rule, the equal-compute counts, the paper's start."""
+    papers' values (:data:`PAPER`) under the resolution rule, the equal-compute counts, the paper's start.
+    ``med_code``: the x-ray baselines as FastDiME_Med's code runs them (domain ``chexpert_med``: its loss form,
+    DiME's l1 50 on the generated image, its 224 px kernel, the mask after half the trajectory), the switch
+    config/presets/fair2.yaml writes out."""
     domain, _ = DOMAIN[dataset]
+    domain = MED_CODE_DOMAIN.get(domain, domain) if med_code else domain
     out: dict[str, dict[str, Any]] = {}
     for m in ("fire", *DDPM_FAMILY, "ace"):
         fam = "fastdime" if m.startswith("fastdime") else m
@@ -155,8 +184,13 @@ def rule_params(dataset: str, attribute: str, resolution: int) -> dict[str, dict
         p[UPDATE_KEY[m]] = GUIDED_UPDATES
         if m in DDPM_FAMILY:
             p["ref_start_step"], p["ref_respacing"] = paper_value(domain, m, "ref_start").value
-            p["l1_on"] = "clean" if domain == "chexpert" else "noisy"
-            if fam == "fastdime" and domain == "chexpert":
+            p["l1_on"] = "noisy" if domain == "celeba" else "clean"
+            if domain == "chexpert_med":
+                p["guidance_form"] = paper_value(domain, m, "guidance_form").value
+                if fam == "fastdime":
+                    p["mask_from_t"] = None
+                    p["warmup_fraction"] = paper_value(domain, m, "warmup_fraction").value
+            elif fam == "fastdime" and domain == "chexpert":
                 p["mask_from_t"] = paper_value(domain, m, "mask_from_t").value
         out[m] = p
     return out

@@ -39,7 +39,9 @@ NOISE_RULES = ("paper", "snr_matched")
 # keys of a method's config consumed here (never passed to the method's dataclass), with their types (checked
 # when the config is loaded: protocol.settings), and the method's own ``protocol`` mapping
 PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respacing": int, "warmup_fraction": float,
-                     "guided_steps": int | None}  # null: the respacing sets the trajectory (paper_protocol.yaml)
+                     "guided_steps": int | None,  # null: the respacing sets the trajectory (paper_protocol.yaml)
+                     "chain_steps": int | None}  # ACE: its filter's steps held, the respacing derived (null: fixed)
+RETRY_RULES = ("per_attempt", "shared")  # protocol.retries (docs/protocol.md section 6, "One rule for retries")
 PROTOCOL_KEYS = ("protocol", *PROTOCOL_SETTINGS)
 # the DDPM schedule assumed when a dataset's config names none (DiME's CelebA DDPM: guided-diffusion's
 # linear betas scaled by 1000 / T, T = 500)
@@ -138,7 +140,31 @@ def _protocol(cfg: dict, params: dict) -> dict:
     rule = proto["noise"]
     if rule not in NOISE_RULES:
         raise ConfigError(f"protocol.noise must be one of {list(NOISE_RULES)}, got {rule!r}")
+    if proto["retries"] not in RETRY_RULES:
+        raise ConfigError(f"protocol.retries must be one of {list(RETRY_RULES)}, got {proto['retries']!r}")
     return proto
+
+
+def attempts(params: dict[str, Any]) -> int:
+    """How many trajectories a method may run per input: one per retry scale of a DDPM baseline (DiME's
+    ``main.py`` schedule: ``scales`` in turn until the input flips), else one (FiRe, ACE)."""
+    scales = params.get("scales")
+    return len(scales) if isinstance(scales, (list, tuple)) and scales else 1
+
+
+def share_budget(params: dict[str, Any], base: str, record: dict[str, Any]) -> None:
+    """``protocol.retries: shared`` (docs/protocol.md section 6): the retries count against the same budget,
+    so a method with ``a`` attempts gets ``floor(budget / a)`` guided updates per attempt (at least 1); in place
+    on ``params`` (its update key: :data:`vcebench.protocol.fair.UPDATE_KEY`), recorded in ``record``."""
+    from .fair import UPDATE_KEY
+
+    key, a = UPDATE_KEY.get(base), attempts(params)
+    record.update(retries="shared", attempts=a)
+    if key is None or params.get(key) is None:
+        return
+    budget = int(params[key])
+    params[key] = max(1, budget // a)
+    record.update(update_budget=budget, updates_per_attempt=params[key])
 
 
 def _param(params: dict[str, Any], key: str, task: Task, method: str) -> Any:
@@ -169,6 +195,7 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
     params = method_params(cfg, task, method, candidate)
     proto = _protocol(cfg, params)
     rule = proto["noise"]
+    shared = proto["retries"] == "shared"
     ref_res = int(proto["reference_resolution"])
     shift, res = resolution_shift(cfg, task.dataset, rule, ref_res)
     noise = method_noise(base)  # registry.MethodSpec.noise: FiRe's flow time, a DDPM's start step, or none
@@ -181,6 +208,9 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
         "tuned": tuned is not None, "tuned_file": tuned,
         "tuned_date": ((cfg.get("tuned") or {}).get(task.name) or {}).get("date") if tuned else None,
         "layers": layers}
+    if shared:
+        params = dict(params)
+        share_budget(params, base, record)
     out = {k: v for k, v in params.items() if k not in PROTOCOL_KEYS}
     if "start_step" in params and noise == "ddpm":
         raise ConfigError(f"{task.name}/{method}: `start_step` is derived from the noise protocol (config "
@@ -219,6 +249,10 @@ def _apply_ddpm_rule(cfg: dict, task: Task, method: str, params: dict[str, Any],
         respacing = respacing_for_steps(abar, int(params["guided_steps"]), target)
         out["respacing"] = respacing
         record["guided_steps"] = int(params["guided_steps"])
+    elif params.get("chain_steps") is not None:  # ACE: its filter's length held, every start reachable
+        respacing = respacing_for_steps(abar, int(params["chain_steps"]), target)
+        out["respacing"] = respacing
+        record["chain_steps"] = int(params["chain_steps"])
     else:
         respacing = int(_param(params, "respacing", task, method))
     start = nearest_start_step(abar, respacing, target)

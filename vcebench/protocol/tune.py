@@ -10,7 +10,8 @@ per-sample noise streams, and is scored on ``tune.metrics``.
 
 ``tune.sampler: tpe`` (config/config.yaml; docs/protocol.md "The fair protocol") replaces the hypercube with
 :func:`sequential_search`: ``n_trials`` seeded, resumable TPE trials per method on the first ``n_search``
-inputs over the spaces of the search-space rule (:func:`rule_space`), the best ``promote`` explained again on
+inputs over the spaces of the search-space rule (:func:`vcebench.protocol.space.rule_space`, widened where a pick
+touches a soft bound: :func:`vcebench.protocol.space.search_with_widening`), the best ``promote`` explained again on
 all ``n``, the pick made among those; :func:`pick_stability` measures an objective's stability.
 
 The pick follows ``tune.select``, fixed in the config before the sweep: the lowest ``minimize`` metric among
@@ -153,7 +154,7 @@ def tune_methods(cfg: dict) -> list[str]:
 def merge_tuned(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """``new`` (some methods tuned again) with the other methods' settings, picks and sweep rows of ``old``;
     refuses to mix sweeps made under a different rule, split, n or number of settings."""
-    for key in ("task", "rule", "validation", "n_settings", "seed", "noise_rule", "sampler"):
+    for key in ("task", "rule", "validation", "n_settings", "seed", "noise_rule", "sampler", "widen"):
         if old.get(key) != new.get(key):
             raise ConfigError(f"cannot merge tune results: `{key}` differs ({old.get(key)!r} vs {new.get(key)!r}); "
                               f"tune every method again")
@@ -219,47 +220,13 @@ def sweep_markdown(result: dict[str, Any]) -> str:
                          f"{', '.join(map(str, s['dead_trials'])) or '-'} | {s['dead_share']} | "
                          f"{', '.join(map(str, s['promoted']))} | {s['pick']} | {s['fallback']} | {agree} "
                          f"| {pts or '-'} |")
+        wide = [(m, w) for m, s in result["methods"].items() for w in s.get("widenings") or []]
+        if wide:  # the widening rule (vcebench/protocol/space.py): a best trial at a soft bound
+            lines += ["", "## Widened spaces", "", "| method | after trials | best trial | sides | ranges |",
+                      "|---|---|---|---|---|"]
+            lines += [f"| {m} | {w['after_trials']} | {w['trial']} | {', '.join(w['sides'])} | "
+                      + ", ".join(f"{p} {r}" for p, r in w["space"].items()) + " |" for m, w in wide]
     return "\n".join(lines) + "\n"
-
-
-# --- the search-space rule (docs/protocol.md, "The fair protocol") ------------------------------------------
-STRENGTH_FACTORS = (0.25, 4.0)  # every guidance strength: log range x1/4 to x4 around its paper value
-OFFSET_RANGE = (-3.0, 3.0)  # the starting-noise offset (log-SNR), the same for every method
-SHIFT_RANGE = (-2, 2)  # a pixel radius (or a kernel's radius): +-2 px around the rule's value, floored at 0
-STRENGTHS = {"fire": ("eta",), "dime": ("scales",), "fastdime": ("scales",), "fastdime2": ("scales",),
-             "fastdime2plus": ("scales",), "maskdime": ("scales", "grad_scale"),
-             "ace": ("attack_step", "dist_weight")}
-# mask parameters: fractions on the strengths' log range, radii and kernels by the shift
-MASK_PARAMS = {"fire": ("rho", "dilation", "feather"), "fastdime": ("mask_threshold", "mask_dilation"),
-               "fastdime2": ("mask_threshold", "mask_dilation"), "fastdime2plus": ("mask_threshold", "mask_dilation"),
-               "maskdime": ("k", "dilation"), "ace": ("inpaint", "dilation")}
-RADII = frozenset({("fire", "dilation"), ("fire", "feather")}) | ODD_KERNELS
-
-
-def rule_space(method: str) -> dict[str, dict]:
-    """The search space the rule gives ``method``: the offset, its strengths, its mask parameters."""
-    if method not in STRENGTHS:
-        return {}
-    log = {"range": list(STRENGTH_FACTORS), "scale": "log", "relative": True}
-    out: dict[str, dict] = {"log_snr_offset": {"range": list(OFFSET_RANGE), "scale": "linear", "relative": False}}
-    for p in (*STRENGTHS[method], *MASK_PARAMS.get(method, ())):
-        out[p] = ({"range": list(SHIFT_RANGE), "scale": "shift", "relative": True} if (method, p) in RADII
-                  else dict(log))
-    return out
-
-
-def space_violations(space: dict[str, dict]) -> list[str]:
-    """Where ``space`` (config ``tune.space``) breaks the rule: a method's space that is not :func:`rule_space`
-    (one-sided, narrower, wider or missing a parameter). Empty: every space follows it."""
-    bad = []
-    for method, spec in space.items():
-        want = rule_space(method)
-        for p in sorted(set(want) | set(spec or {})):
-            got = (spec or {}).get(p)
-            if got is None or want.get(p) is None or [float(x) for x in got["range"]] != want[p]["range"] \
-                    or got["scale"] != want[p]["scale"] or bool(got["relative"]) != want[p]["relative"]:
-                bad.append(f"{method}.{p}: {got} (rule: {want.get(p)})")
-    return bad
 
 
 # --- the sequential search (sampler: tpe) ---------------------------------------------------------------
@@ -312,9 +279,9 @@ def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any],
     settings (``settings_key``: everything a trial depends on) is refused, and a trial an interruption left
     running is run again. The sampler is re-seeded from (seed, method, trial number) before every trial, so a
     resumed search draws the same trials as an uninterrupted one. Returns one row per trial
-    (``{trial, overrides, metrics}``), in trial order."""
+    (``{trial, overrides, metrics, point}``, ``point`` on the space's ranges), in trial order."""
     if not space:  # nothing to tune (the pixel attack: its budget is the row's definition)
-        return [{"trial": 0, "overrides": {}, "metrics": evaluate(0, {})}]
+        return [{"trial": 0, "overrides": {}, "metrics": evaluate(0, {}), "point": {}}]
     try:
         import optuna
     except ImportError as e:  # pragma: no cover - optuna is a dependency (pyproject.toml)
@@ -373,7 +340,8 @@ def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any],
                 + ", ".join(f"{k}={v}" for k, v in metrics.items()))
     # trials an interruption left RUNNING are dropped: their number is run again above
     return [{"trial": t.user_attrs["number_done"], "overrides": t.user_attrs["overrides"],
-             "metrics": t.user_attrs["metrics"]} for t in sorted(done(), key=lambda t: t.number)]
+             "metrics": t.user_attrs["metrics"], "point": dict(t.params)}
+            for t in sorted(done(), key=lambda t: t.number)]
 
 
 def pick_agreement(full: list[dict[str, Any]], draws: list[list[dict[str, Any]]], rule: dict[str, Any]) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import numpy as np
 
 from ..config.load import ConfigError
 from ..config.tasks import Task, get_task, method_params, split_method
+from ..protocol.space import WidenRule, search_with_widening
 from ..protocol.tune import (
     FALLBACK,
     candidate_settings,
@@ -31,7 +32,6 @@ from ..protocol.tune import (
     resampled_draws,
     round_value,
     select,
-    sequential_search,
     tune_methods,
 )
 
@@ -234,7 +234,8 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
 def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict, t_start: float,
              log) -> dict[str, Any]:
     """``sampler: tpe`` (docs/protocol.md, "The fair protocol"): per method ``n_trials`` seeded TPE trials on
-    the first ``n_search`` validation inputs, the best ``promote`` by the rule run again on all ``n``, the pick
+    the first ``n_search`` validation inputs (more where the space is widened: ``tune.widen``), the best
+    ``promote`` by the rule run again on all ``n``, the pick
     made among those; every method explains the same number of validation CFs."""
     from dataclasses import replace
 
@@ -246,6 +247,7 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
     if n_search > len(sw.ids):
         raise ConfigError(f"tune.n_search ({n_search}) exceeds tune.n ({len(sw.ids)})")
     small = replace(sw, ids=sw.ids[:n_search], rows_idx=sw.rows_idx[:n_search])
+    widen = WidenRule.from_config(tc.get("widen"))
     sweep, picked, settings, summary = [], {}, {}, {}
     for name in names:
         untuned = method_params(sw.cfg, sw.task, name, candidate={})
@@ -259,9 +261,9 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
             rows_by_trial[i] = _sweep_row(small, name, i, cand, tag="trial")
             return rows_by_trial[i]["metrics"]
 
-        trials = sequential_search(evaluate, space, untuned, n_trials=n_trials if space else 1, seed=seed,
-                                   method=name, rule=rule, storage=f"sqlite:///{sw.work / name / 'search.db'}",
-                                   settings_key=key, log=log)
+        trials, widenings = search_with_widening(
+            evaluate, space, untuned, n_trials=n_trials if space else 1, rule=rule, widen=widen, method=name,
+            seed=seed, storage=f"sqlite:///{sw.work / name / 'search.db'}", settings_key=key, log=log)
         rows = []
         for t in trials:  # a resumed trial's row comes from its cached file
             r = rows_by_trial.get(t["trial"]) or _sweep_row(small, name, t["trial"], t["overrides"], tag="trial")
@@ -284,7 +286,8 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
                          # best search trial at n_search (the objective's stability at each stage's n)
                          "pick_agreement": _stability(sw, name, full, rule, "promoted"),
                          "search_agreement": _stability(sw, name, rows, rule, "trial"),
-                         "front": [rows[i]["setting"] for i in front(rows, rule["minimize"])]}
+                         "front": [rows[i]["setting"] for i in front(rows, rule["minimize"])],
+                         "widenings": widenings}
         sweep += rows + full
     return {
         "task": sw.task.name, "date": _dt.date.today().isoformat(), "sampler": "tpe",
@@ -292,7 +295,8 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
         "validation": {"split": sw.split_name, "n": int(len(sw.ids)), "n_search": n_search,
                        "first_sample_id": int(sw.ids[0]), "last_sample_id": int(sw.ids[-1]),
                        "evaluation_split": _eval_split(sw)},
-        "n_settings": n_trials, "n_trials": n_trials, "promote": promote, "dead_fr": dead_fr, "seed": seed,
+        "n_settings": n_trials, "n_trials": n_trials, "widen": asdict(widen), "promote": promote,
+        "dead_fr": dead_fr, "seed": seed,
         "space": {k: space_all.get(k) or {} for k in names}, "noise_rule": sw.cfg["protocol"]["noise"],
         "models": {r: sw.models.names.get(r, r) for r in sorted(sw.roles)},
         "wall_seconds": round(time.perf_counter() - t_start, 1),
