@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
@@ -39,6 +41,9 @@ class GuidedDDPMParams:
     # ``clean`` = ||x_t - x||_1 on the clean image that guides the step, a clean-image gradient beside the
     # classifier's (FastDiME_Med's x-ray protocol)
     l1_on: str = "noisy"
+    BOUNDS: ClassVar[dict[str, Bound]] = {  # vcebench.config.bounds; a subclass adds its own
+        "respacing": Bound(1, 10000), "start_step": Bound(0, 10000), "scales": Bound(0, 1e4), "l1": Bound(0, 1e4),
+        "perc": Bound(0, 1e4)}
 
     def validate(self, section: str) -> None:
         require(1 <= self.start_step < self.respacing, section,

@@ -15,9 +15,11 @@ reference's Gaussian blur > 0); retries re-draw the SAME noise.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from torch import Tensor
 
+from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
@@ -35,11 +37,13 @@ class MaskDimeParams(GuidedDDPMParams):
     rho: float = 0.5  # share of the top-k kept for the clean-image mask Mx
     dilation: int = 5  # odd square kernel
     grad_scale: float = 8.0  # s in g = s (g_cls + g_dist)
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        **GuidedDDPMParams.BOUNDS, "k": Bound(0, 1, lo_open=True), "rho": Bound(0, 1, lo_open=True),
+        "dilation": Bound(1, pixels=True), "grad_scale": Bound(0, 1e4)}
 
     def validate(self, section: str) -> None:
         super().validate(section)
         require(self.dilation % 2 == 1, section, f"dilation must be odd, got {self.dilation}")
-        require(0 < self.k <= 1 and 0 < self.rho <= 1, section, "k and rho must be in (0, 1]")
 
 
 def maskdime_attempt(models: TaskModels, sched: Schedule, p: MaskDimeParams, x: Tensor, target: Tensor,
