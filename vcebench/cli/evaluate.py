@@ -90,16 +90,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _from_settings_file(args: argparse.Namespace):
-    """(EvalSettings, torch device) of ``--settings`` (:func:`vcebench.protocol.resolve.read_eval_settings`):
-    the file alone says the task, the method and the settings; ``--n-eval`` still overrides."""
+    """(EvalSettings, torch device) of ``--settings`` (:func:`vcebench.steps.settings.evaluate_settings`): the
+    file alone says the task, the method and the settings; ``--n-eval`` still overrides."""
     from ..config.load import ConfigError
-    from ..core.runtime import setup_torch
-    from ..protocol.resolve import read_eval_settings
+    from ..steps.settings import evaluate_settings
 
     if args.task or args.method or args.config or args.reference:
         raise ConfigError("--settings holds the task, the method and their settings: give no --task, --method, "
                           "--config or --reference with it")
-    settings = read_eval_settings(args.settings, data_dir=args.data, model_dir=args.models).overridden(
-        n_eval=args.n_eval)
-    rt = settings.runtime
-    return settings, setup_torch(rt.threads, rt.device, rt.cuda)
+    return evaluate_settings(args.settings, n_eval=args.n_eval, data_dir=args.data, model_dir=args.models)

@@ -81,10 +81,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.shard < args.n_shards:
         raise ShardError(f"--shard must be in [0, --n-shards={args.n_shards}), got {args.shard}")
     if args.settings:
-        from ..protocol.resolve import read_run_settings
+        from ..steps.settings import explain_settings
 
-        settings = read_run_settings(args.settings, data_dir=args.data, model_dir=args.models).overridden(
-            seed=args.seed, n_eval=args.n_eval)
+        settings = explain_settings(args.settings, seed=args.seed, n_eval=args.n_eval, data_dir=args.data,
+                                    model_dir=args.models)
     else:
         settings = shard_settings(args.config, args.task, args.method, seed=args.seed, n_eval=args.n_eval,
                                   data_dir=args.data, model_dir=args.models)

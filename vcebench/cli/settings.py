@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from . import add_config_arg, add_subverb, add_subverbs
 
@@ -35,32 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     """The config files (``--config``, default config/config.yaml) with the ``--set`` values merged over them,
-    checked for the task and method, resolved once (:func:`vcebench.protocol.resolve.resolve_job`)."""
-    from ..protocol.resolve import resolve_job
-    from ..protocol.settings import load_settings
+    checked for the task and method, resolved once (:func:`vcebench.steps.settings.resolved_settings`)."""
+    from ..steps.settings import resolved_settings
 
-    cfg = load_settings(args.config, overrides=parse_sets(args.set), only=(args.task, args.method))
-    settings = resolve_job(cfg, args.task, args.method)
+    settings = resolved_settings(args.config, args.task, args.method, args.set)
     sys.stdout.write(settings.to_json())
     print(f"settings_sha256 {settings.settings_sha256}", file=sys.stderr)
     return 0
-
-
-def parse_sets(items: list[str]) -> dict[str, Any]:
-    """``["a.b=1", "c=[2, 3]"]`` -> ``{"a": {"b": 1}, "c": [2, 3]}`` (values read as YAML); a malformed item is a
-    one-line ConfigError."""
-    import yaml
-
-    from ..config.load import ConfigError
-    from ..core.merge import deep_merge
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key or any(not k for k in key.split(".")):
-            raise ConfigError(f"--set {item!r}: write KEY=VALUE (a dotted config key, e.g. method_defaults.fire.K=5)")
-        node: Any = yaml.safe_load(value)
-        for k in reversed(key.split(".")):
-            node = {k: node}
-        out = deep_merge(out, node)
-    return out

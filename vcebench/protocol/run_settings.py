@@ -236,8 +236,9 @@ class RunSettings(JobSettings):
         from methods.base import parse_params
 
         params = {**self.params, **changes}
-        return dataclasses.replace(self, params=MappingProxyType(params),
-                                   parsed=parse_params(params_class(self.method), dict(params), section=self.method))
+        parsed = parse_params(params_class(self.method), dict(params), section=self.method,
+                              image_size=self.protocol.get("resolution"))
+        return dataclasses.replace(self, params=MappingProxyType(params), parsed=parsed)
 
     def build_method(self):
         """The method (``methods.get_method``) with :attr:`params`, as parsed by :meth:`resolve`."""
