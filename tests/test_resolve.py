@@ -130,14 +130,17 @@ def test_a_pixel_length_is_held_to_the_tasks_images(cfg):
 
 
 def test_config_overrides_reach_the_jobs_settings_file(tmp_path):
-    """`snakemake --config key=value` reaches the jobs: the dry run fails on an insane override, naming the key,
-    and the one job resolve_settings writes the overridden device, seed and batch size into the file that
+    """`snakemake -n` fails on an insane value with one line naming the key; `snakemake --config key=value`
+    reaches the jobs: the one job resolve_settings writes the overridden device, seed and batch size into the file that
     explain and evaluate read."""
     preset = tmp_path / "one.yaml"
     preset.write_text(yaml.safe_dump({"run_tasks": ["synthfaces_smile"], "methods": ["fire"],
                                       "workdir": str(tmp_path / "work")}))
-    r = _smk("-n", "--quiet", "--configfile", str(preset), "--config", "n_eval=0")
-    assert r.returncode != 0 and "n_eval" in r.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD[0][0])
+    r = _smk("-n", "--quiet", "--configfile", str(preset), str(bad))
+    errors = [line for line in r.stderr.splitlines() if "vcebench config error" in line]
+    assert r.returncode != 0 and len(errors) == 1 and f"`{BAD[0][1]}`" in errors[0], r.stderr
     target = "results/synthfaces_smile/fire/settings.json"
     r = _smk("--cores", "1", "--configfile", str(preset), "--config", "device=cuda", "seed=5", "batch_size=3",
              "--", target)
