@@ -171,8 +171,8 @@ def _parse_resolved(cfg: dict, task, method: str) -> None:
 
     from .noise import resolve_method
 
-    params, record = resolve_method(cfg, task, method)
     try:
+        params, record = resolve_method(cfg, task, method)
         parse_params(params_class(method), params, section=f"{method} of task {task.name}",
                      image_size=record["resolution"])
     except ConfigError as e:
