@@ -41,11 +41,12 @@ Differences from the reference code:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
 
+from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
@@ -78,14 +79,14 @@ class AceParams:
     attack_epsilon: float = 255.0  # --attack_epsilon, l-inf bound in 1/255 (255: none)
     dilation: int = 15  # --sampling_dilation (odd max-pool kernel)
     inpaint: float = 0.15  # --sampling_inpaint: keep the input where the dilated mask is below this
+    BOUNDS: ClassVar[dict[str, Bound]] = {  # vcebench.config.bounds
+        "respacing": Bound(1, 10000), "start_step": Bound(0, 10000), "dist_weight": Bound(0, 1e4),
+        "attack_steps": Bound(1, 10000), "attack_step": Bound(0, 255, lo_open=True),
+        "attack_epsilon": Bound(0, 255, lo_open=True), "dilation": Bound(1, pixels=True), "inpaint": Bound(0, 1)}
 
     def validate(self, section: str) -> None:
         require(0 <= self.start_step < self.respacing, section,
                 f"start_step must be in [0, respacing) = [0, {self.respacing}), got {self.start_step}")
-        require(self.attack_steps >= 1, section, f"attack_steps must be >= 1, got {self.attack_steps}")
-        require(self.attack_step > 0 and self.attack_epsilon > 0, section,
-                "attack_step and attack_epsilon must be > 0")
-        require(self.dist_weight >= 0, section, f"dist_weight must be >= 0, got {self.dist_weight}")
         require(self.dilation % 2 == 1, section, f"dilation must be odd, got {self.dilation}")
 
 

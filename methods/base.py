@@ -224,9 +224,11 @@ def finalize(x: Tensor, cf: Tensor, target: Tensor, models: TaskModels, steps: T
 P = TypeVar("P")
 
 
-def parse_params(cls: type[P], params: dict[str, Any], section: str) -> P:
+def parse_params(cls: type[P], params: dict[str, Any], section: str, image_size: int | None = None) -> P:
     """Build the dataclass ``cls`` from a config mapping: unknown keys and wrong types are
-    :class:`ConfigError` naming ``section.key``; missing keys take the dataclass defaults."""
+    :class:`ConfigError` naming ``section.key``; missing keys take the dataclass defaults. Every value is held to
+    the class's ``BOUNDS`` (:mod:`vcebench.config.bounds`; a length in pixels to ``image_size`` when given), then
+    to its ``validate``."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     check_keys(section, params, set(fields))
     hints = field_types(cls)
@@ -237,6 +239,11 @@ def parse_params(cls: type[P], params: dict[str, Any], section: str) -> P:
         obj = cls(**values)
     except TypeError as e:
         raise ConfigError(f"`{section}`: {e}") from None
+    for k, bound in getattr(cls, "BOUNDS", {}).items():
+        value = getattr(obj, k)
+        for v in value if isinstance(value, tuple) else (value,):
+            require(v is None or bound.contains(v, image_size), section,
+                    f"{k} must be in {bound.describe(image_size)}, got {v!r}")
     validate = getattr(obj, "validate", None)
     if validate is not None:
         validate(section)

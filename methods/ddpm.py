@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
@@ -44,6 +46,9 @@ class GuidedDDPMParams:
     # ``l1 * sign`` unscaled; ``med`` = FastDiME_Med's (models/diffusion.py:614-677): the BCE of the classifier
     # and the per-pixel mean l1 on the clean image, the whole loss x the classifier scale (its step, 756-763)
     guidance_form: str = "dime"
+    BOUNDS: ClassVar[dict[str, Bound]] = {  # vcebench.config.bounds; a subclass adds its own
+        "respacing": Bound(1, 10000), "start_step": Bound(0, 10000), "scales": Bound(0, 1e4), "l1": Bound(0, 1e4),
+        "perc": Bound(0, 1e4)}
 
     def validate(self, section: str) -> None:
         require(1 <= self.start_step < self.respacing, section,

@@ -16,10 +16,12 @@ Difference: retries and the second pass re-draw the SAME noise (fresh noise in t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
@@ -40,12 +42,13 @@ class FastDimeParams(GuidedDDPMParams):
     # the self-optimised mask starts at the first step whose train timestep is <= mask_from_t x T (FastDiME_Med:
     # t <= 200 of 1000, i.e. 0.2) instead of after ``warmup_steps`` guided steps; null: warmup_steps
     mask_from_t: float | None = None
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        **GuidedDDPMParams.BOUNDS, "mask_threshold": Bound(0, 1), "mask_dilation": Bound(1, pixels=True),
+        "warmup_steps": Bound(0, 10000), "mask_from_t": Bound(0, 1, lo_open=True)}  # mask_from_t: or null
 
     def validate(self, section: str) -> None:
         super().validate(section)
         require(self.mask_dilation % 2 == 1, section, f"mask_dilation must be odd, got {self.mask_dilation}")
-        require(self.mask_from_t is None or 0 < self.mask_from_t <= 1, section,
-                f"mask_from_t must be null or in (0, 1], got {self.mask_from_t}")
 
 
 def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: Tensor, target: Tensor,

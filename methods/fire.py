@@ -30,11 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from types import SimpleNamespace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
 
+from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 from vcebench.models.generative.quality import REFERENCE_T_FLOW
@@ -47,7 +48,6 @@ from .base import (
     Counterfactuals,
     finalize,
     nonfinite,
-    require,
 )
 from .graphs import Drawn, StepGraphs, at_step
 from .guidance import mean_abs_normalize, p_target, perceptual, smoothgrad, target_ce, tv_loss
@@ -87,13 +87,13 @@ class FireParams:
         """Whether the sync-free, masked loop runs (``sync_free`` or ``cuda_graphs``)."""
         return self.sync_free or self.cuda_graphs
 
-    def validate(self, section: str) -> None:
-        require(0 < self.t < 1, section, f"t must be in (0, 1), got {self.t}")
-        require(self.K >= 1, section, f"K must be >= 1, got {self.K}")
-        require(0 < self.rho <= 1, section, f"rho must be in (0, 1], got {self.rho}")
-        require(0 < self.p_flip <= 1, section, f"p_flip must be in (0, 1], got {self.p_flip}")
-        require(self.smoothgrad_n >= 1, section, "smoothgrad_n must be >= 1")
-        require(self.dilation >= 0 and self.feather >= 0, section, "dilation and feather must be >= 0")
+    # the range of every numeric setting (vcebench.config.bounds): checked in each config layer and resolved
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        "t": Bound(0, 1, lo_open=True, hi_open=True), "K": Bound(1, 1000), "p_flip": Bound(0, 1, lo_open=True),
+        "eta": Bound(0, 100), "smoothgrad_n": Bound(1, 1000), "smoothgrad_sigma": Bound(0, 10),
+        "lambda_cls": Bound(0, 1e4), "lambda_perc": Bound(0, 1e4), "lambda_tv": Bound(0, 1e4),
+        "rho": Bound(0, 1, lo_open=True), "dilation": Bound(0, pixels=True), "feather": Bound(0, pixels=True),
+        "maskdime_rho": Bound(0, 1, lo_open=True)}
 
 
 @dataclass

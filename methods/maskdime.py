@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
@@ -46,10 +48,13 @@ class MaskDimeParams(GuidedDDPMParams):
         """Whether the sync-free, masked path runs (``sync_free`` or ``cuda_graphs``)."""
         return self.sync_free or self.cuda_graphs
 
+    BOUNDS: ClassVar[dict[str, Bound]] = {
+        **GuidedDDPMParams.BOUNDS, "k": Bound(0, 1, lo_open=True), "rho": Bound(0, 1, lo_open=True),
+        "dilation": Bound(1, pixels=True), "grad_scale": Bound(0, 1e4)}
+
     def validate(self, section: str) -> None:
         super().validate(section)
         require(self.dilation % 2 == 1, section, f"dilation must be odd, got {self.dilation}")
-        require(0 < self.k <= 1 and 0 < self.rho <= 1, section, "k and rho must be in (0, 1]")
 
 
 def maskdime_attempt(models: TaskModels, sched: Schedule, p: MaskDimeParams, x: Tensor, target: Tensor,

@@ -13,14 +13,16 @@ survives the uint8 rounding of the saved counterfactual. Deterministic: the gene
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
-from .base import FAIL_NONFINITE_GRAD, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite, require
+from .base import FAIL_NONFINITE_GRAD, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite
 from .guidance import target_ce
 from .pgd import Norm, from_unit, pgd_step, to_unit
 
@@ -33,10 +35,8 @@ class PixelParams:
     eps: float = 8 / 255
     step_size: float = 2 / 255
     steps: int = 20
-
-    def validate(self, section: str) -> None:
-        require(self.eps > 0 and self.step_size > 0, section, "eps and step_size must be > 0")
-        require(self.steps >= 1, section, f"steps must be >= 1, got {self.steps}")
+    BOUNDS: ClassVar[dict[str, Bound]] = {  # vcebench.config.bounds
+        "eps": Bound(0, 1000, lo_open=True), "step_size": Bound(0, 1000, lo_open=True), "steps": Bound(1, 10000)}
 
 
 @torch.enable_grad()

@@ -92,9 +92,9 @@ def test_params_parsed_once_per_job(cfg, monkeypatch):
     calls = []
     real = methods.base.parse_params
 
-    def counting(cls, params, section):
+    def counting(cls, params, section, **kw):
         calls.append(section)
-        return real(cls, params, section)
+        return real(cls, params, section, **kw)
 
     monkeypatch.setattr(methods.base, "parse_params", counting)
     monkeypatch.setattr(methods, "parse_params", counting)

@@ -133,19 +133,21 @@ def test_cuda_settings_apply_only_on_cuda():
 
 
 def test_settings_key_changes_only_with_the_settings_a_job_uses(cfg):
-    """Snakemake reruns a job when its `settings` param changes: a FiRe hyperparameter of one task
-    changes that task's fire key only; a model spec changes that role's key only. (The hyperparameter is
-    one `tune` does not set: a tuned file's `rho` or `dilation` is merged after the task's and would hide it.)"""
+    """Snakemake reruns a job when its settings change: a FiRe hyperparameter of one task changes that task's
+    fire settings file only (rule resolve_settings' params, vcebench.protocol.resolve); a model spec changes that
+    role's key only. (The hyperparameter is one `tune` does not set: a tuned file's `rho` or `dilation` is merged
+    after the task's and would hide it.)"""
     import copy
 
     from vcebench import workflow as wf
 
     new = copy.deepcopy(cfg)
     new["tasks"]["synthfaces_smile"]["params"]["fire"]["smoothgrad_n"] = 10
+    rec = wf.settings_json
+    assert rec(cfg, "synthfaces_smile", "fire") != rec(new, "synthfaces_smile", "fire")
+    assert rec(cfg, "synthfaces_age", "fire") == rec(new, "synthfaces_age", "fire")
+    assert rec(cfg, "synthfaces_smile", "maskdime") == rec(new, "synthfaces_smile", "maskdime")
     key = wf.settings_key
-    assert key(cfg, "method", "synthfaces_smile", "fire") != key(new, "method", "synthfaces_smile", "fire")
-    assert key(cfg, "method", "synthfaces_age", "fire") == key(new, "method", "synthfaces_age", "fire")
-    assert key(cfg, "method", "synthfaces_smile", "maskdime") == key(new, "method", "synthfaces_smile", "maskdime")
     new["models"]["synthfaces"]["pmf"]["steps"] = 7
     assert key(cfg, "model", "synthfaces", "pmf") != key(new, "model", "synthfaces", "pmf")
     assert key(cfg, "model", "synthfaces", "ddpm") == key(new, "model", "synthfaces", "ddpm")

@@ -28,10 +28,10 @@ from .config.tasks import (  # noqa: F401 (Snakefile)
     get_task,
     method_roles,
     pareto_methods,
-    pareto_n_eval,
     split_method,
     task_methods,
 )
+from .protocol.resolve import settings_json, settings_path, write_settings  # noqa: F401 (Snakefile)
 from .registry.roles import GATE_ROLES, GENERATIVE, loss_roles
 
 
@@ -307,16 +307,11 @@ def check_real_task(cfg: dict, task_name: str, roles: tuple[str, ...]) -> None:
 def settings_key(cfg: dict, kind: str, *names: str) -> str:
     """A stable string of the configuration a job's output depends on, passed to the rule as an unused
     ``params`` entry so that Snakemake's params trigger reruns it when that configuration changes
-    (``kind``: ``method`` (task, method): the merged hyperparameters plus seed; ``model`` (dataset,
-    role): the role's spec plus the dataset's; ``data`` (dataset))."""
+    (``kind``: ``model`` (dataset, role): the role's spec plus the dataset's; ``data`` (dataset)). A method's
+    jobs read their settings file instead (:func:`settings_json`, rule ``resolve_settings``)."""
     import json
 
-    from .protocol.noise import resolve_method
-
-    if kind == "method":
-        task, method = names
-        obj = {"params": resolve_method(cfg, task, method)[0], "seed": cfg.get("seed")}
-    elif kind == "model":
+    if kind == "model":
         ds, role = names
         obj = {"spec": ((cfg.get("models") or {}).get(ds) or {}).get(role),
                "dataset": (cfg.get("datasets") or {}).get(ds), "seed": cfg.get("seed"),
@@ -377,15 +372,3 @@ def import_args(cfg: dict, task: str, method: str, basedir: str | Path = ".") ->
 def other_seeds(cfg: dict) -> list[int]:
     """The seeds `snakemake seeds` reruns generation with (config ``seeds.seeds`` less the run's own ``seed``)."""
     return [s for s in cfg["seeds"]["seeds"] if s != cfg["seed"]]
-
-
-# --- the `pareto` target (workflows/pareto.smk) -----------------------------------------------------------
-
-def n_eval_arg(cfg: dict, method: str) -> str:
-    """``--n-eval N`` for a method that only the `pareto` target runs when `pareto.n_eval` sets its own n;
-    empty for every table row, of the default tables (`methods`) or the paper's (`paper_methods`): they use
-    config `n_eval` (a Pareto point that is also a table row, e.g. `fire_K5`, is that row)."""
-    n = pareto_n_eval(cfg)
-    if n is None or method in [*(cfg.get("methods") or []), *(cfg.get("paper_methods") or [])]:
-        return ""
-    return f"--n-eval {n}" if method in {m for m, _, _ in pareto_methods(cfg)} else ""

@@ -1,6 +1,22 @@
+rule resolve_settings:
+    """The one resolution of a method's settings on a task (vcebench/protocol/resolve.py), from this run's config
+    (`--config key=value` included): the file every explain and evaluate job of the pair reads. Its params hold
+    the record, so a change of settings rewrites it and reruns those jobs."""
+    output:
+        "results/{task}/{method}/settings.json",
+    log:
+        "logs/settings/{task}/{method}.log",
+    localrule: True
+    params:
+        record=lambda wc: wf.settings_json(config, wc.task, wc.method),
+    run:
+        wf.write_settings(output[0], params.record, log=log[0])
+
+
 rule explain_shard:
     """Counterfactuals for one shard of the evaluation sample ids."""
     input:
+        settings="results/{task}/{method}/settings.json",
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
         models=lambda wc: method_model_inputs(wc.task, wc.method),
     output:
@@ -18,14 +34,11 @@ rule explain_shard:
         runtime=240,
         gpu=lambda wc: 1 if config["device"] == "cuda" else 0,
     params:
-        cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
-        settings=lambda wc: wf.settings_key(config, "method", wc.task, wc.method),
-        n_eval=lambda wc: wf.n_eval_arg(config, wc.method),
     shell:
-        "vcebench explain --task {wildcards.task} --method {wildcards.method} "
-        "--shard {wildcards.i} --n-shards {wildcards.n} {params.data} {params.n_eval} "
-        "--out {output.cf:q} {params.cfg} > {log:q} 2>&1"
+        "vcebench explain --settings {input.settings:q} "
+        "--shard {wildcards.i} --n-shards {wildcards.n} {params.data} "
+        "--out {output.cf:q} > {log:q} 2>&1"
 
 
 rule merge_counterfactuals:

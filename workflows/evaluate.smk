@@ -26,6 +26,7 @@ rule fid_reference:
 rule evaluate:
     """Every metric of the task's protocol for one method."""
     input:
+        settings="results/{task}/{method}/settings.json",
         cfs="results/{task}/{method}/counterfactuals.npz",
         ref="results/{task}/fid_ref.npz",
         models=lambda wc: model_inputs(wc.task, wf.eval_roles(config, wc.task)),
@@ -43,10 +44,7 @@ rule evaluate:
         mem_mb=4000,
         runtime=30,
     params:
-        cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
-        n_eval=lambda wc: wf.n_eval_arg(config, wc.method),
     shell:
-        "vcebench evaluate --task {wildcards.task} --method {wildcards.method} {params.n_eval} "
-        "--cfs {input.cfs:q} --fid-ref {input.ref:q} {params.data} --out {output.metrics:q} {params.cfg} "
-        "> {log:q} 2>&1"
+        "vcebench evaluate --settings {input.settings:q} "
+        "--cfs {input.cfs:q} --fid-ref {input.ref:q} {params.data} --out {output.metrics:q} > {log:q} 2>&1"

@@ -6,6 +6,7 @@
 rule explain_seed:
     """Counterfactuals of one method with another generation seed (one shard)."""
     input:
+        settings="results/{task}/{method}/settings.json",
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
         models=lambda wc: model_inputs(wc.task, wf.method_roles(wc.method)),
     output:
@@ -24,17 +25,16 @@ rule explain_seed:
         runtime=240,
         gpu=lambda wc: 1 if config["device"] == "cuda" else 0,
     params:
-        cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
-        settings=lambda wc: wf.settings_key(config, "method", wc.task, wc.method),
     shell:
-        "vcebench explain --task {wildcards.task} --method {wildcards.method} --seed {wildcards.seed} "
-        "{params.data} --out {output:q} {params.cfg} > {log:q} 2>&1"
+        "vcebench explain --settings {input.settings:q} --seed {wildcards.seed} "
+        "{params.data} --out {output:q} > {log:q} 2>&1"
 
 
 rule evaluate_seed:
     """Every metric of one seed's counterfactuals."""
     input:
+        settings="results/{task}/{method}/settings.json",
         cfs="results/{task}/seeds/{seed}/{method}/counterfactuals.npz",
         ref="results/{task}/fid_ref.npz",
         models=lambda wc: model_inputs(wc.task, wf.eval_roles(config, wc.task)),
@@ -53,11 +53,10 @@ rule evaluate_seed:
         mem_mb=4000,
         runtime=30,
     params:
-        cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
     shell:
-        "vcebench evaluate --task {wildcards.task} --method {wildcards.method} "
-        "--cfs {input.cfs:q} --fid-ref {input.ref:q} {params.data} --out {output:q} {params.cfg} > {log:q} 2>&1"
+        "vcebench evaluate --settings {input.settings:q} "
+        "--cfs {input.cfs:q} --fid-ref {input.ref:q} {params.data} --out {output:q} > {log:q} 2>&1"
 
 
 rule seeds_task:

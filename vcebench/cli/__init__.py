@@ -30,6 +30,7 @@ Examples::
     vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
     vcebench tune --task synthfaces_smile --data resources/data/synthfaces
     vcebench benchmark --task synthfaces_smile --n 1000
+    vcebench settings show synthfaces_smile fire --set method_defaults.fire.K=5
 
 `vcebench <verb> --help` lists a verb's subverbs, `vcebench <verb> <subverb> --help` their arguments.
 """
@@ -42,7 +43,8 @@ import inspect
 import sys
 from collections.abc import Callable
 
-VERBS = ("data", "train", "models", "explain", "import", "evaluate", "profile", "report", "tune", "benchmark")
+VERBS = ("data", "train", "models", "explain", "import", "evaluate", "profile", "report", "tune", "benchmark",
+         "settings")
 MODULES = {"import": "import_cf"}  # `import` is a Python keyword
 
 

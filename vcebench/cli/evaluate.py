@@ -24,7 +24,10 @@ from . import add_config_arg
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="compute a method's metrics (or the FID reference statistics)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", required=True, help="task name (config key `tasks`)")
+    p.add_argument("--settings", default=None, metavar="JSON",
+                   help="the method's resolved settings file (the workflow's results/<task>/<method>/settings.json) "
+                        "in place of --task, --method and --config")
+    p.add_argument("--task", help="task name (config key `tasks`)")
     p.add_argument("--method", help="method name (recorded in metrics.json)")
     p.add_argument("--reference", action="store_true",
                    help="write the FID reference statistics of all evaluation-split originals to --out")
@@ -57,11 +60,17 @@ def run(args: argparse.Namespace) -> int:
     from ..config.load import ConfigError
     from ..core.io import check_writable
 
-    cfg = eval_config(args.config, args.task, None if args.reference else args.method, args.n_eval)
-    if not args.reference and not args.method and not args.cfs:
-        raise ConfigError("vcebench evaluate needs --method (and/or --cfs), or --reference")
-    method = None if args.reference else args.method or Path(args.cfs).parent.name
-    settings, device = eval_settings(cfg, args.task, method, data_dir=args.data, model_dir=args.models)
+    if args.settings:
+        settings, device = _from_settings_file(args)
+        method = settings.method
+    else:
+        if not args.task:
+            raise ConfigError("vcebench evaluate needs --task (or --settings)")
+        cfg = eval_config(args.config, args.task, None if args.reference else args.method, args.n_eval)
+        if not args.reference and not args.method and not args.cfs:
+            raise ConfigError("vcebench evaluate needs --method (and/or --cfs), or --reference")
+        method = None if args.reference else args.method or Path(args.cfs).parent.name
+        settings, device = eval_settings(cfg, args.task, method, data_dir=args.data, model_dir=args.models)
     task = settings.task
     if args.reference:
         out = args.out or f"results/{task.name}/fid_ref.npz"
@@ -83,3 +92,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"{task.name}/{method}: {shown} ({result['seconds_total']:.1f} s) -> {out}")
     return 0
 
+
+def _from_settings_file(args: argparse.Namespace):
+    """(EvalSettings, torch device) of ``--settings`` (:func:`vcebench.steps.settings.evaluate_settings`): the
+    file alone says the task, the method and the settings; ``--n-eval`` still overrides."""
+    from ..config.load import ConfigError
+    from ..steps.settings import evaluate_settings
+
+    if args.task or args.method or args.config or args.reference:
+        raise ConfigError("--settings holds the task, the method and their settings: give no --task, --method, "
+                          "--config or --reference with it")
+    return evaluate_settings(args.settings, n_eval=args.n_eval, data_dir=args.data, model_dir=args.models)

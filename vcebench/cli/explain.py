@@ -3,6 +3,7 @@
 Examples::
 
     vcebench explain --task synthfaces_smile --method fire --shard 0 --n-shards 2
+    vcebench explain --settings results/synthfaces_smile/fire/settings.json --shard 0 --n-shards 2
     vcebench explain --task synthfaces_smile --method fire_K5 --data resources/data/synthfaces \\
         --out results/synthfaces_smile/fire_K5/shards/shard-0-of-1.npz
     vcebench explain --merge results/synthfaces_smile/fire/shards/shard-*.npz \\
@@ -15,6 +16,10 @@ docs/internals.md "Counterfactual files"; ``timing-<i>-of-<n>.json`` beside it h
 the seconds spent in generation only (no data loading or I/O), the peak memory during generation and
 the FLOPs of one call of each network the method called. ``--merge ... --profile-out`` writes them,
 merged over the shards, as the method's ``profile.json`` (``vcebench.costs.columns.explain_profile``).
+
+``--settings FILE``: the job's resolved settings (task, method, hyperparameters, seed, ``n_eval``, runtime; the
+workflow writes them, `vcebench settings show` prints them, :mod:`vcebench.protocol.resolve`) in place of
+``--task``, ``--method`` and ``--config``: the job reads that file only.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from . import add_config_arg
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("explain", help="generate counterfactuals for one shard, or merge shards",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--settings", default=None, metavar="JSON",
+                   help="the job's resolved settings file (in place of --task, --method and --config)")
     p.add_argument("--task", help="task name (config key `tasks`)")
     p.add_argument("--method", help=f"method name: {', '.join(builtin_method_names())}, a plug-in's "
                                     "(vcebench.registry), or <method>_<variant> (config key `variants`)")
@@ -66,13 +73,23 @@ def run(args: argparse.Namespace) -> int:
         if args.profile_out:
             merge_timings([timing_path(Path(p)) for p in args.merge], Path(args.profile_out))
         return 0
-    if not args.task or not args.method:
-        raise ShardError("needs --task and --method (or --merge)")
+    if args.settings and (args.task or args.method or args.config):
+        raise ShardError("--settings holds the task, the method and their settings: give no --task, --method or "
+                         "--config with it")
+    if not args.settings and (not args.task or not args.method):
+        raise ShardError("needs --settings, or --task and --method (or --merge)")
     if not 0 <= args.shard < args.n_shards:
         raise ShardError(f"--shard must be in [0, --n-shards={args.n_shards}), got {args.shard}")
-    settings = shard_settings(args.config, args.task, args.method, seed=args.seed, n_eval=args.n_eval,
-                              data_dir=args.data, model_dir=args.models)
-    out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
+    if args.settings:
+        from ..steps.settings import explain_settings
+
+        settings = explain_settings(args.settings, seed=args.seed, n_eval=args.n_eval, data_dir=args.data,
+                                    model_dir=args.models)
+    else:
+        settings = shard_settings(args.config, args.task, args.method, seed=args.seed, n_eval=args.n_eval,
+                                  data_dir=args.data, model_dir=args.models)
+    name = f"results/{settings.task.name}/{settings.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz"
+    out = Path(args.out or name)
     explain_shard(settings, args.shard, args.n_shards, out)
     return 0
 

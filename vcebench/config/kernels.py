@@ -88,15 +88,29 @@ def isa_from_config_files(paths: Iterable[str] | None) -> str:
     return check_isa(isa)
 
 
+def isa_from_settings_file(path: str) -> str:
+    """The ``cpu_isa`` of a job's settings file (:mod:`vcebench.protocol.resolve`: JSON, read as YAML);
+    ``$VCEBENCH_CPU_ISA`` overrides."""
+    if os.environ.get(ENV_VAR):
+        return check_isa(os.environ[ENV_VAR], f"${ENV_VAR}")
+    from .load import read_yaml
+
+    data = read_yaml(path)
+    config = data.get("config") if isinstance(data, Mapping) else None
+    return check_isa(config.get("cpu_isa") if isinstance(config, Mapping) else None, f"{path}: `config.cpu_isa`")
+
+
 def pin_for_argv(argv: list[str]) -> None:
-    """Pin the kernels of this process for the ``--config`` files on a command line, before torch starts.
-    A process that already imported torch is left as it is (:func:`record` then says what it runs)."""
+    """Pin the kernels of this process for the ``--config`` files on a command line (or the ``--settings`` file
+    of a job: its ``config.cpu_isa``), before torch starts. A process that already imported torch is left as it
+    is (:func:`record` then says what it runs)."""
     if "torch" in sys.modules:
         return
     configs = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
     configs += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    settings = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--settings"]
     try:
-        isa = isa_from_config_files(configs)
+        isa = isa_from_settings_file(settings[-1]) if settings else isa_from_config_files(configs)
     except Exception:  # noqa: BLE001 (a bad value is the config check's error, not a crash before it)
         isa = DEFAULT_CPU_ISA
     pin_environment(isa)

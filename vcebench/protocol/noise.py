@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config.bounds import Bound
 from ..config.load import ConfigError
 from ..config.tasks import Task, get_task, method_layers, method_params, split_method
 from ..registry import method_noise
@@ -42,6 +43,10 @@ PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respac
                      "guided_steps": int | None,  # null: the respacing sets the trajectory (paper_protocol.yaml)
                      "chain_steps": int | None}  # ACE: its filter's steps held, the respacing derived (null: fixed)
 RETRY_RULES = ("per_attempt", "shared")  # protocol.retries (docs/protocol.md section 6, "One rule for retries")
+# their ranges (vcebench.config.bounds), checked in every config layer that sets them
+PROTOCOL_BOUNDS = {"log_snr_offset": Bound(-20, 20), "ref_start_step": Bound(1, 10000),
+                   "ref_respacing": Bound(1, 10000), "warmup_fraction": Bound(0, 1), "guided_steps": Bound(1, 10000),
+                   "chain_steps": Bound(1, 10000)}
 PROTOCOL_KEYS = ("protocol", *PROTOCOL_SETTINGS)
 # the DDPM schedule assumed when a dataset's config names none (DiME's CelebA DDPM: guided-diffusion's
 # linear betas scaled by 1000 / T, T = 500)

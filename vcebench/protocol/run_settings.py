@@ -13,20 +13,59 @@ method name may be none that :func:`~vcebench.protocol.noise.resolve_method` kno
 may be missing, so that a :class:`RunSettings` always holds hyperparameters a method can be built from, and an
 evaluation never pretends to have them: it keeps the method's name and, when the name resolves, the protocol
 record that metrics.json reports.
+
+Both serialise to one canonical JSON record (:meth:`JobSettings.to_json`: sorted keys, the config pruned to what a
+job reads, :func:`job_config`) with its :attr:`JobSettings.settings_sha256`; the workflow
+writes it per job (``results/<task>/<method>/settings.json``) and the job reads it back (``from_json``) instead of
+the config files.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from ..config.tasks import Task, check_runs_on, get_task
 
 DEFAULT_MODEL_DIR = "resources/models"
+
+# config keys that are fields of the record itself (JobSettings: seed, n_eval, batch_size, runtime), not
+# repeated in its ``config``; :func:`config_with_fields` puts them back for the loaders
+RECORD_FIELDS = ("seed", "n_eval", "batch_size", "threads", "device", "cuda")
+# the top-level config sections a job's loaders and metrics read (besides RECORD_FIELDS)
+JOB_SECTIONS = ("cpu_isa", "metrics")
+
+
+def text_sha256(text: str) -> str:
+    """SHA-256 (hex) of ``text`` as UTF-8: the fingerprint of a canonical settings record."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def job_config(cfg: Mapping[str, Any], task: str) -> dict[str, Any]:
+    """The part of ``cfg`` a job on ``task`` reads beyond its resolved fields: ``datasets`` and ``models`` of the
+    task's dataset, the tasks on that dataset (their ``dataset`` / ``attribute``: a classifier's attributes;
+    their method ``params`` are resolved into the record, not repeated) and :data:`JOB_SECTIONS`."""
+    dataset = cfg["tasks"][task]["dataset"]
+    tasks = {name: {k: v for k, v in t.items() if k != "params"}
+             for name, t in (cfg.get("tasks") or {}).items() if t.get("dataset") == dataset}
+    out: dict[str, Any] = {k: cfg[k] for k in JOB_SECTIONS if k in cfg}
+    out["tasks"] = tasks
+    for section in ("datasets", "models"):
+        block = (cfg.get(section) or {}).get(dataset)
+        out[section] = {} if block is None else {dataset: block}
+    return out
+
+
+def config_with_fields(config: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A record's ``config`` with the :data:`RECORD_FIELDS` of the record put back (the loaders read
+    ``cfg["seed"]``)."""
+    return {**config, **{k: fields[k] for k in RECORD_FIELDS if k in fields}}
 
 
 def read_only(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -66,6 +105,55 @@ class JobSettings:
     split: str
     data_dir: str | None = None
     model_dir: str = DEFAULT_MODEL_DIR
+
+    KIND: ClassVar[str] = "job"  # the record's ``kind``: which class reads it back
+
+    def record(self) -> dict[str, Any]:
+        """The settings as plain JSON values (no paths of this machine: ``data_dir`` and ``model_dir`` are the
+        job's arguments): what :meth:`to_json` writes and ``from_json`` reads."""
+        return {"kind": self.KIND, "task": self.task.name, "seed": self.seed, "n_eval": self.n_eval,
+                "batch_size": self.batch_size, "split": self.split,
+                "runtime": {"threads": self.runtime.threads, "device": self.runtime.device,
+                            "cuda": _plain(self.runtime.cuda)},
+                "config": job_config(_plain(self.config), self.task.name)}
+
+    def overridden(self, *, seed: int | None = None, n_eval: int | None = None):
+        """A copy with the generation ``seed`` and / or ``n_eval`` replaced (a job's explicit command-line
+        override: the `seeds` target's other seeds), in the read-only config too (the loaders read it)."""
+        changes = {k: int(v) for k, v in (("seed", seed), ("n_eval", n_eval)) if v is not None}
+        if not changes:
+            return self
+        return dataclasses.replace(self, config=read_only({**self.config, **changes}), **changes)
+
+    def to_json(self) -> str:
+        """The canonical serialisation: :meth:`record` with sorted keys, one JSON text per settings."""
+        return json.dumps(self.record(), sort_keys=True, indent=1, ensure_ascii=True, allow_nan=False) + "\n"
+
+    @property
+    def settings_sha256(self) -> str:
+        """SHA-256 (hex) of :meth:`to_json`: the one fingerprint of what the job ran with (provenance)."""
+        return text_sha256(self.to_json())
+
+    @staticmethod
+    def fields_from_record(rec: Mapping[str, Any], kind: str | tuple[str, ...], data_dir: str | None,
+                           model_dir: str) -> dict[str, Any]:
+        """The shared fields of a :meth:`record` (keyword arguments of a subclass); ``kind``: the record kinds
+        the caller reads. A record of another kind, or missing a field, is a one-line ConfigError."""
+        from ..config.load import ConfigError
+
+        kinds = (kind,) if isinstance(kind, str) else kind
+        if rec.get("kind") not in kinds:
+            raise ConfigError(f"settings record of kind {rec.get('kind')!r}, expected {' or '.join(kinds)}")
+        try:
+            rt = rec["runtime"]
+            cfg = config_with_fields(rec["config"], {**rec, **rt})
+            return {"config": read_only(cfg), "task": get_task(cfg, rec["task"]), "seed": int(rec["seed"]),
+                    "n_eval": int(rec["n_eval"]), "batch_size": int(rec["batch_size"]),
+                    "runtime": RuntimeOptions(threads=None if rt["threads"] is None else int(rt["threads"]),
+                                              device=str(rt["device"]), cuda=MappingProxyType(dict(rt["cuda"]))),
+                    "split": str(rec["split"]), "data_dir": data_dir, "model_dir": model_dir}
+        except (KeyError, TypeError) as e:
+            raise ConfigError(f"settings record without a valid field {e}") from None
 
     @staticmethod
     def from_config(cfg: Mapping[str, Any], task: Task, split: str | None, data_dir: str | None,
@@ -108,9 +196,38 @@ class RunSettings(JobSettings):
         task = get_task(cfg, task) if isinstance(task, str) else task  # type: ignore[arg-type]
         check_runs_on(task, method)  # type: ignore[arg-type]
         params, record = resolve_method(cfg, task, method, candidate=candidate)  # type: ignore[arg-type]
-        parsed = parse_params(params_class(method), dict(params), section=method)  # a bad setting fails here
+        # a bad setting fails here, a length in pixels beyond the task's images too (vcebench.config.bounds)
+        parsed = parse_params(params_class(method), dict(params), section=method, image_size=record["resolution"])
         return cls(method=method, params=MappingProxyType(params), protocol=MappingProxyType(record), parsed=parsed,
                    **cls.from_config(cfg, task, split, data_dir, model_dir))
+
+    KIND: ClassVar[str] = "run"
+
+    def record(self) -> dict[str, Any]:
+        """:meth:`JobSettings.record` with the method, its hyperparameters and the protocol record (whose
+        ``params`` copy of them is not written twice)."""
+        protocol = {k: v for k, v in _plain(self.protocol).items() if k != "params"}
+        return {**super().record(), "method": self.method, "params": _plain(self.params), "protocol": protocol}
+
+    @classmethod
+    def from_json(cls, text: str, *, data_dir: str | None = None, model_dir: str = DEFAULT_MODEL_DIR) -> RunSettings:
+        """The settings :meth:`to_json` wrote (a ``run`` record), the hyperparameters parsed and range-checked
+        again by the method's dataclass: a job runs the record's values, never the config files'."""
+        from methods import params_class
+        from methods.base import parse_params
+
+        from ..config.load import ConfigError
+
+        rec = json.loads(text)
+        shared = cls.fields_from_record(rec, cls.KIND, data_dir, model_dir)
+        if not isinstance(rec.get("params"), dict) or not isinstance(rec.get("protocol"), dict):
+            raise ConfigError("settings record of kind 'run' without `params` and `protocol` mappings")
+        method, params = str(rec["method"]), dict(rec["params"])
+        check_runs_on(shared["task"], method)
+        parsed = parse_params(params_class(method), dict(params), section=method,
+                              image_size=rec["protocol"].get("resolution"))
+        return cls(method=method, params=MappingProxyType(params), parsed=parsed,
+                   protocol=MappingProxyType({**rec["protocol"], "params": params}), **shared)
 
     def with_params(self, **changes: Any) -> RunSettings:
         """A copy with these hyperparameters changed (e.g. `vcebench profile compaction`'s ``compaction``);
@@ -119,8 +236,9 @@ class RunSettings(JobSettings):
         from methods.base import parse_params
 
         params = {**self.params, **changes}
-        return dataclasses.replace(self, params=MappingProxyType(params),
-                                   parsed=parse_params(params_class(self.method), dict(params), section=self.method))
+        parsed = parse_params(params_class(self.method), dict(params), section=self.method,
+                              image_size=self.protocol.get("resolution"))
+        return dataclasses.replace(self, params=MappingProxyType(params), parsed=parsed)
 
     def build_method(self):
         """The method (``methods.get_method``) with :attr:`params`, as parsed by :meth:`resolve`."""
@@ -159,8 +277,34 @@ class EvalSettings(JobSettings):
                 pass
         return cls(method=method, protocol=record, **cls.from_config(cfg, task, split, data_dir, model_dir))
 
+    KIND: ClassVar[str] = "eval"
+
+    def record(self) -> dict[str, Any]:
+        """:meth:`JobSettings.record` with the method's name and its protocol record (None: none)."""
+        return {**super().record(), "method": self.method, "protocol": _plain(self.protocol)}
+
+    @classmethod
+    def from_json(cls, text: str, *, data_dir: str | None = None, model_dir: str = DEFAULT_MODEL_DIR) -> EvalSettings:
+        """The settings of evaluating a method from its settings record: an ``eval`` record, or the ``run`` record
+        of the method that made the counterfactuals (its hyperparameters are not needed to score them)."""
+        rec = json.loads(text)
+        shared = cls.fields_from_record(rec, (cls.KIND, RunSettings.KIND), data_dir, model_dir)
+        protocol = rec.get("protocol")
+        if protocol is not None and rec.get("kind") == RunSettings.KIND:
+            protocol = {**protocol, "params": rec["params"]}
+        return cls(method=rec.get("method"), protocol=None if protocol is None else MappingProxyType(protocol),
+                   **shared)
+
     @property
     def metrics(self) -> Mapping[str, Any]:
         """The config's ``metrics`` section (batch size, bootstrap, sFID seeds, KID, ...)."""
         return self.config["metrics"]
 
+
+def _plain(value: Any) -> Any:
+    """``value`` with its read-only views and tuples as plain dicts and lists (JSON values)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

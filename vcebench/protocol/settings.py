@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from ..config.load import ConfigError, check_keys, coerce_value, field_types, load_config
 from ..config.tasks import all_methods, check_runs_on, external_name, get_task, runs_on
-from .noise import NOISE_RULES, PROTOCOL_SETTINGS, RETRY_RULES
+from .noise import NOISE_RULES, PROTOCOL_BOUNDS, PROTOCOL_SETTINGS, RETRY_RULES
 
 # Ranges of model settings (keys and types come from the code, see the module docstring).
 POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
@@ -98,12 +98,16 @@ def _typed_layer(section: str, layer: Any, cls: type) -> None:
     if not isinstance(layer, dict):
         raise ConfigError(f"config key `{section}` must be a mapping of hyperparameters, got {layer!r}")
     hints = {**field_types(cls), **PROTOCOL_SETTINGS}
+    bounds = {**getattr(cls, "BOUNDS", {}), **PROTOCOL_BOUNDS}
     check_keys(section, layer, {f.name for f in dataclasses.fields(cls)} | set(PROTOCOL_SETTINGS) | {"protocol"})
     for k, v in layer.items():
         if k == "protocol":
             _typed_protocol(f"{section}.protocol", v)
             continue
-        layer[k] = _write_back(v, coerce_value(v, hints[k], f"{section}.{k}"))
+        value = coerce_value(v, hints[k], f"{section}.{k}")
+        if k in bounds:  # each layer: a layer merged over it (a tuned file) must not hide an insane value
+            bounds[k].check(f"{section}.{k}", value)
+        layer[k] = _write_back(v, value)
 
 
 def _typed_protocol(section: str, layer: Any) -> None:
@@ -169,8 +173,9 @@ def _parse_resolved(cfg: dict, task, method: str) -> None:
     from .noise import resolve_method
 
     try:
-        parse_params(params_class(method), resolve_method(cfg, task, method)[0],
-                     section=f"{method} of task {task.name}")
+        params, record = resolve_method(cfg, task, method)
+        parse_params(params_class(method), params, section=f"{method} of task {task.name}",
+                     image_size=record["resolution"])
     except ConfigError as e:
         raise ConfigError(_name_source(cfg, task, method, str(e))) from None
 
