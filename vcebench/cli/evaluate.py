@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or f"results/{task.name}/{method}/metrics.json"
     check_writable(Path(out).parent, "metrics.json")  # before the evaluation, not after it
     result = evaluate_task(settings, cfs, fid_ref=args.fid_ref, device=device, only=args.only,
-                           progress=not args.no_progress, strict=args.strict)
+                           progress=not args.no_progress, strict=args.strict, config_paths=args.config)
     from ..core.io import write_json
 
     write_json(out, result)

@@ -73,6 +73,6 @@ def run(args: argparse.Namespace) -> int:
     settings = shard_settings(args.config, args.task, args.method, seed=args.seed, n_eval=args.n_eval,
                               data_dir=args.data, model_dir=args.models)
     out = Path(args.out or f"results/{args.task}/{args.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz")
-    explain_shard(settings, args.shard, args.n_shards, out)
+    explain_shard(settings, args.shard, args.n_shards, out, args.config)
     return 0
 
