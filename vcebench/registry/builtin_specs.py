@@ -20,9 +20,9 @@ CELEBA_ATTRIBUTES = (
     "Narrow_Eyes", "No_Beard", "Oval_Face", "Pale_Skin", "Pointy_Nose", "Receding_Hairline", "Rosy_Cheeks",
     "Sideburns", "Smiling", "Straight_Hair", "Wavy_Hair", "Wearing_Earrings", "Wearing_Hat", "Wearing_Lipstick",
     "Wearing_Necklace", "Wearing_Necktie", "Young")
-# The split and label files of the real datasets, with their expected sha256: none is published (CelebA's and
-# CelebAMask-HQ's pages, the Kaggle mirror and CheXpert's page give none; checked 2026-12-03), so every one is
-# None and the first file seen is recorded (vcebench/data/fingerprints.py). Alternatives (.txt or .csv) are each
+# The split and label files of the real datasets, with their expected sha256: no published hash is known (none
+# could be checked when this was written, 2026-12-03; docs/real-data.md), so every one is None and the first file
+# seen is recorded (vcebench/data/fingerprints.py). Alternatives (.txt or .csv) are each
 # listed; those not present are skipped.
 _CELEBA_PARTITION = (("list_eval_partition.txt", None), ("list_eval_partition.csv", None))
 _CELEBA_FILES = (*_CELEBA_PARTITION, ("list_attr_celeba.txt", None), ("list_attr_celeba.csv", None),
