@@ -10,6 +10,7 @@ import pytest
 from fakes import make_celeba, make_chexpert
 
 from vcebench.cli import main
+from vcebench.config.kernels import record
 from vcebench.core import provenance
 from vcebench.core.io import sha256
 from vcebench.data.fingerprints import ModifiedSplitError, check_split_files, fingerprints
@@ -23,7 +24,7 @@ def test_record_has_every_field(tmp_path):
     cfg = tmp_path / "a.yaml"
     cfg.write_text("seed: 3\n")
     rec = provenance.build_record(config_paths=[cfg], settings={"seed": 3, "task": {"name": "t"}},
-                                  data_files={"x.txt": {"sha256": "ab" * 32}})
+                                  data_files={"x.txt": {"sha256": "ab" * 32}}, kernels=record())
     assert set(rec) == FIELDS
     assert rec["configs"] == {str(cfg): sha256(cfg)}
     assert len(rec["settings_hash"]) == 64 and rec["data_files"]["x.txt"]["sha256"] == "ab" * 32

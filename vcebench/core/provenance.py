@@ -6,7 +6,9 @@ or None with the reason, e.g. an installed wheel; the package versions), the inp
 file the job was given, a hash of its resolved settings, the fingerprints of the real dataset's split and label
 files, :mod:`vcebench.data.fingerprints`) and the machine (python, torch, CUDA, cuDNN, the CPU and its kernel pin
 (:func:`vcebench.config.kernels.record`), the GPU and its driver where CUDA is available, torch's threads).
-Nothing here imports torch at module level; :func:`build_record` imports it (every job has it loaded).
+This module is plumbing (layer 0: it takes the kernels record, the settings and the data fingerprints as
+arguments); :func:`vcebench.protocol.provenance.job_record` gathers them for a job. Nothing here imports torch
+at module level; :func:`build_record` imports it (every job has it loaded).
 """
 
 from __future__ import annotations
@@ -150,44 +152,31 @@ def _gpu() -> dict[str, Any] | None:
             "count": torch.cuda.device_count()}
 
 
-def machine_record() -> dict[str, Any]:
-    """Python, torch, CUDA / cuDNN, the CPU and its kernels, the GPU, torch's threads, the host."""
+def machine_record(kernels: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Python, torch, CUDA / cuDNN, the CPU kernels (``kernels``: :func:`vcebench.config.kernels.record`, which
+    names the CPU), the GPU, torch's threads, the host."""
     import torch
-
-    from ..config.kernels import record as kernel_record
 
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {"python": platform.python_version(), "implementation": platform.python_implementation(),
             "platform": platform.platform(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cudnn": cudnn, "kernels": kernel_record(), "gpu": _gpu(), "torch_threads": torch.get_num_threads(),
+            "cudnn": cudnn, "kernels": dict(kernels or {}), "gpu": _gpu(), "torch_threads": torch.get_num_threads(),
             "torch_interop_threads": torch.get_num_interop_threads(), "hostname": socket.gethostname()}
 
 
 def build_record(*, config_paths: Iterable[str | os.PathLike] | None = None,
-                 settings: Mapping[str, Any] | None = None,
-                 data_files: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 settings: Mapping[str, Any] | None = None, data_files: Mapping[str, Any] | None = None,
+                 kernels: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The provenance of one job: the code (:func:`git_state`, :func:`package_versions`), its inputs (the
     sha256 of each file of ``config_paths``, the hash of the resolved ``settings`` mapping, ``data_files``: the
     fingerprints of the real data files read, :func:`vcebench.data.fingerprints.fingerprints`) and the machine
-    (:func:`machine_record`)."""
+    (:func:`machine_record` with the CPU ``kernels`` record). A job's record:
+    :func:`vcebench.protocol.provenance.job_record`."""
     return {"version": RECORD_VERSION, "git": git_state(), "packages": package_versions(),
             "configs": config_hashes(config_paths),
             "settings_hash": None if settings is None else settings_hash(settings),
-            "data_files": dict(data_files or {}), **machine_record(),
+            "data_files": dict(data_files or {}), **machine_record(kernels),
             "argv": list(sys.argv)}
-
-
-def job_record(settings: Any, config_paths: Iterable[str | os.PathLike] | None) -> dict[str, Any]:
-    """:func:`build_record` of one explain or evaluate job: its ``settings`` (a ``RunSettings`` or
-    ``EvalSettings``: hashed by :func:`resolved_settings`, their dataset's split files fingerprinted, a changed
-    one refused as :func:`vcebench.data.fingerprints.check_split_files` says) and the config files it was given
-    (None: the default ones)."""
-    from ..config.load import default_config_paths
-    from ..data.fingerprints import fingerprints
-
-    paths = list(config_paths) if config_paths else default_config_paths()
-    return build_record(config_paths=paths, settings=resolved_settings(settings),
-                        data_files=fingerprints(settings.config, settings.task.dataset))
 
 
 def _code_phrase(recs: list[Mapping[str, Any]]) -> str:

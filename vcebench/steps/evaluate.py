@@ -172,8 +172,8 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
     from metrics import metric_names, required_roles
     from metrics.evaluation import load_counterfactuals
 
-    from ..core.provenance import job_record
     from ..data import load_split
+    from ..protocol.provenance import job_record
 
     t0 = time.perf_counter()
     provenance = job_record(settings, config_paths)

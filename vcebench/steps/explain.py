@@ -89,12 +89,12 @@ def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path,
     The loaders read whole sections of the configuration (datasets, the model zoo, the DDPM schedule): they
     get ``settings.config``, the read-only view of it."""
     from ..core.io import check_writable
-    from ..core.provenance import job_record
     from ..core.runtime import setup_torch
     from ..data import load_split
     from ..models import load_task_models
     from ..models.accelerate import accelerate_from_config
     from ..protocol.noise import check_ddpm_schedule
+    from ..protocol.provenance import job_record
 
     check_writable(Path(out).parent, "the counterfactuals")  # before any work, not after generation
     rt, task, cfg = settings.runtime, settings.task, settings.config
@@ -171,7 +171,7 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     CF: an unreadable image (``FAIL_UNREADABLE_INPUT``, also listed in the timing json) and a non-finite
     classifier output on the input (``FAIL_NONFINITE_INPUT_LOGITS``, ``pred`` = -1). ``input_hash``
     (``vcebench.core.io.input_fingerprint`` of the uint8 input and CF) lets ``vcebench evaluate`` check each
-    row against the dataset. ``provenance`` (:func:`vcebench.core.provenance.job_record`) goes into the timing
+    row against the dataset. ``provenance`` (:func:`vcebench.protocol.provenance.job_record`) goes into the timing
     record as it is. Returns the timing record.
     """
     from ..core.runtime import noise_device
