@@ -231,8 +231,9 @@ def summary(records: Mapping[str, Mapping[str, Any]]) -> str | None:
 
 
 def rows(path: str | os.PathLike) -> dict[str, Mapping[str, Any] | None]:
-    """``{row: provenance record}`` of a results folder (every ``<task>/<method>/metrics.json`` under it) or of
-    one metrics.json; a row written before provenance was recorded maps to None."""
+    """``{row: provenance record}`` of a results folder (every ``<task>/<method>/metrics.json`` under it, named by
+    its folder) or of one metrics.json (``<task>/<method>``); a row written before provenance was recorded maps
+    to None."""
     path = Path(path)
     files = [path] if path.is_file() else sorted(path.glob("**/metrics.json"))
     out: dict[str, Mapping[str, Any] | None] = {}
@@ -240,7 +241,8 @@ def rows(path: str | os.PathLike) -> dict[str, Mapping[str, Any] | None]:
         data = json.loads(f.read_text())
         if not isinstance(data, dict) or "metrics" not in data:  # a training run's metrics.json
             continue
-        name = f"{data.get('task', f.parent.parent.name)}/{data.get('method', f.parent.name)}"
+        name = (str(f.parent.relative_to(path)) if f != path  # its folder: unique under RESULTS
+                else f"{data.get('task', f.parent.parent.name)}/{data.get('method', f.parent.name)}")
         out[name] = data.get("provenance")
     return out
 
