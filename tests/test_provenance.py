@@ -94,6 +94,8 @@ def test_footer_line_summarises_the_rows():
                              "dime": {"provenance": _rec("b" * 40, True, "2" * 64)}})
     line = next(x for x in lines if x.startswith("Provenance:"))
     assert "aaaaaaaa, bbbbbbbb+dirty (rows differ)" in line and "settings hashes 11111111, 22222222" in line
+    many = {m: {"provenance": _rec("a" * 40, False, str(i) * 64)} for i, m in enumerate("abcd")}
+    assert "4 settings hashes" in provenance.summary({m: v["provenance"] for m, v in many.items()})
     assert not [x for x in task_footer(df, {"fire": {}, "dime": {}}) if x.startswith("Provenance:")]
 
 

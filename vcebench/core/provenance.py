@@ -222,7 +222,8 @@ def summary(records: Mapping[str, Mapping[str, Any]]) -> str | None:
     hashes = sorted({r["settings_hash"][:8] for r in recs if r.get("settings_hash")})
     tail = []
     if hashes:
-        tail.append(f"settings {hashes[0]}" if len(hashes) == 1 else f"settings hashes {', '.join(hashes)}")
+        tail.append(f"settings {hashes[0]}" if len(hashes) == 1 else f"settings hashes {', '.join(hashes)}"
+                    if len(hashes) <= 3 else f"{len(hashes)} settings hashes (one per setting)")
     files = {f: d.get("sha256", "")[:8] for r in recs for f, d in (r.get("data_files") or {}).items()}
     if files:
         tail.append("data files " + ", ".join(f"{Path(f).name} {h}" for f, h in sorted(files.items())))
