@@ -4,13 +4,22 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 CORES ?= all
 TORCH ?= torch==2.14.1 torchvision==0.29.1
+# The tested versions of every dependency with their sha256 (CPython 3.11 on x86_64 Linux; scripts/lock.py makes it).
+# Elsewhere `make install LOCK=` installs pyproject.toml's ranges instead.
+LOCK ?= requirements.lock
 
 .PHONY: install benchmark quick test regression regression-strict regression-seeds reference paper speed networks clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	test -x $(PY) || python3 -m venv $(VENV)
+ifneq ($(LOCK),)
+	$(BIN)/pip install -q --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e '.[dev]'
+	$(BIN)/pip check
+else
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e '.[dev]'
+endif
 	touch $@
 
 install: $(VENV)/.installed

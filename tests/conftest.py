@@ -8,6 +8,9 @@ os.environ.setdefault("VCEBENCH_CPU_ISA", "avx2")
 os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
+# first-seen sha256 of real-data split files (vcebench.data.fingerprints) go to a temporary file, not resources/
+os.environ.setdefault("VCEBENCH_DATA_FINGERPRINTS",
+                      os.path.join(__import__("tempfile").mkdtemp(prefix="vcebench-fp-"), "fingerprints.json"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -8,7 +8,7 @@ from vcebench import cli
 SUBVERBS = {
     "profile": ("task", "compaction", "paper-scale", "gpu"),
     "report": ("task", "gallery", "paper", "regression", "accept", "seeds", "pareto", "pairs", "sets", "tolerances",
-               "excerpt"),
+               "excerpt", "provenance"),
     "models": ("parity", "curve", "check", "ship"),
 }
 
@@ -38,6 +38,7 @@ PARSES = [
     (["report", "pareto", "--task", "t"], "run_pareto", {"task": "t"}),
     (["report", "pairs", "--summary", "a", "b"], "run_pairs", {"summary": ["a", "b"], "task": None}),
     (["report", "tolerances", "--reference", "r", "--tasks", "a"], "run_tolerances", {"tasks": ["a"]}),
+    (["report", "provenance", "results", "--json"], "run_provenance", {"results": "results", "json": True}),
     (["models", "parity", "--dataset", "synthfaces", "--out", "p.json", "--n", "8"], "run_parity",
      {"dataset": "synthfaces", "n": 8}),
     (["report", "sets", "--task", "t", "--a", "x", "--b", "y", "--out", "s.md"], "run_sets",

@@ -73,6 +73,10 @@ def test_celeba_smile_runs_from_released_formats_to_the_table(tmp_path):
     names = json.loads((out / "dime" / "metrics.json").read_text())["models"]
     assert "guided-diffusion" in json.dumps(json.loads((out / "dime" / "profile.json").read_text()))
     assert "facenet" in names["identity"].lower() and "ace" in names["oracle"].lower()
+    files = json.loads((out / "fire" / "metrics.json").read_text())["provenance"]["data_files"]  # the split files
+    assert {Path(f).name: v["status"] for f, v in files.items()} == {"list_eval_partition.txt": "match",
+                                                                      "list_attr_celeba.txt": "match"}
+    assert "list_eval_partition.txt" in (out.parent / "celeba_smile.md").read_text().split("Provenance:")[1]
 
 
 def test_chexpert_pacemaker_runs_from_released_formats_to_the_table(tmp_path):

@@ -94,6 +94,10 @@ def test_merge_writes_the_explain_runs_costs_as_the_profile(fake_world, tmp_path
     assert p["sec_per_cf"] == pytest.approx((t[0]["seconds"] + t[1]["seconds"]) / 7)
     assert p["peak_mem_mb"] == max(t[0]["peak_mem_mb"], t[1]["peak_mem_mb"])
     assert p["flops_per_call"] == t[0]["flops_per_call"]
+    # each shard's provenance record (vcebench.core.provenance) and the first shard's in the profile
+    hashes = {r["provenance"]["settings_hash"] for r in (*t, p)}
+    assert len(hashes) == 1 and len(next(iter(hashes))) == 64
+    assert p["provenance"]["configs"] and p["provenance"]["torch_threads"] >= 1
     costs = cost_columns(merged, p)
     z = load_npz(merged)
     calls = p["flops_per_call"]

@@ -71,6 +71,10 @@ def test_reference_then_evaluate(patched):
     assert res["seeds"] == [0, 1] and res["checks"]["flipped_disagreements"] == 0
     assert res["higher_is_better"]["FID"] is False and res["higher_is_better"]["COUT"] is True
     _check_samples(d / "samples.npz", res, cfz, n_ok)
+    prov = res["provenance"]  # vcebench.core.provenance: the code, the inputs and the machine of this row
+    assert list(prov["configs"]) == config[1::2] and len(prov["settings_hash"]) == 64
+    assert prov["git"]["commit"] or prov["git"]["reason"]
+    assert prov["torch"] == torch.__version__ and prov["kernels"]["cpu"] and prov["data_files"] == {}
     # The same FID without the reference (originals' features computed on the fly).
     out2 = d / "metrics_noref.json"
     assert main(["evaluate", "--task", TASK, "--method", "fire", "--cfs", str(d / "counterfactuals.npz"),

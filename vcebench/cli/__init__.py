@@ -27,6 +27,7 @@ Examples::
     vcebench report sets --task synthfaces_smile --a results --b runs/ref2/results --out sets.md
     vcebench report tolerances --reference results/reference/regression
     vcebench report excerpt --check README.md
+    vcebench report provenance results
     vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
     vcebench tune --task synthfaces_smile --data resources/data/synthfaces
     vcebench benchmark --task synthfaces_smile --n 1000

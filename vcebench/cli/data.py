@@ -38,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--celeba-root", default=None, help="celebahq: CelebA root with list_eval_partition")
     c.add_argument("--pacemaker-csv", default=None, help="chexpert: CSV with columns Path,Pacemaker")
     c.add_argument("--read-images", action="store_true", help="also decode every image (slow)")
+    c.add_argument("--allow-modified-splits", action="store_true",
+                   help="a split or label file whose sha256 differs from the expected or first-seen one is a "
+                        "warning, not an error (your own split; config key `datasets.<dataset>.allow_modified_splits`)")
+    c.add_argument("--fingerprints", default=None, metavar="JSON",
+                   help="where first-seen sha256 of split files are recorded "
+                        "(default resources/data/fingerprints.json)")
     add_config_arg(c)
 
     s = verbs.add_parser("show", help="write a grid of images (and ground-truth counterfactuals)")
@@ -87,11 +93,15 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ..steps.data import DatasetError, check, eval_split_name
+    """Each split and label file's fingerprint (match / mismatch / unknown, first seen), then each split's
+    counts; exit status 1 with one line on the first problem (a changed split file among them)."""
+    from ..steps.data import DatasetError, check, eval_split_name, split_files
 
     cfg = _config(args)
     roots = {"root": args.root, "celeba_root": args.celeba_root, "pacemaker_csv": args.pacemaker_csv}
     try:
+        for f in split_files(cfg, args.dataset, roots, args.allow_modified_splits or None, args.fingerprints):
+            print(f"{args.dataset}: {f.line()}")
         for s in check(cfg, args.dataset, roots, args.read_images):
             extra = ", all images decoded" if s["decoded"] else ""
             print(f"{args.dataset}/{s['name']}: {s['n']} images, {s['identities']} identities, "

@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     check_writable(Path(out).parent, "metrics.json")  # before the evaluation, not after it
     result = evaluate_task(settings, cfs, fid_ref=args.fid_ref, device=device, only=args.only,
                            progress=not args.no_progress, strict=args.strict,
-                           samples_out=str(Path(out).with_name(SAMPLES_FILE)))
+                           samples_out=str(Path(out).with_name(SAMPLES_FILE)),
+                           config_paths=[args.settings] if args.settings else args.config)
     from ..core.io import write_json
 
     write_json(out, result)

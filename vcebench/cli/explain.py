@@ -90,6 +90,6 @@ def run(args: argparse.Namespace) -> int:
                                   data_dir=args.data, model_dir=args.models)
     name = f"results/{settings.task.name}/{settings.method}/shards/shard-{args.shard}-of-{args.n_shards}.npz"
     out = Path(args.out or name)
-    explain_shard(settings, args.shard, args.n_shards, out)
+    explain_shard(settings, args.shard, args.n_shards, out, [args.settings] if args.settings else args.config)
     return 0
 

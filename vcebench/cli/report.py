@@ -13,6 +13,7 @@ Examples::
     vcebench report pairs --summary synthfaces_smile synthxray_pacemaker   # results/summary_pairs.md, summary_cd.png
     vcebench report tolerances --reference results/reference/regression   # tolerances.yaml from the seed spread
     vcebench report excerpt --check README.md        # the docs' table excerpts equal results/reference/default
+    vcebench report provenance results               # each row's commit, versions, machine, settings hash
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from . import add_config_arg, add_subverb, add_subverbs
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="tables, figures, paper tables, metric regression (task, gallery, paper, "
-                       "regression, accept, seeds, pareto, pairs, tolerances, excerpt)",
+                       "regression, accept, seeds, pareto, pairs, tolerances, excerpt, provenance)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     subs = add_subverbs(p)
     t = add_subverb(subs, "task", run_task, "a task's table (csv, md, tex), efficiency and qualitative figures")
@@ -101,6 +102,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ex.add_argument("--snapshot", default="results/reference/default",
                     help="folder of the task tables <task>.md (default results/reference/default)")
     ex.add_argument("--check", action="store_true", help="write nothing; exit status 1 when a file differs")
+    pv = add_subverb(subs, "provenance", run_provenance, "each row's provenance record (commit, dirty, versions, "
+                     "machine, config and settings hashes, data files), one line per row")
+    pv.add_argument("results", help="a results folder (its <task>/<method>/metrics.json) or one metrics.json")
+    pv.add_argument("--json", action="store_true", help="print the records as JSON ({row: record})")
 
 
 def _task_arg(p: argparse.ArgumentParser) -> None:
@@ -259,6 +264,25 @@ def run_excerpt(args: argparse.Namespace) -> int:
         print(f"{f}: {'differs from' if args.check else 'rewritten from'} {args.snapshot}"
               + (f" (`vcebench report excerpt {f}` rewrites it)" if args.check else ""))
     return 1 if (stale and args.check) else 0
+
+
+def run_provenance(args: argparse.Namespace) -> int:
+    """Prints each row's provenance record (``vcebench.core.provenance``): a line per row, or --json; exit
+    status 1 when RESULTS holds no metrics.json."""
+    import json
+
+    from ..core.provenance import describe_row, rows
+
+    found = rows(args.results)
+    if not found:
+        print(f"vcebench report provenance: no metrics.json of a task row under {args.results}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    for row, rec in found.items():
+        print(f"{row}: {describe_row(rec)}")
+    return 0
 
 
 def run_accept(args: argparse.Namespace) -> int:

@@ -93,7 +93,7 @@ def explain_profile(records: list[dict[str, Any]]) -> dict[str, Any]:
            "peak_mem_source": "explain run (peak during generation, largest shard)",
            "flops_per_call": per_call, "batch_size": first.get("batch_size"),
            "explain_batch_size": sorted({int(r["batch_size"]) for r in records if "batch_size" in r})}
-    machine = ("device", "threads", "torch", "kernels", "models", "gates", "flop_convention")
+    machine = ("device", "threads", "torch", "kernels", "models", "gates", "flop_convention", "provenance")
     out.update({k: first[k] for k in machine if k in first})
     return out
 

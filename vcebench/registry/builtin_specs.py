@@ -11,6 +11,8 @@ _SEED = {"type": "integer", "description": "renderer seed"}
 _ROOT = {"type": ["string", "null"], "description": "the dataset's folder"}
 _MIN_SIZE = {"type": "integer", "minimum": 1,
              "description": "an image with a shorter side below this (px) fails its sample"}
+_ALLOW = {"type": "boolean", "description": "a split or label file that differs from its expected or first-seen "
+          "sha256 is a warning, not an error (your own split; vcebench/data/fingerprints.py)"}
 CELEBA_ATTRIBUTES = (
     "5_o_Clock_Shadow", "Arched_Eyebrows", "Attractive", "Bags_Under_Eyes", "Bald", "Bangs", "Big_Lips", "Big_Nose",
     "Black_Hair", "Blond_Hair", "Blurry", "Brown_Hair", "Bushy_Eyebrows", "Chubby", "Double_Chin", "Eyeglasses",
@@ -18,6 +20,13 @@ CELEBA_ATTRIBUTES = (
     "Narrow_Eyes", "No_Beard", "Oval_Face", "Pale_Skin", "Pointy_Nose", "Receding_Hairline", "Rosy_Cheeks",
     "Sideburns", "Smiling", "Straight_Hair", "Wavy_Hair", "Wearing_Earrings", "Wearing_Hat", "Wearing_Lipstick",
     "Wearing_Necklace", "Wearing_Necktie", "Young")
+# The split and label files of the real datasets, with their expected sha256: no published hash is known (none
+# could be checked when this was written, 2026-12-03; docs/real-data.md), so every one is None and the first file
+# seen is recorded (vcebench/data/fingerprints.py). Alternatives (.txt or .csv) are each
+# listed; those not present are skipped.
+_CELEBA_PARTITION = (("list_eval_partition.txt", None), ("list_eval_partition.csv", None))
+_CELEBA_FILES = (*_CELEBA_PARTITION, ("list_attr_celeba.txt", None), ("list_attr_celeba.csv", None),
+                 ("identity_CelebA.txt", None))
 BUILTIN_DATASETS: tuple[DatasetSpec, ...] = (
     DatasetSpec("synthfaces", "faces", True,
                 ("Bangs", "Black_Hair", "Blond_Hair", "Brown_Hair", "Eyeglasses", "Gray_Hair", "Heavy_Makeup",
@@ -35,25 +44,31 @@ BUILTIN_DATASETS: tuple[DatasetSpec, ...] = (
     # the rest of the validation partition
     DatasetSpec("celeba", "faces", False, CELEBA_ATTRIBUTES, "vcebench.data.celeba:load_celeba",
                 {"root": _ROOT, "resolution": {"type": "integer"},
-                 "minival": {"type": "integer", "minimum": 1}, "min_image_size": _MIN_SIZE},
+                 "minival": {"type": "integer", "minimum": 1}, "min_image_size": _MIN_SIZE,
+                 "allow_modified_splits": _ALLOW},
                 eval_split="minival", tune_split="tune",
                 source="https://mmlab.ie.cuhk.edu.hk/projects/CelebA.html (Kaggle mirror: "
                        "https://www.kaggle.com/datasets/jessicali9530/celeba-dataset)",
-                layout="img_align_celeba/*.jpg, list_attr_celeba.txt|csv, list_eval_partition.txt|csv"),
+                layout="img_align_celeba/*.jpg, list_attr_celeba.txt|csv, list_eval_partition.txt|csv",
+                split_files=tuple(("root", f, h) for f, h in _CELEBA_FILES)),
     DatasetSpec("celebahq", "faces", False, CELEBA_ATTRIBUTES, "vcebench.data.celeba:load_celebahq",
                 {"root": _ROOT, "celeba_root": _ROOT, "resolution": {"type": "integer"},
-                 "min_image_size": _MIN_SIZE},
+                 "min_image_size": _MIN_SIZE, "allow_modified_splits": _ALLOW},
                 source="https://github.com/switchablenorms/CelebAMask-HQ",
                 layout="CelebA-HQ-img/*.jpg, CelebAMask-HQ-attribute-anno.txt, CelebA-HQ-to-CelebA-mapping.txt "
-                       "(+ datasets.celebahq.celeba_root for list_eval_partition)"),
+                       "(+ datasets.celebahq.celeba_root for list_eval_partition)",
+                split_files=(("root", "CelebAMask-HQ-attribute-anno.txt", None),
+                             ("root", "CelebA-HQ-to-CelebA-mapping.txt", None),
+                             *(("celeba_root", f, h) for f, h in (*_CELEBA_PARTITION, ("identity_CelebA.txt", None))))),
     DatasetSpec("chexpert", "xray", False, ("Cardiomegaly", "Effusion", "Male", "Pacemaker"),
                 "vcebench.data.chexpert:load_chexpert",
                 {"root": _ROOT, "pacemaker_csv": _ROOT, "resolution": {"type": "integer"},
-                 "min_image_size": _MIN_SIZE},
+                 "min_image_size": _MIN_SIZE, "allow_modified_splits": _ALLOW},
                 source="https://stanfordmlgroup.github.io/competitions/chexpert/ (pacemaker labels: your own CSV "
                        "with columns Path,Pacemaker, e.g. from the FastDiME_Med annotations)",
                 layout="CheXpert-v1.0(-small)/train.csv, valid.csv with a Path column "
-                       "(+ datasets.chexpert.pacemaker_csv with columns Path,Pacemaker)"),
+                       "(+ datasets.chexpert.pacemaker_csv with columns Path,Pacemaker)",
+                split_files=(("root", "train.csv", None), ("root", "valid.csv", None), ("pacemaker_csv", "", None))),
 )
 
 _DDPM_ROLES = ("classifier", "ddpm", "perceptual")

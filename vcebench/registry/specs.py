@@ -137,7 +137,10 @@ class DatasetSpec:
     label columns (a task's ``attribute`` is one of them); ``eval_split`` / ``tune_split``: where
     counterfactuals are evaluated and settings tuned (never the same); ``config``: the JSON schema of its
     config section's keys; ``source`` / ``layout``: where to get a real dataset and what its folder holds
-    (named in every error about it); ``root_key``: the config key of that folder.
+    (named in every error about it); ``root_key``: the config key of that folder; ``split_files``: the split and
+    label files a real dataset is read from, each ``(config key of its folder or file, file name or "" for the
+    file the key names, expected sha256 or None)``: None where no hash is published (the first seen is recorded,
+    :mod:`vcebench.data.fingerprints`).
     """
 
     name: str
@@ -151,6 +154,7 @@ class DatasetSpec:
     source: str | None = None
     layout: str | None = None
     root_key: str = "root"
+    split_files: tuple[tuple[str, str, str | None], ...] = ()
 
     def load(self) -> Any:
         return _resolve(self.loader, f"dataset {self.name!r}: loader")

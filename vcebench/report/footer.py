@@ -1,6 +1,6 @@
 """The footer of a task table, one function per paragraph: what ± means, the n behind each column, the
-protocol, where the cost columns come from, the reference rows (no edit, the truth), and warnings (the
-metric-validity sentences: :mod:`.validity`)."""
+protocol, where the cost columns come from, the reference rows (no edit, the truth), warnings (the
+metric-validity sentences: :mod:`.validity`) and the rows' provenance (:mod:`vcebench.core.provenance`)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,17 @@ def task_footer(df: pd.DataFrame, metas: dict[str, dict], tuned: dict | None = N
     lines += _imported_lines(df)
     lines += _warning_lines(metas)
     lines += gate_lines(profiles or {})
+    lines += provenance_lines(metas)
     return lines
+
+
+def provenance_lines(metas: dict[str, dict]) -> list[str]:
+    """One line over the rows' provenance records (:func:`vcebench.core.provenance.summary`): the commit(s) and
+    whether any was dirty, torch, the CPU, the threads, the settings hash(es); none when no row has a record."""
+    from ..core.provenance import summary
+
+    line = summary({m: mj.get("provenance") for m, mj in metas.items() if mj.get("provenance")})
+    return [line] if line else []
 
 
 def resolution_lines(metas: dict[str, dict], dataset: str, attribute: str | None = None) -> list[str]:

@@ -46,15 +46,35 @@ def render(cfg: dict, dataset: str, out: Path, splits: list[str]) -> Iterator[tu
     write_attribute_table(out / "attributes.csv", done)
 
 
+def _with_roots(cfg: dict, dataset: str, roots: dict[str, str | None]) -> dict:
+    """``cfg``'s section ``datasets.<dataset>`` with the folders of ``roots`` (None: the config's) set in it."""
+    dc = cfg["datasets"].setdefault(dataset, {})
+    for key, val in roots.items():
+        if val is not None:
+            dc[key] = val
+    return dc
+
+
+def split_files(cfg: dict, dataset: str, roots: dict[str, str | None], allow_modified: bool | None = None,
+                record: str | Path | None = None) -> list:
+    """The fingerprints of ``dataset``'s split and label files (:func:`vcebench.data.fingerprints.check_split_files`;
+    ``record``: the first-seen record, default :func:`~vcebench.data.fingerprints.record_path`), with the
+    folders of ``roots`` as in :func:`check`; none for a synthetic dataset. A changed file raises
+    :class:`~vcebench.data.fingerprints.ModifiedSplitError` unless ``allow_modified``."""
+    from ..data.fingerprints import check_split_files
+
+    if dataset in SYNTHETIC_DATASETS:
+        return []
+    return check_split_files(dataset, _with_roots(cfg, dataset, roots), record=record,
+                             allow_modified=allow_modified)
+
+
 def check(cfg: dict, dataset: str, roots: dict[str, str | None], read_images: bool) -> Iterator[dict[str, Any]]:
     """Loads every split of ``dataset`` (train, val, test and its evaluation split), with the folders of
     ``roots`` (config keys of ``datasets.<dataset>``: ``root``, ``celeba_root``, ``pacemaker_csv``; None: the
     config's) over the config's; yields per split ``{name, n, identities, shape, decoded}``, every image
     decoded first when ``read_images``. :class:`DatasetError` on the first problem."""
-    dc = cfg["datasets"].setdefault(dataset, {})
-    for key, val in roots.items():
-        if val is not None:
-            dc[key] = val
+    _with_roots(cfg, dataset, roots)
     for name in ["train", "val", "test"] + [s for s in (eval_split_name(dataset),) if s not in ("val", "test")]:
         s = load_split(cfg, dataset, name)
         decoded = bool(read_images and len(s))

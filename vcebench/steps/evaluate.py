@@ -161,19 +161,25 @@ def _checked(batches, z, checks: dict[str, int]):
 
 def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None = None, device="cpu",
                   only: list[str] | None = None, progress: bool = False, strict: bool = False,
-                  models=None, resampled: bool = False, samples_out: str | None = None) -> dict:
+                  models=None, resampled: bool = False, samples_out: str | None = None,
+                  config_paths: list[str] | None = None) -> dict:
     """Everything `vcebench evaluate` writes to metrics.json for the counterfactuals ``cfs_path`` of
     ``settings.method``, whose inputs come from ``settings.split`` (``models``: preloaded TaskModels, tests).
     ``resampled``: also ``resampled``, each metric's value in every bootstrap resample (no metrics.json key).
-    ``samples_out``: also write the per-input record there (``samples.npz``, :mod:`metrics.records`)."""
+    ``samples_out``: also write the per-input record there (``samples.npz``, :mod:`metrics.records`).
+    ``config_paths``: the files the job was given (its resolved-settings file, or config files; None: the default
+    ones), for its ``provenance`` record (:mod:`vcebench.core.provenance`, made first: a changed split file fails
+    before any scoring)."""
     import torch
 
     from metrics import metric_names, required_roles
     from metrics.evaluation import load_counterfactuals
 
     from ..data import load_split
+    from ..protocol.provenance import job_record
 
     t0 = time.perf_counter()
+    provenance = job_record(settings, config_paths)
     task = settings.task
     names = list(only) if only else metric_names(task)
     z = load_counterfactuals(cfs_path)
@@ -202,6 +208,7 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
               "n_counterfactuals": int(len(ids)), "input_hash_checked": "input_hash" in z, **coverage}
     record = {k: v for m in metrics for k, v in (getattr(m, "record", None) or {}).items()}  # the metrics' settings
     out = _metrics_json(settings, z, core, checks, inputs, {r: models.names.get(r, r) for r in used}, record, t0)
+    out["provenance"] = provenance
     return {**out, "resampled": core.get("resampled", {})} if resampled else out
 
 

@@ -81,8 +81,10 @@ def shard_ids(all_ids: torch.Tensor, n_eval: int, shard: int, n_shards: int) -> 
     return ids[shard::n_shards]
 
 
-def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -> dict:
-    """Load the task's networks and evaluation split, generate this shard's counterfactuals, write them.
+def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path,
+                  config_paths: list[str] | None = None) -> dict:
+    """Load the task's networks and evaluation split, generate this shard's counterfactuals, write them
+    (``config_paths``: the config files the job was given, for the timing file's provenance record).
 
     The loaders read whole sections of the configuration (datasets, the model zoo, the DDPM schedule): they
     get ``settings.config``, the read-only view of it."""
@@ -92,10 +94,12 @@ def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -
     from ..models import load_task_models
     from ..models.accelerate import accelerate_from_config
     from ..protocol.noise import check_ddpm_schedule
+    from ..protocol.provenance import job_record
 
     check_writable(Path(out).parent, "the counterfactuals")  # before any work, not after generation
     rt, task, cfg = settings.runtime, settings.task, settings.config
     device = setup_torch(rt.threads, rt.device, rt.cuda)
+    provenance = job_record(settings, config_paths)  # a changed split file fails here, before any work
     method = settings.build_method()
     split = load_split(cfg, task.dataset, settings.split, data_dir=settings.data_dir)
     ids = shard_ids(split.sample_ids, settings.n_eval, shard, n_shards)
@@ -109,7 +113,7 @@ def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path) -
         errors: dict[int, str] = {}
         return split.float_images(rows[idx], errors=errors), errors
 
-    return generate(method, load_images, ids, models, settings, out, device)
+    return generate(method, load_images, ids, models, settings, out, device, provenance=provenance)
 
 
 def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], row_ids: torch.Tensor,
@@ -155,7 +159,7 @@ def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, in
 
 
 def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettings, out: Path,
-             device: torch.device | str = "cpu") -> dict:
+             device: torch.device | str = "cpu", provenance: dict | None = None) -> dict:
     """Run ``method`` over ``ids`` in batches of ``settings.batch_size``; write the shard npz + timing json.
 
     Each sample's noise comes from its own stream (``vcebench.core.rng``) of ``settings.seed`` and
@@ -167,7 +171,8 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     CF: an unreadable image (``FAIL_UNREADABLE_INPUT``, also listed in the timing json) and a non-finite
     classifier output on the input (``FAIL_NONFINITE_INPUT_LOGITS``, ``pred`` = -1). ``input_hash``
     (``vcebench.core.io.input_fingerprint`` of the uint8 input and CF) lets ``vcebench evaluate`` check each
-    row against the dataset. Returns the timing record.
+    row against the dataset. ``provenance`` (:func:`vcebench.protocol.provenance.job_record`) goes into the timing
+    record as it is. Returns the timing record.
     """
     from ..core.runtime import noise_device
 
@@ -179,6 +184,8 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     record = {"seconds": seconds, "n": len(ids), "batch_size": bs, "method": method.name,
               "sec_per_cf": seconds / max(1, len(ids)), "peak_mem_mb": memory.peak_mb, "peak_mem_kind": memory.kind,
               **_run_record(models, parts, device), "unreadable": {str(k): v for k, v in unreadable.items()}}
+    if provenance is not None:
+        record["provenance"] = provenance
     save_npz(out, **(_shard_arrays(parts, ids, preds, targets, inputs_u8) if parts else _empty_shard()))
     write_json(timing_path(out), record)
     return record
