@@ -76,7 +76,7 @@ def load_resume_state(path: str | Path, fp: str, desc: str) -> dict | None:
 
     A state written with other settings (or without a fingerprint) is renamed ``<path>.stale`` and an
     unreadable one ``<path>.corrupt``; both are reported on stderr and training starts from step 0.
-    Both training loops (``vcebench.models.training.loops``) resume through this function.
+    Both training loops (``vcebench.models.training.loops``, ``.generative``) resume through this function.
     """
     path = Path(path)
     if not path.exists():

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from ...core.io import write_json
 from ..checkpoints import remove_checkpoint, replace_dir
 from ..training.distributed import Shard
-from ..training.loops import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, to_float_images, train_generative
+from ..training.generative import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, train_generative
+from ..training.loops import to_float_images
 from ..training.settings import check_role_keys, require
 from .quality import EVAL_T_FLOW, batched, generative_quality, save_grid
 from .unet import build_unet, unet_kwargs
