@@ -3,11 +3,10 @@ table (rows, the variants summary, each variant's network errors against fp32) a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from ..core.io import write_json
+from ..core.io import write_json, write_text
 from .scale import PAPER_MINUTES_1000
 
 PAPER_SEC_PER_CF = PAPER_MINUTES_1000 * 60 / 1000  # 0.382 s
@@ -26,9 +25,7 @@ def row_line(i: int, n: int, r: dict[str, Any], elapsed: float) -> str:
 def write_report(out: Path, report: dict[str, Any], name: str = "gpu_profile") -> None:
     """Write ``out/<name>.json`` and its table ``out/<name>.md`` (each atomically)."""
     write_json(out / f"{name}.json", report)
-    tmp = out / f"{name}.md.tmp"
-    tmp.write_text(format_markdown(report))
-    os.replace(tmp, out / f"{name}.md")
+    write_text(out / f"{name}.md", format_markdown(report))
 
 
 def format_markdown(r: dict[str, Any]) -> str:

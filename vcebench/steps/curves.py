@@ -38,7 +38,7 @@ from metrics.kid import kid
 
 from ..core.errors import ConfigError
 from ..core.frechet import feature_frechet_distance
-from ..core.io import from_uint8, quantize, write_json
+from ..core.io import from_uint8, quantize, save_npz, write_json, write_text
 from ..data import load_split
 from ..models.checkpoints import fingerprint, weights_fingerprint
 from ..models.generative.ddpm import sample_ddpm, train_ddpm, tweedie_at
@@ -126,8 +126,7 @@ def _cached_samples(cache: Path | None, n: int, draw: Callable[[], Tensor]) -> T
             return from_uint8(u8)
     u8 = quantize(draw())
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(cache, samples=u8.numpy())
+        save_npz(cache, samples=u8.numpy())
     return from_uint8(u8)
 
 
@@ -325,6 +324,6 @@ def curve_job(cfg: dict, task_name: str, role: str, steps: int | None, at: Seque
             return training_curve(cfg, task, role, steps, at, out_dir, data_dir, model_dir, score=False,
                                   shard=shard, **kw)
     curve = training_curve(cfg, task, role, steps, at, out_dir, data_dir, model_dir, train=not score_only, **kw)
-    Path(out_dir, "curve.md").write_text(to_markdown(curve))
+    write_text(Path(out_dir, "curve.md"), to_markdown(curve))
     return curve
 

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from ...core.io import atomic_path, write_json
+from ...core.io import atomic_path, tensor_bytes, write_json
 from ..checkpoints import remove_checkpoint
 from ..training.distributed import Shard
 from ..training.generative import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, train_generative
@@ -148,7 +148,7 @@ class PixelMeanFlow(nn.Module):
 
         out_dir = Path(out_dir)
         state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        with atomic_path(out_dir / "model.safetensors") as tmp:
+        with atomic_path(out_dir / "model.safetensors", needed=tensor_bytes(state)) as tmp:
             save_file(state, str(tmp), metadata={"format": "pt", "role": "pmf"})
         cfg_path = out_dir / "config.json"
         cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
