@@ -4,6 +4,8 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 CORES ?= all
 TORCH ?= torch==2.14.1 torchvision==0.29.1
+# pytest-xdist processes of `make test` (each test file runs whole in one of them)
+TEST_WORKERS ?= 2
 
 .PHONY: install benchmark quick test regression regression-strict reference paper speed networks clean
 
@@ -21,8 +23,8 @@ benchmark: install  ## the default synthetic benchmark: every synthetic task, ev
 quick: install  ## CI-size run of the same DAG
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --configfile config/presets/quick.yaml
 
-test: install  ## the test suite (CPU, about 10-13 minutes on 2 cores)
-	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow"
+test: install  ## the test suite (CPU): TEST_WORKERS pytest-xdist workers, a test file at a time each (README: the time)
+	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 regression: install  ## the regression preset (shipped networks, 64 inputs per task) against results/reference/regression
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake regression --cores $(CORES) --forcerun regression \
