@@ -7,6 +7,8 @@ TORCH ?= torch==2.14.1 torchvision==0.29.1
 # The tested versions of every dependency with their sha256 (CPython 3.11 on x86_64 Linux; scripts/lock.py makes it).
 # Elsewhere `make install LOCK=` installs pyproject.toml's ranges instead.
 LOCK ?= requirements.lock
+# pytest-xdist processes of `make test` (each test file runs whole in one of them)
+TEST_WORKERS ?= 2
 
 .PHONY: install benchmark quick test regression regression-strict regression-seeds reference paper speed networks clean
 
@@ -30,8 +32,8 @@ benchmark: install  ## the default synthetic benchmark: every synthetic task, ev
 quick: install  ## CI-size run of the same DAG
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --configfile config/presets/quick.yaml
 
-test: install  ## the test suite (CPU, about 10-13 minutes on 2 cores)
-	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow"
+test: install  ## the test suite (CPU): TEST_WORKERS pytest-xdist workers, a test file at a time each (README: the time)
+	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 regression: install  ## the regression preset (shipped networks, 64 inputs per task) against results/reference/regression
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake regression --cores $(CORES) --forcerun regression \

@@ -139,7 +139,7 @@ def probe(args) -> int:
     a, b = (work / "run" / f"train-{m:06d}" / "snapshots" / f"step-{m:06d}.safetensors" for m in (n // 4, n))
     # wsd: the n // 4 budget is its own run, then the n run continues its trunk: the n run's steps after the
     # trunk over the time between the two snapshots
-    from vcebench.models.training.loops import decay_start
+    from vcebench.models.training.generative import decay_start
 
     rate = (n - decay_start(n // 4, 0.2)) / max(b.stat().st_mtime - a.stat().st_mtime, 1e-3)
     print(f"{rate:.1f}")
@@ -234,7 +234,7 @@ def unpack(args) -> int:
     from safetensors.torch import load_file
 
     from vcebench.models.checkpoints import save_snapshot
-    from vcebench.models.training.loops import snapshot_path
+    from vcebench.models.training.generative import snapshot_path
 
     into = Path(args.into)
     if args.parts:

@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 
 from tests.test_models_generative import UNET, _images
-from vcebench.models.generative.pmf import build_pmf, meanflow_loss
-from vcebench.models.training import loops as training
+from vcebench.models.generative.meanflow import meanflow_loss
+from vcebench.models.generative.pmf import build_pmf
+from vcebench.models.training import generative as training
 from vcebench.models.training.distributed import Shard, training_processes
 
 CFG = {"unet": UNET, "jvp": "fd", "steps": 6, "batch_size": 8, "lr": 2e-3, "warmup_steps": 1, "ema_decay": 0.9,

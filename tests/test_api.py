@@ -28,9 +28,12 @@ def run_block(code: str, monkeypatch, capsys) -> str:
 
 
 def test_the_readme_python_example_runs_as_written(monkeypatch, capsys):
+    """The README's example (the shipped classifier and pMF on rendered faces) flips counterfactuals."""
     (block,) = [b for b in python_blocks(ROOT / "README.md") if "vcebench.explain" in b]
     out = run_block(block, monkeypatch, capsys)
-    assert "FR" in out and "L1" in out
+    fr, l1 = (re.search(rf"^{name} ([-\d.e]+) \[", out, flags=re.M) for name in ("FR", "L1"))
+    assert fr and l1, out
+    assert float(fr.group(1)) > 0 and float(l1.group(1)) > 0, out
 
 
 def test_the_python_api_guide_runs_as_written(monkeypatch, capsys):

@@ -206,8 +206,9 @@ def test_remaining_type_and_value_errors_name_the_settings(monkeypatch, tmp_path
 
 def _pmf_run(cfg_role: dict, out: Path, stop_at: int | None = None):
     from tests.test_models_generative import _images
-    from vcebench.models.generative.pmf import build_pmf, meanflow_loss
-    from vcebench.models.training.loops import train_generative as train_loop
+    from vcebench.models.generative.meanflow import meanflow_loss
+    from vcebench.models.generative.pmf import build_pmf
+    from vcebench.models.training.generative import train_generative as train_loop
 
     torch.manual_seed(0)
     pmf = build_pmf(cfg_role, 3, 8)

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from vcebench.models.generative.pmf import train_pmf
-from vcebench.models.training.loops import decay_start, lr_at, snapshot_path, train_generative, trunk_path
+from vcebench.models.training.generative import decay_start, lr_at, snapshot_path, train_generative, trunk_path
 from vcebench.models.training.settings import RoleConfigError
 from vcebench.steps.curves import plateau, to_markdown
 

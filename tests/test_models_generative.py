@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from vcebench.models.generative.ddpm import DiffusersDDPM, build_ddpm, matched_timestep, train_ddpm
-from vcebench.models.generative.pmf import PixelMeanFlow, build_pmf, du_dt, meanflow_loss, sample_tr, train_pmf
+from vcebench.models.generative.meanflow import du_dt, meanflow_loss, sample_tr
+from vcebench.models.generative.pmf import PixelMeanFlow, build_pmf, train_pmf
 from vcebench.models.generative.unet import ExplicitGroupNorm, use_explicit_groupnorm
 
 UNET = {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4}
@@ -244,7 +245,7 @@ def test_sample_tr_covers_fire_use():
 
 def test_training_is_deterministic_and_resumes(tmp_path: Path):
     """Two runs with one seed give identical weights; an interrupted run resumes to the same weights."""
-    from vcebench.models.training.loops import train_generative as train_loop
+    from vcebench.models.training.generative import train_generative as train_loop
 
     imgs = _images(24)
     cfg = _pmf_cfg(steps=4, checkpoint_every=2)

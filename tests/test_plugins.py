@@ -97,10 +97,10 @@ def test_builtins_pass_the_plugin_checks_and_roles_are_the_models():
 def test_a_metric_declares_what_it_needs_and_evaluate_provides_it():
     """Evaluate names no metric: the FID reference, the training labels and the true counterfactuals are
     loaded because a metric declares them (MetricSpec.inputs)."""
-    from vcebench.steps.evaluate import _inputs_of
+    from vcebench.steps.evaluate import metric_inputs
 
-    assert _inputs_of(["FID", "KID"]) == {"fid_reference"} and _inputs_of(["CD"]) == {"train_labels"}
-    assert _inputs_of(["GT", "FR"]) == {"ground_truth"} and _inputs_of(["FR", "MNAC", "S3"]) == set()
+    assert metric_inputs(["FID", "KID"]) == {"fid_reference"} and metric_inputs(["CD"]) == {"train_labels"}
+    assert metric_inputs(["GT", "FR"]) == {"ground_truth"} and metric_inputs(["FR", "MNAC", "S3"]) == set()
     with pytest.raises(specs.RegistryError, match="inputs must be among fid_reference, train_labels"):
         specs.metric_spec("Mine", columns={"Mine": True}, factory="m:f", inputs=("test_labels",))
     assert specs.metric_spec("Mine", columns={"Mine": True}, factory="m:f", inputs=("fid_reference",)).inputs == (

@@ -12,15 +12,8 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from vcebench.models.generative.pmf import (
-    ImageLoss,
-    build_pmf,
-    du_dt,
-    image_loss,
-    jvp_used,
-    meanflow_loss,
-    train_pmf,
-)
+from vcebench.models.generative.meanflow import ImageLoss, du_dt, image_loss, jvp_used, meanflow_loss
+from vcebench.models.generative.pmf import build_pmf, train_pmf
 from vcebench.models.generative.unet import use_explicit_groupnorm
 from vcebench.models.synthetic.nets import AutoEncoder
 from vcebench.models.synthetic.perceptual import EncoderOnly, FeatureDistance

@@ -12,7 +12,7 @@ from vcebench.models.generative.ddpm import train_ddpm
 from vcebench.models.generative.pmf import train_pmf
 from vcebench.models.training import distributed
 from vcebench.models.training.distributed import Shard, start_processes
-from vcebench.models.training.loops import EMA
+from vcebench.models.training.generative import EMA
 from vcebench.models.training.step_graphs import GraphedSteps
 
 UNET = {"block_out_channels": [8, 16], "layers_per_block": 1, "norm_num_groups": 4}

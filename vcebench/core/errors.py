@@ -19,6 +19,11 @@ class ConfigError(UserError, ValueError):
     """A problem with the user's configuration; the message says which key and what to do."""
 
 
+class DiskFullError(UserError, OSError):
+    """No space left where a file was being written; the message names the file and, where known, the space
+    it needed and the space left (``vcebench.core.io.disk_space`` raises it)."""
+
+
 @contextlib.contextmanager
 def settings_errors(what: str):
     """Turn a ``TypeError`` / ``ValueError`` raised while settings are in use (building a method or a

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..core.errors import UserError
-from ..core.io import atomic_path, write_json
+from ..core.io import atomic_path, tensor_bytes, write_json
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -67,7 +67,7 @@ def set_aside(path: Path, why: str) -> Path:
 
 def save_resume_state(path: Path, state: dict[str, Any]) -> None:
     """Write a resumable training state (with its ``fingerprint``) atomically."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, needed=tensor_bytes(state)) as tmp:
         torch.save(state, tmp)
 
 
@@ -76,7 +76,7 @@ def load_resume_state(path: str | Path, fp: str, desc: str) -> dict | None:
 
     A state written with other settings (or without a fingerprint) is renamed ``<path>.stale`` and an
     unreadable one ``<path>.corrupt``; both are reported on stderr and training starts from step 0.
-    Both training loops (``vcebench.models.training.loops``) resume through this function.
+    Both training loops (``vcebench.models.training.loops``, ``.generative``) resume through this function.
     """
     path = Path(path)
     if not path.exists():
@@ -105,7 +105,7 @@ def save_snapshot(path: str | Path, weights: dict[str, Tensor], step: int) -> No
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in weights.items()}
-    with atomic_path(path) as tmp:
+    with atomic_path(path, needed=tensor_bytes(state)) as tmp:
         save_file(state, str(tmp), metadata={"format": FORMAT, "step": str(int(step))})
 
 
@@ -117,7 +117,7 @@ def save_trained(out_dir: str | Path, model: nn.Module, config: dict, metrics: d
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    with atomic_path(out_dir / "model.safetensors") as tmp:
+    with atomic_path(out_dir / "model.safetensors", needed=tensor_bytes(state)) as tmp:
         save_file(state, str(tmp), metadata={"format": FORMAT, "role": config.get("role", "")})
     write_json(out_dir / "config.json", {"format": FORMAT, **config})
     write_json(out_dir / "metrics.json", metrics)

@@ -1,3 +1,4 @@
+# over 400 lines: left whole while #59 item 1 (settings resolution) rewrites it; split by duty after that
 """`vcebench tune`: the same tuning effort for every method, on validation inputs that are never evaluated.
 
 For each method of the task, ``tune.n_settings`` settings run on the first ``tune.n`` inputs of the tuning

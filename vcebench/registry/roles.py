@@ -11,7 +11,7 @@ GENERATIVE = ("ddpm", "pmf")  # trained by ``training.train_generative`` (any de
 GATE_ROLES = {"oracle": ("classifier",), "ddpm": ("fid_features",), "pmf": ("classifier", "fid_features", "ddpm")}
 # networks a recipe trains against (a loss term's network): {role: {weight key: network role}}, each needed (and
 # trained first) only when the recipe sets that weight above 0; the pmf's pMF-style losses on its one-step
-# prediction (vcebench.models.generative.pmf.ImageLoss)
+# prediction (vcebench.models.generative.meanflow.ImageLoss)
 LOSS_ROLES = {"pmf": {"perceptual_weight": "perceptual", "features_weight": "fid_features"}}
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .. import registry
-from ..core.io import atomic_path
+from ..core.io import atomic_path, write_text
 
 COST_COLUMNS = list(registry.COST_COLUMNS)
 # How each row's settings were made (metrics.json `protocol`; not ranked): the starting log-SNR and
@@ -222,11 +222,6 @@ def to_latex(df: pd.DataFrame, higher: dict[str, bool], caption: str = "", label
         out.append(r"\end{minipage}")
     out.append(r"\end{table}")
     return "\n".join(out) + "\n"
-
-
-def write_text(path: Path, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
 
 
 def _md_to_text(s: str) -> str:

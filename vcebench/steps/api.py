@@ -205,7 +205,7 @@ def evaluate(originals: Any, counterfactuals: Any, task: str, *, classifier: nn.
     from ..core.io import to_uint8
     from ..models import load_task_models
     from ..protocol.run_settings import EvalSettings
-    from .evaluate import _build_metrics, _gt_counterfactuals, _inputs_of, _roles_of, score
+    from .evaluate import build_task_metrics, gt_counterfactuals, metric_inputs, roles_of, score
 
     cfg = _config(config, task, None)
     settings = EvalSettings.resolve(cfg, task, None, model_dir=str(model_dir))
@@ -216,11 +216,11 @@ def evaluate(originals: Any, counterfactuals: Any, task: str, *, classifier: nn.
     n = len(x)
     ids = _per_sample(np.arange(n) if sample_ids is None else sample_ids, n, "sample_ids").numpy()
     names = list(metrics) if metrics else [m for m in metric_names(t)
-                                           if sample_ids is not None or "ground_truth" not in _inputs_of([m])]
-    if "ground_truth" in _inputs_of(names) and (sample_ids is None or not t.synthetic):
+                                           if sample_ids is not None or "ground_truth" not in metric_inputs([m])]
+    if "ground_truth" in metric_inputs(names) and (sample_ids is None or not t.synthetic):
         raise APIError(f"the ground-truth columns need `sample_ids` of the synthetic dataset (task {task!r})")
     tm = _task_models(classifier, None, (), models)
-    need = [r for r in required_roles(t) if r == "classifier" or any(r in _roles_of(m) for m in names)]
+    need = [r for r in required_roles(t) if r == "classifier" or any(r in roles_of(m) for m in names)]
     absent = tuple(r for r in need if getattr(tm, r) is None)
     if absent:
         loaded = load_task_models(cfg, t, roles=absent, device=device, model_dir=model_dir)
@@ -236,14 +236,14 @@ def evaluate(originals: Any, counterfactuals: Any, task: str, *, classifier: nn.
             tgt = 1 - torch.cat([tm.classifier(x[s:s + 64].to(device)).argmax(1).cpu() for s in range(0, n, 64)])
     label = _per_sample(labels, n, "labels")
     label = np.full(n, -1, np.int64) if label is None else label.numpy()
-    built = _build_metrics(settings, names, _inputs_of(names), tm, ids, None)
+    built = build_task_metrics(settings, names, metric_inputs(names), tm, ids, None)
     unlabelled = {m.name: m.subset for m in built if labels is None and str(m.subset).startswith("correct")}
     if metrics and unlabelled:
         raise APIError(f"metric(s) {', '.join(unlabelled)} are scored on the {', '.join(set(unlabelled.values()))} "
                        f"subset, which needs `labels` (the query attribute's true labels)")
     built = [m for m in built if m.name not in unlabelled]
     names = [m.name for m in built]
-    gt_of = _gt_counterfactuals(cfg, t, ids) if "ground_truth" in _inputs_of(names) else None
+    gt_of = gt_counterfactuals(cfg, t, ids) if "ground_truth" in metric_inputs(names) else None
     core, _, _ = score(settings, names, tm, lambda r: x[r], to_uint8(cf), ids, tgt.numpy(), label, gt_of=gt_of,
                        device=device, progress=progress, strict=strict, built=built)
     core["skipped"].update({k: f"scored on the {v} subset: pass labels= (the query attribute's true labels)"

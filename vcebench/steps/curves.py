@@ -38,14 +38,15 @@ from metrics.kid import kid
 
 from ..core.errors import ConfigError
 from ..core.frechet import feature_frechet_distance
-from ..core.io import from_uint8, quantize, write_json
+from ..core.io import from_uint8, quantize, save_npz, write_json, write_text
 from ..data import load_split
 from ..models.checkpoints import fingerprint, weights_fingerprint
 from ..models.generative.ddpm import sample_ddpm, train_ddpm, tweedie_at
 from ..models.generative.pmf import build_pmf, evaluate_pmf, train_pmf
 from ..models.generative.quality import batched, gate, generative_quality, with_fire_t
 from ..models.task_models import role_spec
-from ..models.training.loops import TRAIN_DEFAULTS, snapshot_path, to_float_images
+from ..models.training.generative import TRAIN_DEFAULTS, snapshot_path
+from ..models.training.loops import to_float_images
 from .train import generative_references, loss_networks
 
 PRIMARY = {"ddpm": "tweedie_t0.4_fid", "pmf": "predict_clean_t0.4_fid"}
@@ -125,8 +126,7 @@ def _cached_samples(cache: Path | None, n: int, draw: Callable[[], Tensor]) -> T
             return from_uint8(u8)
     u8 = quantize(draw())
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(cache, samples=u8.numpy())
+        save_npz(cache, samples=u8.numpy())
     return from_uint8(u8)
 
 
@@ -324,6 +324,6 @@ def curve_job(cfg: dict, task_name: str, role: str, steps: int | None, at: Seque
             return training_curve(cfg, task, role, steps, at, out_dir, data_dir, model_dir, score=False,
                                   shard=shard, **kw)
     curve = training_curve(cfg, task, role, steps, at, out_dir, data_dir, model_dir, train=not score_only, **kw)
-    Path(out_dir, "curve.md").write_text(to_markdown(curve))
+    write_text(Path(out_dir, "curve.md"), to_markdown(curve))
     return curve
 

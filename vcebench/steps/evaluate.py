@@ -81,14 +81,14 @@ def write_reference(settings: EvalSettings, out: str, device, progress: bool = T
           f"{ref.features.shape[1]}-d) -> {out}")
 
 
-def _inputs_of(names: list[str]) -> set[str]:
+def metric_inputs(names: list[str]) -> set[str]:
     """What the metrics ``names`` need beside the networks (``MetricSpec.inputs``)."""
     from .. import registry
 
     return {i for n in names for i in registry.get_metric_spec(n).inputs}
 
 
-def _build_metrics(settings: EvalSettings, names: list[str], need: set[str], models, ids: np.ndarray,
+def build_task_metrics(settings: EvalSettings, names: list[str], need: set[str], models, ids: np.ndarray,
                    fid_ref: str | None) -> list:
     """The metrics ``names`` of ``settings.task``, with what they declare they need (``MetricSpec.inputs``): the
     FID reference (checked to cover ``ids``) and the training labels. The metrics and the split loader read
@@ -110,7 +110,7 @@ def _build_metrics(settings: EvalSettings, names: list[str], need: set[str], mod
                          train_attribute_names=None if train is None else train.attribute_names, only=names)
 
 
-def _gt_counterfactuals(config: Mapping[str, Any], task, ids: np.ndarray):
+def gt_counterfactuals(config: Mapping[str, Any], task, ids: np.ndarray):
     """Rows -> the ground-truth counterfactuals of those rows' samples, quantised like x and cf (``config``: the
     whole configuration, whose ``datasets`` section configures the renderer)."""
     import torch
@@ -193,9 +193,9 @@ def evaluate_task(settings: EvalSettings, cfs_path: str, *, fid_ref: str | None 
         from ..models import load_task_models
 
         roles = tuple(r for r in required_roles(task) if r == "classifier" or
-                      any(r in _roles_of(n) for n in names))
+                      any(r in roles_of(n) for n in names))
         models = load_task_models(settings.config, task, roles=roles, device=device, model_dir=settings.model_dir)
-    gt_of = _gt_counterfactuals(settings.config, task, ids) if "ground_truth" in _inputs_of(names) else None
+    gt_of = gt_counterfactuals(settings.config, task, ids) if "ground_truth" in metric_inputs(names) else None
     core, metrics, checks = score(settings, names, models, x_of, z["cf"], ids, z["target"], label, gt_of=gt_of,
                                   fid_ref=fid_ref, device=device, progress=progress, strict=strict, stored=z,
                                   keep_resamples=resampled, records=samples_out is not None)
@@ -225,7 +225,8 @@ def score(settings: EvalSettings, names: list[str], models, x_of, cf: np.ndarray
     ``records``: ``run_metrics``' per-input record too)."""
     from metrics.evaluation import make_batches, run_metrics
 
-    metrics = built if built is not None else _build_metrics(settings, names, _inputs_of(names), models, ids, fid_ref)
+    metrics = (built if built is not None
+               else build_task_metrics(settings, names, metric_inputs(names), models, ids, fid_ref))
     bs = int(settings.metrics["batch_size"])
     checks = {"pred_disagreements": 0, "flipped_disagreements": 0, "target_not_1_minus_pred": 0}
     batches = make_batches(x_of, cf, ids, target, label, models.classifier, bs, gt_of, device=device)
@@ -295,7 +296,7 @@ def guidance_summary(z: dict) -> dict | None:
                                                                        and flipped.all())}
 
 
-def _roles_of(name: str) -> tuple[str, ...]:
+def roles_of(name: str) -> tuple[str, ...]:
     from metrics import MetricError
 
     from ..registry import metrics

@@ -48,7 +48,7 @@ def install(cfg: dict, role: str, task: str, *, out_dir: str | None, model_dir: 
 def parity(cfg: dict, dataset: str, model_dir: str, data_dir: str | None, n: int, out: Path) -> str:
     """`models parity` (``vcebench.protocol.parity``) on the CPU: writes ``out`` (JSON) and the table beside it
     (.md); returns the table."""
-    from ..core.io import write_json
+    from ..core.io import write_json, write_text
     from ..core.runtime import setup_torch
     from ..protocol.parity import measure, to_markdown
 
@@ -56,7 +56,7 @@ def parity(cfg: dict, dataset: str, model_dir: str, data_dir: str | None, n: int
     res = measure(cfg, dataset, model_dir, data_dir, n)
     write_json(out, res)
     md = to_markdown(res)
-    out.with_suffix(".md").write_text(md)
+    write_text(out.with_suffix(".md"), md)
     return md
 
 
@@ -92,6 +92,7 @@ def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: s
     ``dataset/role`` for one). ``where=None`` keeps the ``trained.where`` of the
     card already in each folder (a shipped network re-measured, not retrained)."""
     from ..config.tasks import SYNTHETIC_DATASETS
+    from ..core.io import copy_file
 
     cards = []
     for ds in SYNTHETIC_DATASETS:
@@ -109,8 +110,7 @@ def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: s
                 shutil.rmtree(tmp)
             for f in sorted(src.rglob("*")):
                 if f.is_file() and not any(p in SKIP_PARTS for p in f.relative_to(src).parts):
-                    (tmp / f.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(f, tmp / f.relative_to(src))
+                    copy_file(f, tmp / f.relative_to(src))
             card = write_card(tmp, cfg, ds, role, set_name, trained_info(metrics, where or _shipped_where(src)),
                               quality, curve)
             if dst.exists():

@@ -1,3 +1,4 @@
+# over 400 lines: left whole while #59 item 1 (settings resolution) rewrites it; split by duty after that
 """`vcebench report` as a library (its arguments and printing: :mod:`vcebench.cli.report`):
 task tables and figures, the paper's tables, and the CI metric regression.
 """

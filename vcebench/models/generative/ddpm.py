@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ...core.io import write_json
+from ...core.io import disk_space, tensor_bytes, write_json
 from ..checkpoints import remove_checkpoint, replace_dir
 from ..training.distributed import Shard
-from ..training.loops import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, to_float_images, train_generative
+from ..training.generative import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, train_generative
+from ..training.loops import to_float_images
 from ..training.settings import check_role_keys, require
 from .quality import EVAL_T_FLOW, batched, generative_quality, save_grid
 from .unet import build_unet, unet_kwargs
@@ -108,13 +110,20 @@ class DiffusersDDPM(EpsDDPM):
         return a.sqrt() * out + (1 - a).sqrt() * z, None  # v = sqrt(a) eps - sqrt(1-a) x
 
     def save_pretrained(self, path: str | Path) -> None:
-        """Write ``path/unet`` and ``path/scheduler`` (diffusers format), each moved into place whole."""
+        """Write ``path/unet`` and ``path/scheduler`` (diffusers format), each moved into place whole; a full
+        disk is one ``DiskFullError`` naming the folder and the weights' size (a partial folder is removed)."""
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
         for name, obj in (("unet", self.unet), ("scheduler", self.scheduler)):
-            tmp = Path(tempfile.mkdtemp(dir=path, prefix=f".{name}."))
-            obj.save_pretrained(tmp)
-            replace_dir(tmp, path / name)
+            needed = tensor_bytes(obj.state_dict()) if isinstance(obj, nn.Module) else None
+            with disk_space(path / name, needed):
+                path.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(dir=path, prefix=f".{name}."))
+                try:
+                    obj.save_pretrained(tmp)
+                except BaseException:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    raise
+                replace_dir(tmp, path / name)
 
     @classmethod
     def from_pretrained_dir(cls, path: str | Path) -> DiffusersDDPM:

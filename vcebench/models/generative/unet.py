@@ -3,7 +3,7 @@
 Both roles use the same diffusers ``UNet2DModel`` (built by :func:`build_unet` from the
 ``unet:`` block of a role's config), so that a dataset's DDPM and PMF get the same backbone
 size; the PMF adds a second timestep embedding for ``h = t - r`` (``class_embed_type="timestep"``).
-Their training loop is ``vcebench.models.training.loops.train_generative``.
+Their training loop is ``vcebench.models.training.generative.train_generative``.
 """
 
 from __future__ import annotations

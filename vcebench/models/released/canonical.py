@@ -1,3 +1,4 @@
+# over 400 lines: every released format in one place: its loader next to its entry in LOADERS and check_spec
 """Canonical (paper-setting) weights from user paths, in the formats the reference code ships.
 
 Never downloads; every ``.pth`` goes through ``torch.load(weights_only=True)``.

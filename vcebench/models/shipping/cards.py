@@ -14,13 +14,12 @@ and thread count are not in it: a shipped network is the same file on every mach
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from ...core.errors import ConfigError
-from ...core.io import sha256
+from ...core.io import copy_file, sha256, write_text
 from ...registry.roles import LOSS_ROLES
 
 CARD = "card.json"
@@ -96,9 +95,7 @@ def install(networks: str | Path, dataset: str, role: str, card: dict[str, Any],
     verify(src, card)
     files = sorted(card["files"])
     for rel in [f for f in files if f != "metrics.json"] + ["metrics.json"]:
-        dst = out / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / rel, dst)
+        copy_file(src / rel, out / rel)
     metrics = json.loads((out / "metrics.json").read_text())
     metrics["shipped"] = {"set": card.get("set"), "card": str(src / CARD), "files": card["files"]}
     from ...core.io import write_json
@@ -121,7 +118,7 @@ def write_card(folder: str | Path, cfg: dict, dataset: str, role: str, set_name:
     from ...core.io import write_json
 
     write_json(folder / CARD, card)
-    (folder / "card.md").write_text(card_markdown(card))
+    write_text(folder / "card.md", card_markdown(card))
     return card
 
 
