@@ -1,6 +1,7 @@
 """Write requirements.lock: every package `pip install -e '.[dev]'` needs, at the tested versions, with hashes.
 
-    .venv/bin/pip freeze --exclude-editable > /tmp/pins.txt && python scripts/lock.py --pins /tmp/pins.txt [--out requirements.lock]
+    .venv/bin/pip freeze --exclude-editable > /tmp/pins.txt
+    python scripts/lock.py --pins /tmp/pins.txt [--out requirements.lock]
 
 pyproject.toml's ``dependencies`` and its ``[dev]`` extra are resolved by pip (``pip install --dry-run
 --ignore-installed --report``, in whatever environment runs this script) with ``--pins`` (a ``pip freeze`` of the
