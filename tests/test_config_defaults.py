@@ -25,7 +25,7 @@ NOT_CONFIG: dict[tuple[str, str], str] = {
     ("vcebench/steps/evaluate.py", "fid_features"): "TaskModels.names (role -> network name), not the config",
     ("metrics/builders.py", "fid_features"): "TaskModels.names (role -> network name), not the config",
     ("vcebench/steps/profile.py", "n"): "a profile.json's own fields, printed in a message",
-    ("vcebench/paper/timing.py", "pmf"): "a timing report's own field (older reports lack it: they timed the UNet PMF)",
+    ("vcebench/paper/timing_report.py", "pmf"): "a timing report's own field (older reports lack it: the UNet PMF)",
 }
 
 

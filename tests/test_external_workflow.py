@@ -57,7 +57,7 @@ def test_seed_reruns_leave_imported_methods_out(tmp_path):
     r = _smk("seeds", "-n", "--forceall", "-p", "--configfile", str(pre))
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    assert "--method fire --seed" in out and "seeds/1/external_mine" not in out
+    assert "fire/settings.json --seed" in out and "seeds/1/external_mine" not in out
     assert "report seeds --task synthxray_pacemaker --methods fire " in out
 
 

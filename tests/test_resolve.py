@@ -122,11 +122,14 @@ def test_an_insane_value_fails_the_workflow_load_naming_the_key(tmp_path, text, 
 
 
 def test_a_pixel_length_is_held_to_the_tasks_images(cfg):
-    """A resolved length in pixels beyond the task's 32 px images fails (the config layers allow up to 1024)."""
+    """A resolved length in pixels beyond twice the task's 32 px images fails (the config layers allow up to 1024);
+    at twice the side it passes."""
     c = copy.deepcopy(cfg)
     c["tasks"]["synthfaces_smile"]["params"]["fire_K5"] = {"dilation": 100}  # the last layer (over the tuned)
-    with pytest.raises(ConfigError, match=r"dilation must be in \[0, 32\]"):
+    with pytest.raises(ConfigError, match=r"dilation must be in \[0, 64\]"):
         RunSettings.resolve(c, "synthfaces_smile", "fire_K5")
+    c["tasks"]["synthfaces_smile"]["params"]["fire_K5"] = {"dilation": 64}
+    assert RunSettings.resolve(c, "synthfaces_smile", "fire_K5").params["dilation"] == 64
 
 
 def test_config_overrides_reach_the_jobs_settings_file(tmp_path):

@@ -71,22 +71,23 @@ def test_pareto_front_keeps_only_non_dominated_points():
 
 def test_pareto_methods_and_figures(tmp_path):
     from vcebench.config.load import load_config
+    from vcebench.protocol.resolve import job_n_eval
     from vcebench.report import pareto_figures
-    from vcebench.workflow import n_eval_arg, pareto_methods
+    from vcebench.workflow import pareto_methods
 
     cfg = load_config()
     cfg["pareto"]["n_eval"] = 20
     # a smaller n for the Pareto points: the default point is `<method>_base` on those inputs, passed as
-    # --n-eval to explain / evaluate; the table rows keep n_eval
+    # the n_eval of the resolved settings of explain / evaluate; the table rows keep n_eval
     assert ("fire_base", "fire", "default") in pareto_methods(cfg)
-    assert n_eval_arg(cfg, "fire_K3") == "--n-eval 20" and n_eval_arg(cfg, "fire_base") == "--n-eval 20"
-    assert n_eval_arg(cfg, "fire") == "" and n_eval_arg(cfg, "fire_paper") == ""
+    assert job_n_eval(cfg, "fire_K3") == 20 and job_n_eval(cfg, "fire_base") == 20
+    assert job_n_eval(cfg, "fire") == cfg["n_eval"] and job_n_eval(cfg, "fire_paper") == cfg["n_eval"]
     # a Pareto point that is also a paper-table row (Table 5's K5) is that row: the table's n
     assert "fire_K5" in cfg["paper_methods"] and "fire_K5" in {m for m, _, _ in pareto_methods(cfg)}
-    assert n_eval_arg(cfg, "fire_K5") == ""
+    assert job_n_eval(cfg, "fire_K5") == cfg["n_eval"]
     cfg["pareto"]["n_eval"] = cfg["n_eval"]  # not below n_eval: the table rows are the default points
     rows = pareto_methods(cfg)
-    assert n_eval_arg(cfg, "fire_K3") == ""
+    assert job_n_eval(cfg, "fire_K3") == cfg["n_eval"]
     names = [m for m, _, _ in rows]
     assert ("fire", "fire", "default") in rows and ("fire_K3", "fire", "budget") in rows
     assert ("dime_g30", "dime", "budget") in rows and ("maskdime_snr_p2", "maskdime", "snr") in rows

@@ -62,6 +62,8 @@ rule merge_counterfactuals:
         "logs/explain/{task}/{method}/merge.log",
     benchmark:
         "benchmarks/explain/{task}/{method}/merge.tsv"
+    wildcard_constraints:
+        method="(?!external_)[A-Za-z0-9_]+",  # an imported method's counterfactuals: rule import_external
     conda:
         "envs/vcebench.yaml"
     threads: 1

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..steps.evaluate import eval_config, eval_settings, evaluate_task, metric_families, write_reference
+from ..steps.evaluate import eval_config, eval_settings, evaluate_task, metric_families, samples_path, write_reference
 from . import add_config_arg
 
 
@@ -55,7 +55,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Resolves the task (and the method's name, given or the --cfs folder's) once into an
     :class:`~vcebench.protocol.run_settings.EvalSettings`, then writes the FID reference or metrics.json."""
-    from metrics.records import SAMPLES_FILE
 
     from ..config.load import ConfigError
     from ..core.io import check_writable
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     check_writable(Path(out).parent, "metrics.json")  # before the evaluation, not after it
     result = evaluate_task(settings, cfs, fid_ref=args.fid_ref, device=device, only=args.only,
                            progress=not args.no_progress, strict=args.strict,
-                           samples_out=str(Path(out).with_name(SAMPLES_FILE)),
+                           samples_out=samples_path(out),
                            config_paths=[args.settings] if args.settings else args.config)
     from ..core.io import write_json
 

@@ -16,14 +16,16 @@ from typing import Any
 from ..core.errors import ConfigError
 
 # the largest image side a setting in pixels may take before the task is known (a config layer such as
-# `method_defaults`); a resolved setting is held to its task's resolution (:meth:`Bound.check` ``image_size``)
+# `method_defaults`); a resolved setting is held to twice its task's resolution (:meth:`Bound.check` ``image_size``):
+# a radius or a kernel width beyond twice the image side reaches past the whole image from any pixel, so it can
+# only be a mistake (a paper's value at its own resolution, 57 px at CheXpert's 512, stays legal on a 32 px copy)
 MAX_IMAGE_SIZE = 1024
 
 
 @dataclass(frozen=True)
 class Bound:
     """``lo <= value <= hi`` (``lo_open`` / ``hi_open``: strict); None: unbounded on that side. ``pixels``: a
-    length in pixels, at most the image size (:data:`MAX_IMAGE_SIZE` while the image size is unknown)."""
+    length in pixels, at most twice the image size (:data:`MAX_IMAGE_SIZE` while the image size is unknown)."""
 
     lo: float | None = None
     hi: float | None = None
@@ -32,10 +34,10 @@ class Bound:
     pixels: bool = False
 
     def upper(self, image_size: int | None) -> float | None:
-        """The upper limit, the image size for a length in pixels."""
+        """The upper limit, twice the image size for a length in pixels."""
         if not self.pixels:
             return self.hi
-        size = MAX_IMAGE_SIZE if image_size is None else int(image_size)
+        size = MAX_IMAGE_SIZE if image_size is None else 2 * int(image_size)
         return size if self.hi is None else min(self.hi, size)
 
     def describe(self, image_size: int | None = None) -> str:
@@ -45,7 +47,7 @@ class Bound:
         hi_s = "inf" if hi is None else f"{hi:g}"
         left = "(" if self.lo_open or self.lo is None else "["
         right = ")" if self.hi_open or hi is None else "]"
-        return f"{left}{lo_s}, {hi_s}{right}" + (" (the image size)" if self.pixels else "")
+        return f"{left}{lo_s}, {hi_s}{right}" + (" (twice the image size)" if self.pixels else "")
 
     def contains(self, value: float, image_size: int | None = None) -> bool:
         """Whether ``value`` is in range."""

@@ -52,6 +52,16 @@ def eval_settings(cfg: dict, task: str, method: str | None, *, data_dir: str | N
     return settings, setup_torch(settings.runtime.threads, settings.runtime.device, settings.runtime.cuda)
 
 
+def samples_path(metrics_out: str) -> str:
+    """Where the per-input record of the row whose metrics.json is ``metrics_out`` goes: beside it
+    (``metrics.records.SAMPLES_FILE``)."""
+    from pathlib import Path
+
+    from metrics.records import SAMPLES_FILE
+
+    return str(Path(metrics_out).with_name(SAMPLES_FILE))
+
+
 def _image_batches(split, rows: np.ndarray, batch_size: int, device) -> Iterator[torch.Tensor]:
     for s in range(0, len(rows), batch_size):
         yield split.float_images(rows[s:s + batch_size]).to(device)

@@ -103,7 +103,7 @@ def _paired_rows(cfg, ref_dir: Path, task: str, results: Path, reference_table, 
     ref_orig = paired.read_originals(paired.reference_records_dir(ref_dir, task) / paired.ORIGINALS_FILE)
     cur_orig = paired.read_originals(results / task / "fid_ref.npz") or ref_orig
     originals = (ref_orig, cur_orig) if ref_orig is not None else None
-    seeds = [int(s) for s in (cfg.get("metrics") or {}).get("sfid_seeds", [0])]
+    seeds = [int(s) for s in cfg["metrics"]["sfid_seeds"]]
     rows, fails = paired.paired_check(task, ref_records, current, originals, higher, features, rel,
                                       PAIRED_MAX_LOST, seeds, strict=strict)
     return rows, fails, paired.covered(ref_records, features, originals is not None)

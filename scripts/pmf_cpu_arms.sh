@@ -1,0 +1,45 @@
+#!/bin/bash
+# Issue #61's CPU path: each set's shipped faces pmf continued to the DDPM's budget (25,600 steps in all) with pMF's
+# perceptual loss (config/presets/pmf_ablation/ft_long_perceptual.yaml), ref1 and ref2 side by side, one thread
+# each, niced, in the background; a resume state every 100 steps. On 2 idle cores an arm is ~3.3 s per step.
+#   bash scripts/pmf_cpu_arms.sh start   restore the committed states (training-states/pmf-ablation) where runs/ has
+#                                        none, render the data and install the gate's networks, start both arms
+#   bash scripts/pmf_cpu_arms.sh status  each arm's last logged step
+#   bash scripts/pmf_cpu_arms.sh save    stop both arms and copy their resume states to training-states/pmf-ablation
+#                                        (about 10 MB per arm; commit it at most once a day)
+#   bash scripts/pmf_cpu_arms.sh score   once an arm has finished: score it (vcebench models curve --score-only,
+#                                        the gate's numbers) and print the ablation table of its set
+set -eu
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+ARM=ft_long_perceptual
+SETS="ref1 ref2"
+RUNS=runs/pmf-ablation
+KEEP=training-states/pmf-ablation
+export EXTRA=config/presets/pmf_ablation/one_thread.yaml OMP_NUM_THREADS=1
+[ -d .venv ] && PATH="$ROOT/.venv/bin:$PATH"
+case "${1:?usage: scripts/pmf_cpu_arms.sh start|status|save|score}" in
+  start)
+    mkdir -p "$RUNS"
+    [ -d "$KEEP" ] && RUNS=$RUNS KEEP=$KEEP bash scripts/training_states.sh restore
+    for set in $SETS; do
+      if pgrep -f "pmf-ablation/$set/$ARM" >/dev/null; then echo "$set: already running"; continue; fi
+      ( SET=$set bash scripts/pmf_ablation.sh prepare >"$RUNS/prepare_$set.log" 2>&1 \
+        && SET=$set nice -n 15 bash scripts/pmf_ablation.sh "$ARM" --train-only >"$RUNS/${ARM}_$set.log" 2>&1 ) &
+      echo "$set: started (log $RUNS/${ARM}_$set.log)"
+    done ;;
+  status)
+    for set in $SETS; do
+      printf '%s: ' "$set"; tail -c 400 "$RUNS/${ARM}_$set.log" 2>/dev/null | tr '\r' '\n' | grep 'train pmf' | tail -1 || echo "no log"
+      echo
+    done ;;
+  save)
+    pkill -f "models curve" || true
+    sleep 2
+    RUNS=$RUNS KEEP=$KEEP bash scripts/training_states.sh save ;;
+  score)
+    for set in $SETS; do
+      SET=$set bash scripts/pmf_ablation.sh "$ARM" --score-only && SET=$set bash scripts/pmf_ablation.sh table
+    done ;;
+  *) echo "usage: scripts/pmf_cpu_arms.sh start|status|save|score" >&2; exit 2 ;;
+esac
