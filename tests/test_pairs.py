@@ -96,9 +96,14 @@ def test_read_samples_refuses_what_the_schema_does_not_allow(tmp_path):
 def test_holm_bootstrap_p_and_mcnemar_on_known_values():
     assert pairs.holm(np.array([0.01, 0.04, 0.03, np.nan])).tolist()[:3] == pytest.approx([0.03, 0.06, 0.06])
     assert np.isnan(pairs.holm(np.array([0.01, np.nan]))[1])
-    assert pairs.bootstrap_p(np.ones(99)) == pytest.approx(2 / 100)  # all replicates one side: 2 (0 + 1) / (B + 1)
-    assert pairs.bootstrap_p(np.zeros(99)) == 1.0
-    assert pairs.bootstrap_p(np.r_[-np.ones(50), np.ones(49)]) == 1.0
+    d = np.random.default_rng(0).standard_normal(1000)
+    d = (d - d.mean()) / d.std(ddof=1)  # replicate differences with sd exactly 1
+    assert pairs.bootstrap_p(3.0, d + 3.0) == pytest.approx(0.0026998, rel=1e-4)  # 2 (1 - Phi(3))
+    assert pairs.bootstrap_p(1.96, d) == pytest.approx(0.05, rel=1e-3)  # the spread, not the replicates' mean
+    # no floor at 1 / (B + 1): a clear difference passes Holm over 28 pairs with B = 200 replicates
+    assert pairs.bootstrap_p(5.0, d[:200] + 5.0) * 28 < 0.05
+    assert pairs.bootstrap_p(0.0, np.zeros(99)) == 1.0 and pairs.bootstrap_p(1.0, np.ones(99)) == 0.0
+    assert np.isnan(pairs.bootstrap_p(1.0, np.array([np.nan, 1.0])))
     p, k = pairs.mcnemar(np.r_[np.ones(8), np.zeros(4)], np.zeros(12))
     assert k == 8 and p == pytest.approx(2 * 0.5 ** 8)  # 8 discordant, all one way
     assert pairs.mcnemar(np.ones(5), np.ones(5)) == (1.0, 0)
