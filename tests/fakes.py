@@ -214,3 +214,22 @@ def write_dime(z, label, folder: Path, mapping_csv: Path) -> None:
         w = csv.DictWriter(fh, ["file", "sample_id"])
         w.writeheader()
         w.writerows(rows)
+
+
+def eval_batches(n: int, bs: int, seed: int = 0, p_flip: float = 0.6, id_scale: int = 1, id_offset: int = 0):
+    """Random 4 x 4 originals, counterfactuals 0.3 noise away, a share ``p_flip`` flipped, as metrics.base.EvalBatch
+    batches of ``bs`` (sample ids ``i * id_scale + id_offset``): the metric tests' tiny evaluation set."""
+    import torch
+
+    from metrics.base import EvalBatch
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 3, 4, 4, generator=g) * 2 - 1
+    cf = (x + 0.3 * torch.randn(n, 3, 4, 4, generator=g)).clamp(-1, 1)
+    flipped = torch.rand(n, generator=g) < p_flip
+    for s in range(0, n, bs):
+        sl = slice(s, s + bs)
+        m = len(x[sl])
+        yield EvalBatch(x=x[sl], cf=cf[sl], sample_id=torch.arange(n)[sl] * id_scale + id_offset,
+                        target=torch.ones(m, dtype=torch.long), flipped=flipped[sl],
+                        label=torch.zeros(m, dtype=torch.long))

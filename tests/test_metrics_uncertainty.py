@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import torch
 
-from metrics import FID, KID, SFID, EvalBatch, FlipRate, frechet_distance
+from metrics import FID, KID, SFID, FlipRate, frechet_distance
 from metrics.bootstrap import Resamples, Samples, percentile_interval, resample_counts, weighted_means
 from metrics.evaluation import run_metrics
 from metrics.fid import weighted_frechet
 from metrics.kid import kid, mmd2_unbiased, polynomial_kernel, weighted_mmd2
+from tests.fakes import eval_batches
 
 
 def test_resample_counts_sum_to_n_and_are_seeded():
@@ -151,15 +152,7 @@ class Project(torch.nn.Module):
 
 
 def _batches(n=40, bs=16, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.rand(n, 3, 4, 4, generator=g) * 2 - 1
-    cf = (x + 0.3 * torch.randn(n, 3, 4, 4, generator=g)).clamp(-1, 1)
-    flipped = torch.rand(n, generator=g) < 0.7
-    for s in range(0, n, bs):
-        sl = slice(s, s + bs)
-        m = len(x[sl])
-        yield EvalBatch(x=x[sl], cf=cf[sl], sample_id=torch.arange(n)[sl] + 100, target=torch.ones(m, dtype=torch.long),
-                        flipped=flipped[sl], label=torch.zeros(m, dtype=torch.long))
+    return eval_batches(n, bs, seed=seed, p_flip=0.7, id_offset=100)
 
 
 def test_run_metrics_writes_an_interval_around_every_value():

@@ -12,12 +12,13 @@ import pandas as pd
 import pytest
 import torch
 
-from metrics import EvalBatch, FlipRate
+from metrics import FlipRate
 from metrics.bootstrap import Resamples, Samples, resample_counts, weighted_means
 from metrics.evaluation import run_metrics
 from metrics.fid import FID
 from metrics.records import RecordError, SampleRecord, counts_sha256, read_samples, write_samples
 from metrics.similarity import L1Distance
+from tests.fakes import eval_batches
 from vcebench import report
 from vcebench.report import pair_summary, pairs
 
@@ -33,16 +34,7 @@ class Project(torch.nn.Module):
 
 
 def _batches(n=30, bs=8):
-    g = torch.Generator().manual_seed(0)
-    x = torch.rand(n, 3, 4, 4, generator=g) * 2 - 1
-    cf = (x + 0.3 * torch.randn(n, 3, 4, 4, generator=g)).clamp(-1, 1)
-    flipped = torch.rand(n, generator=g) < 0.6
-    for s in range(0, n, bs):
-        sl = slice(s, s + bs)
-        m = len(x[sl])
-        yield EvalBatch(x=x[sl], cf=cf[sl], sample_id=torch.arange(n)[sl] * 2 + 7,
-                        target=torch.ones(m, dtype=torch.long),
-                        flipped=flipped[sl], label=torch.zeros(m, dtype=torch.long))
+    return eval_batches(n, bs, seed=0, p_flip=0.6, id_scale=2, id_offset=7)
 
 
 def test_run_metrics_records_what_each_input_contributed(tmp_path):
