@@ -36,7 +36,8 @@ envvars:
 os.environ["PATH"] = (
     os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
 )
-CFG = wf.config_args(workflow.configfiles, workflow.basedir)
+# the run's merged config, read by the jobs that need the whole task view (rule resolved_config)
+RESOLVED = ancient(wf.CONFIG_SNAPSHOT)
 # A local run starts at most as many GPU jobs at once as GPUs are visible (`--resources gpu=N` overrides;
 # cluster jobs are not limited here: each requests its GPUs from the scheduler).
 if (
@@ -64,6 +65,7 @@ GENERATED = wf.generated_methods(METHODS)
 
 
 include: "workflows/common.smk"
+include: "workflows/settings.smk"
 include: "workflows/data.smk"
 include: "workflows/models.smk"
 include: "workflows/counterfactuals.smk"

@@ -102,9 +102,9 @@ def test_missing_weight_names_key(tmp_path):
         wf.check_real_task(cfg, "celeba_smile", ("classifier",))
 
 
-def test_config_args_default_first():
-    args = wf.config_args([str(ROOT / "config/presets/quick.yaml"), "config/config.yaml"])
-    assert args.index("config/config.yaml") < args.index("quick.yaml")
+def test_config_paths_default_first():
+    paths = wf.config_paths([str(ROOT / "config/presets/quick.yaml"), "config/config.yaml"], ROOT)
+    assert [Path(p).name for p in paths] == ["config.yaml", "quick.yaml"]
 
 
 def test_config_typo_is_named():

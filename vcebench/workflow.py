@@ -29,25 +29,26 @@ from .config.tasks import (  # noqa: F401 (Snakefile)
     method_roles,
     pareto_methods,
     split_method,
+    task_for_dataset,
     task_methods,
 )
-from .protocol.resolve import settings_json, settings_path, write_settings  # noqa: F401 (Snakefile)
+from .protocol.resolve import (  # noqa: F401 (Snakefile)
+    CONFIG_SNAPSHOT,
+    config_snapshot,
+    reference_json,
+    settings_json,
+    settings_path,
+    train_json,
+    tune_json,
+    write_settings,
+)
 from .registry.roles import GATE_ROLES, GENERATIVE, loss_roles
 
 
-def config_args(configfiles: list, basedir: str | Path = ".") -> str:
-    """``--config`` flags for the CLI: config/config.yaml first, then presets in the order given.
-
-    Snakemake lists command-line ``--configfile`` entries before the Snakefile's ``configfile:``;
-    the CLI merges left to right, so the default must come first. Paths are absolute because
-    rules run in the config's ``workdir``, and shell-quoted (a clone under a path with spaces or
-    shell characters).
-    """
-    return " ".join(f"--config {shlex.quote(p)}" for p in config_paths(configfiles, basedir))
-
-
 def config_paths(configfiles: list, basedir: str | Path = ".") -> list[str]:
-    """The config files in the order the jobs merge them (:func:`config_args`), absolute."""
+    """The config files in the order a job merges them (`vcebench <verb> --config ...`), absolute: Snakemake lists
+    command-line ``--configfile`` entries before the Snakefile's ``configfile:``, the CLI merges left to right, so
+    the default comes first."""
     default = (Path(basedir) / "config/config.yaml").resolve()
     rest = [str(Path(p).resolve()) for p in configfiles if Path(p).resolve() != default]
     return [str(default), *rest]
@@ -94,7 +95,7 @@ def check_config(cfg: dict, configfiles: list, basedir: str | Path = ".") -> dic
 
 
 def jobs_config(given: dict, configfiles: list, basedir: str | Path = ".") -> None:
-    """The config files as every job reads them (``vcebench <verb> --config ...``, :func:`config_args`'s order),
+    """The config files as every job reads them (``vcebench <verb> --config ...``, :func:`config_paths`' order),
     checked by the jobs' own loader (:func:`vcebench.protocol.settings.load_settings`) wherever that merge differs
     from Snakemake's (``given``). The two merge a mapping over a value that is none differently: Snakemake keeps
     ``scales: [8, 10, 15]`` under a preset's ``scales: {}``, the jobs take ``{}``, so only their check sees it."""
@@ -254,14 +255,6 @@ def task_pattern(cfg: dict) -> str:
 
     names = sorted(cfg.get("tasks") or {}, key=len, reverse=True)
     return "|".join(re.escape(n) for n in names) or "[A-Za-z][A-Za-z0-9_]*"
-
-
-def task_for_dataset(cfg: dict, dataset: str) -> str:
-    """A task on ``dataset`` (models are per dataset; `vcebench train` takes a task)."""
-    for name, t in cfg["tasks"].items():
-        if t["dataset"] == dataset:
-            return name
-    raise ConfigError(f"no task in config key `tasks` uses dataset {dataset!r}")
 
 
 def trained_on_real(cfg: dict, dataset: str, role: str) -> bool:

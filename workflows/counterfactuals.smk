@@ -1,18 +1,3 @@
-rule resolve_settings:
-    """The one resolution of a method's settings on a task (vcebench/protocol/resolve.py), from this run's config
-    (`--config key=value` included): the file every explain and evaluate job of the pair reads. Its params hold
-    the record, so a change of settings rewrites it and reruns those jobs."""
-    output:
-        "results/{task}/{method}/settings.json",
-    log:
-        "logs/settings/{task}/{method}.log",
-    localrule: True
-    params:
-        record=lambda wc: wf.settings_json(config, wc.task, wc.method),
-    run:
-        wf.write_settings(output[0], params.record, log=log[0])
-
-
 rule explain_shard:
     """Counterfactuals for one shard of the evaluation sample ids."""
     input:
@@ -70,8 +55,6 @@ rule merge_counterfactuals:
     resources:
         mem_mb=2000,
         runtime=10,
-    params:
-        cfg=CFG,
     shell:
         "vcebench explain --merge {input.shards:q} --out {output.cfs:q} --profile-out {output.profile:q} "
         "> {log:q} 2>&1"

@@ -1,5 +1,7 @@
 rule render_data:
     """Render a synthetic dataset (all splits + attribute table) once."""
+    input:
+        config=RESOLVED,
     output:
         train="resources/data/{dataset}/train.npz",
         val="resources/data/{dataset}/val.npz",
@@ -16,8 +18,7 @@ rule render_data:
         mem_mb=4000,
         runtime=30,
     params:
-        cfg=CFG,
         settings=lambda wc: wf.settings_key(config, "data", wc.dataset),
     shell:
-        "vcebench data render {wildcards.dataset} --out resources/data/{wildcards.dataset} {params.cfg} "
-        "> {log:q} 2>&1"
+        "vcebench data render {wildcards.dataset} --out resources/data/{wildcards.dataset} "
+        "--resolved-config {input.config:q} > {log:q} 2>&1"

@@ -1,6 +1,7 @@
 rule fid_reference:
     """Feature statistics of the originals, computed once per task and reused by every method."""
     input:
+        settings=ancient("results/{task}/fid_ref.settings.json"),
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
         models=lambda wc: model_inputs(wc.task, ["fid_features"]),
     output:
@@ -16,11 +17,10 @@ rule fid_reference:
         mem_mb=4000,
         runtime=30,
     params:
-        cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
     shell:
-        "vcebench evaluate --task {wildcards.task} --reference {params.data} "
-        "--out {output:q} {params.cfg} > {log:q} 2>&1"
+        "vcebench evaluate --settings {input.settings:q} --reference {params.data} "
+        "--out {output:q} > {log:q} 2>&1"
 
 
 rule evaluate:

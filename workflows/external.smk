@@ -8,6 +8,7 @@ ruleorder: import_external > merge_counterfactuals
 rule import_external:
     """A DiME/ACE or generic folder of counterfactual images -> counterfactuals.npz (same ids as explain)."""
     input:
+        config=RESOLVED,
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
         models=lambda wc: model_inputs(wc.task, wf.method_roles(wc.method)),
         source=lambda wc: wf.external_inputs(
@@ -28,9 +29,8 @@ rule import_external:
         mem_mb=4000,
         runtime=30,
     params:
-        cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
         source=lambda wc: wf.import_args(config, wc.task, wc.method, workflow.basedir),
     shell:
         "vcebench import --task {wildcards.task} {params.source} {params.data} "
-        "--out {output:q} {params.cfg} > {log:q} 2>&1"
+        "--out {output:q} --resolved-config {input.config:q} > {log:q} 2>&1"

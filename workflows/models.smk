@@ -1,6 +1,8 @@
 rule train_model:
     """Train one network role on a synthetic dataset (real datasets use canonical weights)."""
     input:
+        # the job's settings (rule resolve_train_settings); ancient: it reruns on its settings key (params), as before
+        settings=ancient("resources/settings/{dataset}/{role}.json"),
         data=lambda wc: data_inputs(wc.dataset),
         # networks a role's quality gate uses: the oracle attacks the classifier it must not be
         # fooled by; the ddpm's FID uses fid_features; the pmf is compared with the ddpm's Tweedie
@@ -30,15 +32,11 @@ rule train_model:
         gpu=lambda wc: wf.train_gpus(config, wc.role),
     params:
         launcher=lambda wc: wf.train_launcher(config, wc.role),
-        cfg=CFG,
         settings=lambda wc: wf.settings_key(config, "model", wc.dataset, wc.role),
-        task=lambda wc: wf.task_for_dataset(config, wc.dataset),
         data=lambda wc: data_arg(wc.dataset),
-        networks=wf.networks_dir(config, workflow.basedir),
     shell:
-        "{params.launcher} train {wildcards.role} --task {params.task:q} {params.data} "
-        "--out resources/models/{wildcards.dataset}/{wildcards.role} --networks {params.networks:q} "
-        "{params.cfg} > {log:q} 2>&1"
+        "{params.launcher} train {wildcards.role} --settings {input.settings:q} {params.data} "
+        "--out resources/models/{wildcards.dataset}/{wildcards.role} > {log:q} 2>&1"
 
 
 rule networks:

@@ -5,6 +5,7 @@
 rule pareto_task:
     """Quality against TFLOPs / seconds per CF (front highlighted) and against the starting log-SNR."""
     input:
+        config=RESOLVED,
         metrics=lambda wc: expand(
             "results/{task}/{method}/metrics.json",
             task=wc.task,
@@ -27,10 +28,9 @@ rule pareto_task:
     resources:
         mem_mb=2000,
         runtime=10,
-    params:
-        cfg=CFG,
     shell:
-        "vcebench report pareto --task {wildcards.task} --out-dir results {params.cfg} > {log:q} 2>&1"
+        "vcebench report pareto --task {wildcards.task} --out-dir results --resolved-config {input.config:q} "
+        "> {log:q} 2>&1"
 
 
 rule pareto:

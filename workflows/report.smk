@@ -1,6 +1,7 @@
 rule report_task:
     """Comparison tables (CSV / Markdown / LaTeX) and figures of one task."""
     input:
+        config=RESOLVED,
         metrics=lambda wc: expand(
             "results/{task}/{method}/metrics.json",
             task=wc.task,
@@ -57,18 +58,18 @@ rule report_task:
         mem_mb=2000,
         runtime=10,
     params:
-        cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
         methods=lambda wc: wf.shell_words(task_methods(wc.task)),
     shell:
         "vcebench report task --task {wildcards.task} --methods {params.methods} {params.data} "
-        "--out-dir results {params.cfg} > {log:q} 2>&1"
+        "--out-dir results --resolved-config {input.config:q} > {log:q} 2>&1"
 
 
 rule pairs:
     """Paired tests between the task's ranked rows (docs/protocol.md, "Paired comparisons"): the verdict behind the
     table's marks."""
     input:
+        config=RESOLVED,
         metrics=lambda wc: expand(
             "results/{task}/{method}/metrics.json",
             task=wc.task,
@@ -99,17 +100,17 @@ rule pairs:
         mem_mb=2000,
         runtime=10,
     params:
-        cfg=CFG,
         methods=lambda wc: wf.shell_words(task_methods(wc.task)),
     shell:
         "vcebench report pairs --task {wildcards.task} --methods {params.methods} "
-        "--out-dir results {params.cfg} > {log:q} 2>&1"
+        "--out-dir results --resolved-config {input.config:q} > {log:q} 2>&1"
 
 
 rule summary_pairs:
     """Wins / ties / losses of the paired tests over the tasks and the mean-rank (critical-difference) diagram."""
     input:
-        expand("results/{task}_pairs.csv", task=TASKS),
+        config=RESOLVED,
+        tables=expand("results/{task}_pairs.csv", task=TASKS),
     output:
         md="results/summary_pairs.md",
         cd=report(
@@ -129,15 +130,16 @@ rule summary_pairs:
         mem_mb=1000,
         runtime=5,
     params:
-        cfg=CFG,
         tasks=wf.shell_words(TASKS),
     shell:
-        "vcebench report pairs --summary {params.tasks} --out-dir results {params.cfg} > {log:q} 2>&1"
+        "vcebench report pairs --summary {params.tasks} --out-dir results "
+        "--resolved-config {input.config:q} > {log:q} 2>&1"
 
 
 rule gallery:
     """A gallery of counterfactuals per method (one |diff| scale for all methods of the task)."""
     input:
+        config=RESOLVED,
         cfs=expand("results/{{task}}/{method}/counterfactuals.npz", method=METHODS),
         models=lambda wc: model_inputs(wc.task, ["classifier"]),
     output:
@@ -162,17 +164,17 @@ rule gallery:
         mem_mb=2000,
         runtime=10,
     params:
-        cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
         methods=" ".join(METHODS),
     shell:
         "vcebench report gallery --task {wildcards.task} --methods {params.methods} {params.data} "
-        "--out-dir results {params.cfg} > {log:q} 2>&1"
+        "--out-dir results --resolved-config {input.config:q} > {log:q} 2>&1"
 
 
 rule paper_tables:
     """The FiRe paper's Tables 1-6 and Figure 2 for the configured tasks (synthetic analogues by default)."""
     input:
+        config=RESOLVED,
         metrics=expand(
             "results/{task}/{method}/metrics.json",
             task=TASKS,
@@ -195,10 +197,9 @@ rule paper_tables:
     resources:
         mem_mb=2000,
         runtime=10,
-    params:
-        cfg=CFG,
     shell:
-        "vcebench report paper --out-dir results/paper {params.cfg} > {log:q} 2>&1"
+        "vcebench report paper --out-dir results/paper --resolved-config {input.config:q} "
+        "> {log:q} 2>&1"
 
 
 rule paper:
@@ -209,7 +210,8 @@ rule paper:
 rule regression:
     """Compare the run's tables with results/reference/<preset>/ (CI); fails on a regression."""
     input:
-        expand("results/{task}.csv", task=TASKS),
+        config=RESOLVED,
+        tables=expand("results/{task}.csv", task=TASKS),
     output:
         "results/regression.md",
     log:
@@ -223,9 +225,8 @@ rule regression:
         mem_mb=1000,
         runtime=5,
     params:
-        cfg=CFG,
         ref=REFERENCE,
         tasks=wf.shell_words(TASKS),
     shell:
         "vcebench report regression --reference {params.ref:q} --tasks {params.tasks} "
-        "--out {output:q} {params.cfg} > {log:q} 2>&1"
+        "--out {output:q} --resolved-config {input.config:q} > {log:q} 2>&1"

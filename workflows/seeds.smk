@@ -62,6 +62,7 @@ rule evaluate_seed:
 rule seeds_task:
     """The spread of every cell over the seeds (of the methods vcebench runs: an imported one has no seed)."""
     input:
+        config=RESOLVED,
         main=lambda wc: expand(
             "results/{task}/{method}/metrics.json",
             task=wc.task,
@@ -90,11 +91,10 @@ rule seeds_task:
         mem_mb=2000,
         runtime=10,
     params:
-        cfg=CFG,
         methods=lambda wc: wf.shell_words(seeded_methods(wc.task)),
     shell:
         "vcebench report seeds --task {wildcards.task} --methods {params.methods} --out-dir results "
-        "{params.cfg} > {log:q} 2>&1"
+        "--resolved-config {input.config:q} > {log:q} 2>&1"
 
 
 rule seeds:

@@ -3,6 +3,7 @@ rule tune_task:
     file it writes (protocol.tuned_dir, committed). Not part of `all`: run `snakemake tune`.
     """
     input:
+        settings=ancient("results/tune/{task}.settings.json"),
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),
         val=lambda wc: [
             f"{d}/val.npz" for d in [data_dir(wf.dataset_of(config, wc.task))] if d
@@ -23,11 +24,10 @@ rule tune_task:
         runtime=120,
         gpu=lambda wc: 1 if config["device"] == "cuda" else 0,
     params:
-        cfg=CFG,
         data=lambda wc: data_arg(wf.dataset_of(config, wc.task)),
     shell:
-        "vcebench tune --task {wildcards.task} {params.data} --out {output.tuned:q} --md {output.md} "
-        "{params.cfg} > {log:q} 2>&1"
+        "vcebench tune --settings {input.settings:q} {params.data} --out {output.tuned:q} --md {output.md:q} "
+        "> {log:q} 2>&1"
 
 
 rule tune:

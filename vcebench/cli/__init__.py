@@ -59,9 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_config_arg(p: argparse.ArgumentParser) -> None:
+def add_config_arg(p: argparse.ArgumentParser, resolved: bool = False) -> None:
+    """``--config`` (and with ``resolved``, ``--resolved-config``: the workflow's merged config of the run)."""
     p.add_argument("--config", action="append", default=None, metavar="YAML",
                    help="config file(s), later ones deep-merged over earlier (default: config/config.yaml)")
+    if resolved:
+        p.add_argument("--resolved-config", default=None, metavar="JSON",
+                       help="the run's merged config as the workflow wrote it (results/config.resolved.json: the "
+                            "config files and `snakemake --config` overrides) in place of --config")
 
 
 def add_subverbs(p: argparse.ArgumentParser) -> argparse._SubParsersAction:

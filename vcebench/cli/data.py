@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("dataset", choices=SYNTHETIC_DATASETS)
     r.add_argument("--out", required=True, help="output folder, e.g. resources/data/synthfaces")
     r.add_argument("--splits", nargs="+", default=["train", "val", "test"])
-    add_config_arg(r)
+    add_config_arg(r, resolved=True)
 
     c = verbs.add_parser("check", help="validate a dataset folder; prints counts per split")
     c.add_argument("dataset", choices=ALL)
@@ -73,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _config(args: argparse.Namespace) -> dict:
     from ..steps.data import settings
 
-    return settings(args.config)
+    return settings(args.config, getattr(args, "resolved_config", None))
 
 
 def run(args: argparse.Namespace) -> int:

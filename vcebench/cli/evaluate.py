@@ -3,6 +3,8 @@
 Examples::
 
     vcebench evaluate --task synthfaces_smile --reference --out results/synthfaces_smile/fid_ref.npz
+    vcebench evaluate --settings results/synthfaces_smile/fid_ref.settings.json --reference \\
+        --out results/synthfaces_smile/fid_ref.npz
     vcebench evaluate --task synthfaces_smile --method fire \\
         --cfs results/synthfaces_smile/fire/counterfactuals.npz \\
         --fid-ref results/synthfaces_smile/fid_ref.npz --out results/synthfaces_smile/fire/metrics.json
@@ -25,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="compute a method's metrics (or the FID reference statistics)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--settings", default=None, metavar="JSON",
-                   help="the method's resolved settings file (the workflow's results/<task>/<method>/settings.json) "
-                        "in place of --task, --method and --config")
+                   help="the method's resolved settings file (the workflow's results/<task>/<method>/settings.json; "
+                        "with --reference results/<task>/fid_ref.settings.json) in place of --task, --method and "
+                        "--config")
     p.add_argument("--task", help="task name (config key `tasks`)")
     p.add_argument("--method", help="method name (recorded in metrics.json)")
     p.add_argument("--reference", action="store_true",
@@ -95,11 +98,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _from_settings_file(args: argparse.Namespace):
     """(EvalSettings, torch device) of ``--settings`` (:func:`vcebench.steps.settings.evaluate_settings`): the
-    file alone says the task, the method and the settings; ``--n-eval`` still overrides."""
+    file alone says the task, the method and the settings (with ``--reference``: the FID reference's record, the
+    workflow's results/<task>/fid_ref.settings.json); ``--n-eval`` still overrides."""
     from ..config.load import ConfigError
     from ..steps.settings import evaluate_settings
 
-    if args.task or args.method or args.config or args.reference:
-        raise ConfigError("--settings holds the task, the method and their settings: give no --task, --method, "
-                          "--config or --reference with it")
+    if args.task or args.method or args.config:
+        raise ConfigError("--settings holds the task, the method and their settings: give no --task, --method or "
+                          "--config with it")
     return evaluate_settings(args.settings, n_eval=args.n_eval, data_dir=args.data, model_dir=args.models)

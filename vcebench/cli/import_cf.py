@@ -51,14 +51,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output counterfactuals.npz")
     p.add_argument("--data", default=None, help="rendered dataset folder (synthetic datasets)")
     p.add_argument("--models", default="resources/models", help="model folder (default resources/models)")
-    add_config_arg(p)
+    add_config_arg(p, resolved=True)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """``vcebench import``; an :class:`ImportFolderError` is a user error (one line, exit 2, in cli.main)."""
     summary = import_job(args.config, args.task, args.path, args.layout, args.out, mapping=args.mapping,
-                         data_dir=args.data, model_dir=args.models)
+                         data_dir=args.data, model_dir=args.models, resolved=args.resolved_config)
     print(f"{summary['task']}: imported {summary['n']} counterfactuals ({args.layout} layout, {args.path}); "
           f"flipped by the task's classifier: {summary['flipped']}/{summary['n']}; "
           f"disagreements with the folder's own predictions: {summary['disagreements']} -> {args.out}")

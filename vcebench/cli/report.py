@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a = add_subverb(subs, "accept", run_accept, "copy the current task tables into the reference folder")
     _reference_args(a)
     _out_dir_arg(a, "folder holding the current <task>.{csv,md}")
-    add_config_arg(a)
+    add_config_arg(a, resolved=True)
 
     sd = add_subverb(subs, "seeds", run_seeds, "the spread over config `seeds.seeds` of a task's table")
     _task_arg(sd)
@@ -95,7 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _out_dir_arg(to, "folder holding <task>_seeds.{csv,md}")
     to.add_argument("--allow-missing-seeds", action="store_true",
                     help="derive with the tasks that have a seed spread; the others are held to the CPU-kind drift")
-    add_config_arg(to)
+    add_config_arg(to, resolved=True)
     ex = add_subverb(subs, "excerpt", run_excerpt, "rewrite the marked table excerpts of documents from a "
                      "snapshot's task tables (--check: fail when one differs)")
     ex.add_argument("files", nargs="+", help="documents holding `<!-- begin:excerpt ... -->` markers")
@@ -125,10 +125,11 @@ def _out_dir_arg(p: argparse.ArgumentParser, what: str = "output folder") -> Non
 
 
 def _results_args(p: argparse.ArgumentParser) -> None:
-    """``--results`` (what the runs wrote), ``--out-dir`` (where the report goes) and ``--config``."""
+    """``--results`` (what the runs wrote), ``--out-dir`` (where the report goes), ``--config`` and
+    ``--resolved-config``."""
     p.add_argument("--results", default="results", help="results folder holding <task>/<method>/ (default results)")
     _out_dir_arg(p)
-    add_config_arg(p)
+    add_config_arg(p, resolved=True)
 
 
 def _reference_args(p: argparse.ArgumentParser) -> None:
@@ -139,9 +140,10 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace) -> dict:
-    from ..config.load import load_config
+    """The run's merged config (``--resolved-config``, the workflow's), else the ``--config`` files."""
+    from ..steps.settings import job_config
 
-    return load_config(args.config)
+    return job_config(args.config, args.resolved_config, check=False)
 
 
 def run_task(args: argparse.Namespace) -> int:

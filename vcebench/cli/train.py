@@ -3,6 +3,7 @@
 Examples::
 
     vcebench train classifier --task synthfaces_smile --data resources/data/synthfaces
+    vcebench train classifier --settings resources/settings/synthfaces/classifier.json   # the workflow's job
     vcebench train oracle --task synthfaces_smile        # after the classifier (measures transfer)
     vcebench train simsiam --task synthxray_pacemaker --out /tmp/simsiam
     torchrun --standalone --nproc_per_node 4 --no-python vcebench train pmf --task synthfaces_smile
@@ -24,7 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train one network role on a task's dataset",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("role", choices=TRAINING_ORDER)
-    p.add_argument("--task", required=True, help="any task on the dataset, e.g. synthfaces_smile")
+    p.add_argument("--settings", default=None, metavar="JSON",
+                   help="the job's resolved settings file (the workflow's resources/settings/<dataset>/<role>.json) "
+                        "in place of --task, --config and --networks")
+    p.add_argument("--task", default=None, help="any task on the dataset, e.g. synthfaces_smile")
     p.add_argument("--data", default=None, metavar="DIR",
                    help="rendered synthetic split cache (resources/data/<dataset>); default: render in memory")
     p.add_argument("--out", default=None, metavar="DIR",
@@ -39,19 +43,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config.load import load_config
     from ..steps.networks import install
+    from ..steps.settings import train_inputs
 
+    cfg, task, networks, fire_t = train_inputs(args.role, args.settings, args.config, args.task, args.networks)
     # the shipped network installed without starting torch, when its card has the config's recipe
-    installed = install(load_config(args.config), args.role, args.task, out_dir=args.out, model_dir=args.model_dir,
-                        networks=args.networks, progress=not args.no_progress)
+    installed = install(cfg, args.role, task, out_dir=args.out, model_dir=args.model_dir, networks=networks,
+                        progress=not args.no_progress)
     if installed is not None:
         print(json.dumps({k: installed[k] for k in ("name", "gates") if k in installed}, indent=1, default=str))
         return 0
     from ..steps.train import train_job
 
-    metrics, writer = train_job(args.config, args.role, args.task, data_dir=args.data, out_dir=args.out,
-                                model_dir=args.model_dir, progress=not args.no_progress, networks=args.networks)
+    metrics, writer = train_job(cfg, args.role, task, data_dir=args.data, out_dir=args.out, model_dir=args.model_dir,
+                                progress=not args.no_progress, networks=networks, fire_t=fire_t)
     if not writer:
         return 0
     summary = {k: v for k, v in metrics.items() if k in ("name", "gates", "train_seconds", "test_accuracy",

@@ -4,6 +4,7 @@ Examples::
 
     vcebench tune --task synthfaces_smile --data resources/data/synthfaces
     vcebench tune --task synthfaces_smile --method fire --method maskdime --out /tmp/smile.yaml
+    vcebench tune --settings results/tune/synthfaces_smile.settings.json --out config/tuned/synthfaces_smile.yaml
 
 Writes the tuned file (default ``<protocol.tuned_dir>/<task>.yaml``, i.e. ``config/tuned/<task>.yaml``: the
 picked settings, the rule, the validation split and n, the date, the whole sweep) and the sweep table as
@@ -24,7 +25,11 @@ from . import add_config_arg
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="tune every method on the validation split (same number of settings each)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", required=True, help="task name (config key `tasks`)")
+    p.add_argument("--settings", default=None, metavar="JSON",
+                   help="the job's resolved settings file (the workflow's results/tune/<task>.settings.json: the "
+                        "task, the methods, the search space, budget, noise rule and networks) in place of --task, "
+                        "--method and --config; needs --out")
+    p.add_argument("--task", default=None, help="task name (config key `tasks`)")
     p.add_argument("--method", action="append", default=None,
                    help="base method to tune (repeatable; default: the base methods of config key `methods`)")
     p.add_argument("--data", default=None, help="rendered dataset folder (synthetic; default: render in memory)")
@@ -37,17 +42,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config.load import DEFAULT_CONFIG, load_config, repo_root
+    from ..steps.settings import tune_inputs
     from ..steps.tune import write_tuned
 
-    cfg = load_config(args.config)
-    tuned_dir = cfg["protocol"]["tuned_dir"]
-    out = Path(args.out or repo_root((args.config or [DEFAULT_CONFIG])[0]) / tuned_dir / f"{args.task}.yaml")
-    md = Path(args.md or f"results/tune/{args.task}.md")
-    result = run_tune(cfg, args.task, data_dir=args.data, model_dir=args.models, work_dir=args.work_dir,
-                      method_names=args.method)
-    result = write_tuned(args.task, result, out, md, merge=bool(args.method))
-    print(f"{args.task}: tuned settings -> {out}, sweep -> {md} ({result['wall_seconds']:.0f} s)")
+    cfg, task, names, out = tune_inputs(args.settings, args.config, args.task, args.method, args.out)
+    md = Path(args.md or f"results/tune/{task}.md")
+    result = run_tune(cfg, task, data_dir=args.data, model_dir=args.models, work_dir=args.work_dir,
+                      method_names=names)
+    result = write_tuned(task, result, out, md, merge=bool(args.method))
+    print(f"{task}: tuned settings -> {out}, sweep -> {md} ({result['wall_seconds']:.0f} s)")
     for m, p in result["picked"].items():
         print(f"  {m}: setting {p['setting']} ({'rule' if p['qualified'] else 'fallback'}) "
               f"{result['settings'][m] or 'untuned'} {p['metrics']}")

@@ -42,6 +42,14 @@ def get_task(cfg: dict, name: str) -> Task:
     return Task(name=name, dataset=t["dataset"], attribute=t["attribute"], params=t.get("params", {}) or {})
 
 
+def task_for_dataset(cfg: dict, dataset: str) -> str:
+    """The first task of config ``tasks`` on ``dataset`` (models are per dataset; `vcebench train` takes a task)."""
+    for name, t in cfg["tasks"].items():
+        if t["dataset"] == dataset:
+            return name
+    raise ConfigError(f"no task in config key `tasks` uses dataset {dataset!r}")
+
+
 def split_method(name: str) -> tuple[str, str | None]:
     """``<method>`` -> (method, None); ``<method>_<variant>`` -> (method, variant).
 

@@ -14,18 +14,30 @@ batch size, the runtime options and :func:`~vcebench.protocol.run_settings.job_c
 loaders read for the task (its dataset's ``datasets`` and ``models`` blocks, the tasks on that dataset without
 their method settings, ``metrics``, ``cpu_isa``). Its SHA-256 (:func:`settings_sha256`) is the provenance
 fingerprint of a run.
+
+The jobs that run no method get a record of their own kind, written by a resolution rule per job kind in the same
+way: the FID reference an ``eval`` record without a method (:func:`reference_json`, the feature network and the
+inputs), a training job a :class:`~vcebench.protocol.step_settings.TrainSettings` (:func:`train_json`), a tuning
+job a :class:`~vcebench.protocol.step_settings.TuneSettings` (:func:`tune_json`). The jobs that need the whole
+task view (the tables, figures, paired tests, seeds, Pareto fronts, the regression; rendering and importing) read
+the run's merged config, written once by rule ``resolved_config`` (:func:`config_snapshot`,
+:data:`CONFIG_SNAPSHOT`; `vcebench <verb> --resolved-config FILE`, :func:`read_config_snapshot`). Each file is
+written from Snakemake's ``config``, so ``snakemake --config key=value`` reaches every job.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..config.tasks import external_name, pareto_methods, pareto_n_eval
 from .run_settings import DEFAULT_MODEL_DIR, EvalSettings, JobSettings, RunSettings, text_sha256
+from .step_settings import StepSettings, TrainSettings, TuneSettings
+
+# the run's merged config (files and `--config` overrides), relative to the workflow's workdir
+CONFIG_SNAPSHOT = "results/config.resolved.json"
 
 
 def job_n_eval(cfg: Mapping[str, Any], method: str) -> int:
@@ -64,24 +76,59 @@ def settings_path(task: str, method: str) -> str:
     return f"results/{task}/{method}/settings.json"
 
 
+def reference_json(cfg: Mapping[str, Any], task: str) -> str:
+    """The record of the FID reference of ``task`` (an ``eval`` record without a method: the evaluation split's
+    inputs and the dataset's networks, ``fid_features`` among them)."""
+    return EvalSettings.resolve(cfg, task, None).to_json()
+
+
+def train_json(cfg: Mapping[str, Any], dataset: str, role: str, networks: str) -> str:
+    """The record of training ``role`` on ``dataset`` (``networks``: the shipped folder, or ``none``)."""
+    return TrainSettings.resolve(cfg, dataset, role, networks).to_json()
+
+
+def tune_json(cfg: Mapping[str, Any], task: str) -> str:
+    """The record of tuning the config's methods on ``task``."""
+    return TuneSettings.resolve(cfg, task).to_json()
+
+
+def config_snapshot(cfg: Mapping[str, Any]) -> str:
+    """The run's merged config as one JSON text (the config's order kept): what the report jobs read."""
+    return json.dumps(cfg, indent=1, ensure_ascii=True, allow_nan=False, default=_not_json) + "\n"
+
+
+def _not_json(value: Any) -> Any:
+    from ..config.load import ConfigError
+
+    raise ConfigError(f"config value {value!r} ({type(value).__name__}) is no YAML / JSON value")
+
+
+def read_config_snapshot(path: str | Path) -> dict[str, Any]:
+    """The config :func:`config_snapshot` wrote (``--resolved-config``): merged, checked and with the tuned files
+    attached when it was written, so it is read as it is."""
+    from ..config.load import ConfigError
+
+    try:
+        cfg = json.loads(_read(path))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is no resolved config ({e}); the workflow's rule resolved_config writes one") \
+            from None
+    if not isinstance(cfg, dict) or "tasks" not in cfg:
+        raise ConfigError(f"{path} is no resolved config (a mapping with `tasks`)")
+    return cfg
+
+
 def write_settings(path: str | Path, text: str, log: str | Path | None = None) -> None:
-    """Write a settings record atomically (a temporary file renamed over ``path``), unchanged when it already
-    holds ``text``; ``log``: a file that gets the record's SHA-256 (the workflow rule's log)."""
+    """Write a settings record atomically (:func:`vcebench.core.io.write_text`), unchanged when it already holds
+    ``text``; ``log``: a file that gets the record's SHA-256 (the workflow rule's log)."""
+    from ..core.io import write_text
+
     path = Path(path)
     if log is not None:
-        Path(log).parent.mkdir(parents=True, exist_ok=True)
-        Path(log).write_text(f"{path}: settings_sha256 {text_sha256(text)}\n")
+        write_text(log, f"{path}: settings_sha256 {text_sha256(text)}\n")
     if path.is_file() and path.read_text() == text:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".settings-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, text)
 
 
 def read_run_settings(path: str | Path, *, data_dir: str | None = None,
@@ -96,11 +143,31 @@ def read_eval_settings(path: str | Path, *, data_dir: str | None = None,
     return EvalSettings.from_json(_read(path), data_dir=data_dir, model_dir=model_dir)
 
 
+def read_train_settings(path: str | Path) -> TrainSettings:
+    """The :class:`TrainSettings` of a settings file (``vcebench train --settings``)."""
+    return _read_step(TrainSettings, path)
+
+
+def read_tune_settings(path: str | Path) -> TuneSettings:
+    """The :class:`TuneSettings` of a settings file (``vcebench tune --settings``)."""
+    return _read_step(TuneSettings, path)
+
+
+def _read_step(cls: type[StepSettings], path: str | Path):
+    from ..config.load import ConfigError
+
+    text = _read(path)
+    try:
+        return cls.from_json(text)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
 def _read(path: str | Path) -> str:
     from ..config.load import ConfigError
 
     try:
         return Path(path).read_text()
     except FileNotFoundError:
-        raise ConfigError(f"settings file {path} does not exist (the workflow's rule resolve_settings writes it; "
-                          f"`vcebench settings show` prints one)") from None
+        raise ConfigError(f"settings file {path} does not exist (a resolution rule of the workflow writes it; "
+                          f"`vcebench settings show` prints a method's)") from None

@@ -114,8 +114,8 @@ class JobSettings:
         return {"kind": self.KIND, "task": self.task.name, "seed": self.seed, "n_eval": self.n_eval,
                 "batch_size": self.batch_size, "split": self.split,
                 "runtime": {"threads": self.runtime.threads, "device": self.runtime.device,
-                            "cuda": _plain(self.runtime.cuda)},
-                "config": job_config(_plain(self.config), self.task.name)}
+                            "cuda": plain(self.runtime.cuda)},
+                "config": job_config(plain(self.config), self.task.name)}
 
     def overridden(self, *, seed: int | None = None, n_eval: int | None = None):
         """A copy with the generation ``seed`` and / or ``n_eval`` replaced (a job's explicit command-line
@@ -206,8 +206,8 @@ class RunSettings(JobSettings):
     def record(self) -> dict[str, Any]:
         """:meth:`JobSettings.record` with the method, its hyperparameters and the protocol record (whose
         ``params`` copy of them is not written twice)."""
-        protocol = {k: v for k, v in _plain(self.protocol).items() if k != "params"}
-        return {**super().record(), "method": self.method, "params": _plain(self.params), "protocol": protocol}
+        protocol = {k: v for k, v in plain(self.protocol).items() if k != "params"}
+        return {**super().record(), "method": self.method, "params": plain(self.params), "protocol": protocol}
 
     @classmethod
     def from_json(cls, text: str, *, data_dir: str | None = None, model_dir: str = DEFAULT_MODEL_DIR) -> RunSettings:
@@ -281,7 +281,7 @@ class EvalSettings(JobSettings):
 
     def record(self) -> dict[str, Any]:
         """:meth:`JobSettings.record` with the method's name and its protocol record (None: none)."""
-        return {**super().record(), "method": self.method, "protocol": _plain(self.protocol)}
+        return {**super().record(), "method": self.method, "protocol": plain(self.protocol)}
 
     @classmethod
     def from_json(cls, text: str, *, data_dir: str | None = None, model_dir: str = DEFAULT_MODEL_DIR) -> EvalSettings:
@@ -301,10 +301,10 @@ class EvalSettings(JobSettings):
         return self.config["metrics"]
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """``value`` with its read-only views and tuples as plain dicts and lists (JSON values)."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value

@@ -17,13 +17,13 @@ from ..config.tasks import SYNTHETIC_DATASETS
 from ..data import DatasetError, eval_split_name, get_synthetic, load_split
 
 
-def settings(config: list[str] | None) -> dict:
-    """The settings of a `data` subverb: the config files ``config`` checked, torch on the CPU with config
-    ``threads``."""
+def settings(config: list[str] | None, resolved: str | None = None) -> dict:
+    """The settings of a `data` subverb: the config files ``config`` checked (or the run's merged config
+    ``resolved``, :func:`vcebench.steps.settings.job_config`), torch on the CPU with config ``threads``."""
     from ..core.runtime import setup_torch
-    from ..protocol.settings import load_settings
+    from .settings import job_config
 
-    cfg = load_settings(config)
+    cfg = job_config(config, resolved)
     setup_torch(cfg["threads"], "cpu")
     return cfg
 

@@ -280,14 +280,15 @@ def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Pat
 
 
 def import_job(config: list[str] | None, task: str, path: str | Path, layout: str, out: str | Path, *,
-               mapping=None, data_dir: str | None = None, model_dir: str = "resources/models") -> dict:
-    """`vcebench import`: the config files ``config`` checked, torch set up from them, then
-    :func:`import_folder` on ``task``."""
+               mapping=None, data_dir: str | None = None, model_dir: str = "resources/models",
+               resolved: str | None = None) -> dict:
+    """`vcebench import`: the config files ``config`` checked (or the run's merged config ``resolved``,
+    :func:`vcebench.steps.settings.job_config`), torch set up from them, then :func:`import_folder` on ``task``."""
     from ..config.tasks import get_task
     from ..core.runtime import setup_torch
-    from ..protocol.settings import load_settings
+    from .settings import job_config
 
-    cfg = load_settings(config)
+    cfg = job_config(config, resolved)
     device = setup_torch(cfg["threads"], cfg["device"], cfg["cuda"])
     return import_folder(cfg, get_task(cfg, task), path, layout, out, mapping=mapping, data_dir=data_dir,
                          model_dir=model_dir, device=device)

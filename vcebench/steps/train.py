@@ -54,12 +54,13 @@ def counterfactual_renderer(cfg: dict, dataset: str):
     return render
 
 
-def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> dict[str, Any]:
+def generative_references(cfg: dict, task: Task, role: str, model_dir: Path,
+                          fire_t: dict[str, float] | None = None) -> dict[str, Any]:
     """Trained networks the ddpm / pmf quality numbers use, when they exist in ``model_dir``
     (``registry.roles.GATE_ROLES``, which the workflow trains first): ``feature_fn`` (the dataset's
     fid_features: FID of samples and one-step predictions), ``reference_ddpm`` (the pmf's Tweedie
     comparison) and ``classifiers`` (labels kept by G(z_t, t), one per task of the dataset; for the
-    pmf also ``fire_t``, each task's FiRe noise level)."""
+    pmf also ``fire_t``, each task's FiRe noise level: the job's resolved ``fire_t``, else resolved from ``cfg``)."""
 
     refs: dict[str, Any] = {}
     for r in GATE_ROLES.get(role, ()):
@@ -74,7 +75,8 @@ def generative_references(cfg: dict, task: Task, role: str, model_dir: Path) -> 
             tasks = [get_task(cfg, n) for n, t in cfg.get("tasks", {}).items() if t["dataset"] == task.dataset]
             refs["classifiers"] = {t.attribute: load_role(cfg, t, r, model_dir)[0].eval() for t in tasks}
             if role == "pmf":  # each task's FiRe noise level: the label check is also reported there
-                refs["fire_t"] = {t.attribute: float(resolve_method(cfg, t, "fire")[0]["t"]) for t in tasks}
+                refs["fire_t"] = dict(fire_t) if fire_t is not None else \
+                    {t.attribute: float(resolve_method(cfg, t, "fire")[0]["t"]) for t in tasks}
     return refs
 
 
@@ -95,7 +97,7 @@ def loss_networks(cfg: dict, task: Task, role: str, model_dir: Path) -> dict[str
 def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | None = None,
                out_dir: str | Path | None = None, model_dir: str | Path = "resources/models",
                progress: bool = True, shard: Shard | None = None,
-               networks: str | Path | None = None) -> dict[str, Any]:
+               networks: str | Path | None = None, fire_t: dict[str, float] | None = None) -> dict[str, Any]:
     """Train ``role`` on ``task``'s dataset; writes weights, config.json and metrics.json; returns the metrics.
 
     ``networks`` (config key ``networks``): a folder of shipped networks (``vcebench.models.shipping.cards``); when
@@ -103,7 +105,8 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
 
     ``shard`` (``vcebench.models.training.distributed.start_processes``): the device and the process of a
     ``ddpm`` / ``pmf`` run (one GPU, or one rank of a torchrun launch). The other roles are small
-    networks trained by one CPU process (a note says so on a GPU); they refuse several processes."""
+    networks trained by one CPU process (a note says so on a GPU); they refuse several processes. ``fire_t``: the
+    pmf's FiRe noise levels as the job's settings resolved them (:func:`generative_references`)."""
 
     task = get_task(cfg, task) if isinstance(task, str) else task
     ds = task.dataset
@@ -132,7 +135,7 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
             from ..models.generative.pmf import train_pmf as fn
         train = load_split(cfg, ds, "train", data_dir)
         val = load_split(cfg, ds, "val", data_dir)
-        refs = generative_references(cfg, task, role, Path(model_dir))
+        refs = generative_references(cfg, task, role, Path(model_dir), fire_t)
         if role == "pmf":
             refs["loss_networks"] = loss_networks(cfg, task, role, Path(model_dir))
         with settings_errors(f"config key `models.{ds}.{role}`"):
@@ -154,22 +157,22 @@ def train_role(cfg: dict, role: str, task: Task | str, data_dir: str | Path | No
     return metrics
 
 
-def train_job(config: list[str] | None, role: str, task: str, *, data_dir: str | None = None,
-              out_dir: str | None = None, model_dir: str = "resources/models", progress: bool = True,
-              networks: str | None = None) -> tuple[dict[str, Any], bool]:
-    """`vcebench train`: the config files ``config`` checked for a network of ``task``'s dataset, torch on the
-    config's ``device`` with ``train_threads`` threads (cuda without a GPU: ``ConfigError``), then
-    :func:`train_role` in the processes of the launch (one, or torchrun's). Returns the metrics and whether
-    this process is the one that writes."""
+def train_job(cfg: dict, role: str, task: str, *, data_dir: str | None = None, out_dir: str | None = None,
+              model_dir: str = "resources/models", progress: bool = True, networks: str | None = None,
+              fire_t: dict[str, float] | None = None) -> tuple[dict[str, Any], bool]:
+    """`vcebench train`: the config ``cfg`` (the files', or a training job's settings record,
+    :func:`vcebench.steps.settings.train_inputs`) checked for a network of ``task``'s dataset, torch on the config's
+    ``device`` with ``train_threads`` threads (cuda without a GPU: ``ConfigError``), then :func:`train_role` in the
+    processes of the launch (one, or torchrun's). Returns the metrics and whether this process is the one that
+    writes."""
     from ..config.load import train_threads
     from ..core.runtime import setup_torch
     from ..models.training.distributed import training_processes
-    from ..protocol.settings import load_settings
+    from ..protocol.settings import check_settings
 
-    cfg = load_settings(config, only=(task, None))  # a network: its model settings
+    cfg = check_settings(cfg, only=(task, None))  # a network: its model settings
     device = setup_torch(train_threads(cfg), cfg["device"], cfg["cuda"])  # cuda without a GPU: ConfigError
     with training_processes(device, cfg["cuda"]["train_graphs"]) as shard:
         metrics = train_role(cfg, role, task, data_dir=data_dir, out_dir=out_dir, model_dir=model_dir,
-                             progress=progress, shard=shard, networks=shipped_folder(networks, cfg))
+                             progress=progress, shard=shard, networks=shipped_folder(networks, cfg), fire_t=fire_t)
     return metrics, shard.writer
-
