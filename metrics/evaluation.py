@@ -156,7 +156,7 @@ def run_metrics(metrics: Sequence[Metric], batches: Iterable[EvalBatch], progres
     ``intervals`` (output -> ``[lo, hi]``, or ``None`` when most resamples left the subset empty)
     and ``bootstrap`` (the settings used) for every metric that has a ``bootstrap`` method;
     ``keep_resamples`` also ``resampled`` (output -> its value in each resample, NaN where the subset was empty;
-    the tuner's pick stability, ``vcebench.protocol.tune.pick_agreement``); ``records`` also ``records``, the
+    the tuner's pick stability, ``vcebench.protocol.search.pick_agreement``); ``records`` also ``records``, the
     per-input :class:`~metrics.records.SampleRecord` (what ``samples.npz`` holds; no metrics.json key).
     """
     sizes = dict.fromkeys(SUBSETS, 0)

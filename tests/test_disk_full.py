@@ -127,3 +127,26 @@ def test_the_cli_prints_a_full_disk_as_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     assert err.startswith(f"vcebench train: DiskFullError: no space left on the device writing {tmp_path / 'ddpm'}")
+
+
+def test_the_tune_and_report_writers_are_atomic_on_a_full_disk(tmp_path, monkeypatch):
+    """`vcebench tune`'s tuned file and sweep table, `report excerpt --write`'s documents: a full disk is the
+    one-line DiskFullError naming the file, and neither the file nor a temporary one is left behind."""
+    from vcebench.steps.report import sync_excerpts
+    from vcebench.steps.tune import write_tuned
+
+    result = {"task": "t", "date": "2026-01-01", "validation": {"n": 2, "split": "val", "evaluation_split": "test"},
+              "rule": {"minimize": "KID", "fallback": "-"}, "n_settings": 1, "noise_rule": "x", "wall_seconds": 1.0,
+              "sweep": [], "picked": {}, "settings": {}}
+    monkeypatch.setattr(Path, "write_text", _enospc)
+    with pytest.raises(DiskFullError, match=r"writing .*tuned\.yaml \(needs about"):
+        write_tuned("t", result, tmp_path / "tuned.yaml", tmp_path / "sweep.md", merge=False)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- begin:excerpt synthfaces_smile rows=fire cols=FR -->\nstale\n<!-- end:excerpt -->\n")
+    monkeypatch.setattr(Path, "write_text", _enospc)
+    snapshot = Path(__file__).resolve().parents[1] / "results/reference/default"
+    with pytest.raises(DiskFullError, match=r"doc\.md"):
+        sync_excerpts([doc], snapshot, write=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["doc.md"] and "stale" in doc.read_text()

@@ -19,8 +19,19 @@ from vcebench import workflow as wf
 from vcebench.cli import main
 from vcebench.config.load import ConfigError, read_yaml
 from vcebench.core.merge import deep_merge
-from vcebench.protocol.resolve import job_n_eval, read_eval_settings, read_run_settings, resolve_job, settings_json
+from vcebench.protocol.resolve import (
+    config_snapshot,
+    job_n_eval,
+    read_config_snapshot,
+    read_eval_settings,
+    read_run_settings,
+    reference_json,
+    resolve_job,
+    settings_json,
+)
 from vcebench.protocol.run_settings import EvalSettings, RunSettings
+from vcebench.protocol.step_settings import TrainSettings, TuneSettings
+from vcebench.protocol.tune import tune_methods
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -151,3 +162,184 @@ def test_config_overrides_reach_the_jobs_settings_file(tmp_path):
     path = tmp_path / "work" / target
     s = read_run_settings(path)
     assert (s.runtime.device, s.seed, s.batch_size, s.config["seed"]) == ("cuda", 5, 3, 5)
+
+
+# --- the jobs that run no method: train, tune, the FID reference; the run's merged config for the tables ----------
+
+def test_train_and_tune_records_read_back_and_follow_only_what_the_job_reads(cfg):
+    """A training / tuning record reads back to the same text; its SHA-256 follows the role's recipe (the tune
+    space) and nothing the job does not read; the dataset's tasks keep the config's order (the classifier's
+    attributes follow it)."""
+    tr = TrainSettings.resolve(cfg, "synthfaces", "classifier", "none")
+    assert TrainSettings.from_json(tr.to_json()).to_json() == tr.to_json()
+    assert list(tr.job_config()["tasks"]) == [t for t, v in cfg["tasks"].items() if v["dataset"] == "synthfaces"]
+    assert tr.task == "synthfaces_smile" and tr.fire_t is None and "params" not in tr.job_config()["tasks"][tr.task]
+    other = deep_merge(cfg, {"method_defaults": {"fire": {"K": 7}}, "models": {"synthxray": {"ddpm": {"steps": 9}}},
+                             "report": {"anything": 1}})
+    assert TrainSettings.resolve(other, "synthfaces", "classifier", "none").settings_sha256 == tr.settings_sha256
+    recipe = deep_merge(cfg, {"models": {"synthfaces": {"classifier": {"steps": 3}}}})
+    assert TrainSettings.resolve(recipe, "synthfaces", "classifier", "none").settings_sha256 != tr.settings_sha256
+    pmf = TrainSettings.resolve(cfg, "synthfaces", "pmf", "none")  # the label check's FiRe noise level, resolved
+    assert set(pmf.fire_t) == {"Smiling", "Young"} and all(0 < t < 1 for t in pmf.fire_t.values())
+    tu = TuneSettings.resolve(cfg, "synthfaces_smile")
+    assert TuneSettings.from_json(tu.to_json()).to_json() == tu.to_json()
+    assert tu.methods == tune_methods(cfg) and set(tu.job_config()["method_defaults"]) == set(tu.methods)
+    assert TuneSettings.resolve(other | {"report": {}}, "synthfaces_smile").settings_sha256 != tu.settings_sha256 \
+        and TuneSettings.resolve(deep_merge(cfg, {"models": {"synthxray": {"ddpm": {"steps": 9}}}}),
+                                 "synthfaces_smile").settings_sha256 == tu.settings_sha256
+    assert TuneSettings.resolve(deep_merge(cfg, {"tune": {"n": 5}}), "synthfaces_smile").settings_sha256 \
+        != tu.settings_sha256
+    with pytest.raises(ConfigError, match="kind 'train', expected 'tune'"):
+        TuneSettings.from_json(tr.to_json())
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
+def test_train_runs_the_settings_file_not_the_config(cfg, tmp_path, monkeypatch):
+    """A planted re-derivation fails here: the file's recipe (classifier steps 3), seed and shipped-networks
+    folder differ from the config files'; `vcebench train --settings` must train with the file's, and take no
+    --task / --config / --networks beside it."""
+    import vcebench.steps.networks as networks
+    import vcebench.steps.train as train
+
+    changed = deep_merge(cfg, {"seed": 11, "models": {"synthfaces": {"classifier": {"steps": 3}}}})
+    path = _write(tmp_path / "classifier.json",
+                  TrainSettings.resolve(changed, "synthfaces", "classifier", str(tmp_path / "nets")).to_json())
+    seen = {}
+    monkeypatch.setattr(networks, "install", lambda c, role, task, **kw: seen.update(install=kw["networks"]))
+    monkeypatch.setattr(train, "train_role", lambda c, role, task, **kw: seen.update(
+        cfg=c, role=role, task=task, networks=kw["networks"]) or {})
+    out = str(tmp_path / "out")
+    assert main(["train", "classifier", "--settings", path, "--out", out, "--no-progress"]) == 0
+    assert (seen["role"], seen["task"], seen["cfg"]["seed"]) == ("classifier", "synthfaces_smile", 11)
+    assert seen["cfg"]["models"]["synthfaces"]["classifier"]["steps"] == 3
+    assert seen["install"] == seen["networks"] == str(tmp_path / "nets")
+    for extra in (["--task", "synthfaces_smile"], ["--config", str(ROOT / "config/config.yaml")],
+                  ["--networks", "none"]):
+        assert main(["train", "classifier", "--settings", path, "--out", out, *extra]) == 2
+    assert main(["train", "oracle", "--settings", path, "--out", out]) == 2  # another role's file
+
+
+def test_tune_runs_the_settings_file_not_the_config(cfg, tmp_path, monkeypatch):
+    """The same for `vcebench tune --settings`: the file's search budget and methods, nothing of the config."""
+    import vcebench.cli.tune as cli_tune
+    import vcebench.steps.tune as steps_tune
+
+    changed = deep_merge(cfg, {"tune": {"n": 3}, "methods": ["maskdime", "pixel"]})
+    path = _write(tmp_path / "tune.json", TuneSettings.resolve(changed, "synthfaces_smile").to_json())
+    seen = {}
+    result = {"wall_seconds": 0.0, "picked": {}, "settings": {}}
+    monkeypatch.setattr(cli_tune, "run_tune", lambda c, task, **kw: seen.update(cfg=c, task=task, **kw) or result)
+    monkeypatch.setattr(steps_tune, "write_tuned", lambda task, res, out, md, merge: seen.update(out=out) or res)
+    out = tmp_path / "tuned.yaml"
+    assert main(["tune", "--settings", path, "--out", str(out), "--md", str(tmp_path / "t.md")]) == 0
+    assert (seen["task"], seen["method_names"], seen["cfg"]["tune"]["n"]) == ("synthfaces_smile",
+                                                                               ["maskdime", "pixel"], 3)
+    assert seen["out"] == out and "methods" not in seen["cfg"]
+    assert main(["tune", "--settings", path]) == 2  # no tuned file named
+    assert main(["tune", "--settings", path, "--out", str(out), "--task", "synthfaces_smile"]) == 2
+
+
+def test_a_tuning_on_the_pruned_record_is_the_tuning_on_the_whole_config(cfg, tmp_path, monkeypatch):
+    """run_tune on the record's config (what the job reads) makes the same sweep as on the whole config: the
+    record holds every section the tuning reads (toy networks, a fake validation split, a stand-in scorer)."""
+    import numpy as np
+    import torch
+
+    import vcebench.data as data
+    import vcebench.models as vmodels
+    from tests.test_methods_explain import FakeSplit
+    from tests.toy import toy_models
+    from vcebench.steps import evaluate as ev_cmd
+    from vcebench.steps.tune import run_tune
+
+    split = FakeSplit(10)
+    monkeypatch.setattr(data, "load_split", lambda c, dataset, name, data_dir=None: split)
+    monkeypatch.setattr(vmodels, "load_task_models", lambda *a, **k: toy_models())
+    monkeypatch.setattr(ev_cmd, "write_reference", lambda *a, **k: None)
+
+    def score(settings, npz, **kw):
+        z = np.load(npz)
+        return {"metrics": {"KID": float(np.abs(z["cf"].astype(float)).mean()), "FR": float(z["flipped"].mean())}}
+
+    monkeypatch.setattr(ev_cmd, "evaluate_task", score)
+    c = deep_merge(cfg, {"batch_size": 4, "threads": 1, "tune": {
+        "sampler": "lhs", "n": 4, "n_settings": 2, "metrics": ["KID", "FR"],
+        "select": {"minimize": "KID", "require": {"FR": 0}},
+        "space": {"fire": {"eta": {"range": [0.5, 2.0], "scale": "log", "relative": True}}}}})
+    c["method_defaults"]["fire"].update(K=2, smoothgrad_n=1)
+    s = TuneSettings.resolve(c, "synthfaces_smile", ["fire"])
+    torch.manual_seed(0)
+    whole = run_tune(c, "synthfaces_smile", work_dir=tmp_path / "a", method_names=["fire"], log=None)
+    torch.manual_seed(0)
+    record = run_tune(s.job_config(), s.task, work_dir=tmp_path / "b", method_names=s.methods, log=None)
+    for r in (whole, record):
+        r.pop("wall_seconds")
+        for row in r["sweep"]:
+            row.pop("sec_per_cf")
+    assert record == whole and len(whole["sweep"]) == 2
+
+
+def test_the_fid_reference_runs_its_settings_file(cfg, tmp_path, monkeypatch):
+    """`vcebench evaluate --settings FILE --reference`: the reference's record (no method) alone: its metrics
+    batch size, not the config files'."""
+    import vcebench.cli.evaluate as cli_evaluate
+
+    changed = deep_merge(cfg, {"metrics": {"batch_size": 5}})
+    path = _write(tmp_path / "fid_ref.settings.json", reference_json(changed, "synthfaces_smile"))
+    seen = {}
+    monkeypatch.setattr(cli_evaluate, "write_reference", lambda s, out, device, progress: seen.update(s=s, out=out))
+    out = str(tmp_path / "fid_ref.npz")
+    assert main(["evaluate", "--settings", path, "--reference", "--out", out]) == 0
+    assert seen["s"].method is None and seen["s"].metrics["batch_size"] == 5 and seen["out"] == out
+    assert main(["evaluate", "--settings", path, "--reference", "--task", "synthfaces_smile", "--out", out]) == 2
+
+
+def test_the_tables_read_the_runs_merged_config(cfg, tmp_path, monkeypatch):
+    """`vcebench report task --resolved-config FILE`: the run's merged config as the workflow wrote it (its rows
+    here differ from the config files'), read as it is; not with --config beside it."""
+    import vcebench.cli.report as cli_report
+
+    changed = deep_merge(cfg, {"methods": ["maskdime", "input"], "seed": 9})
+    path = _write(tmp_path / "config.resolved.json", config_snapshot(changed))
+    assert read_config_snapshot(path) == json.loads(json.dumps(changed))
+    seen = {}
+    monkeypatch.setattr(cli_report, "task_report", lambda c, task, methods, *a: seen.update(cfg=c, methods=methods))
+    assert main(["report", "task", "--task", "synthfaces_smile", "--resolved-config", path]) == 0
+    assert seen["methods"] == ["maskdime", "input"] and seen["cfg"]["seed"] == 9
+    assert main(["report", "task", "--task", "synthfaces_smile", "--resolved-config", path,
+                 "--config", str(ROOT / "config/config.yaml")]) == 2
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    assert main(["report", "task", "--task", "synthfaces_smile", "--resolved-config", str(tmp_path / "bad.json")]) == 2
+
+
+def test_overrides_reach_every_job_kind_and_no_job_reads_the_config_files(tmp_path):
+    """`snakemake --config key=value`: the resolution jobs (real, local) write the overridden values into the
+    file of each job kind; and in the dry run of the default target no job's command names a config file (each
+    reads its settings file or the run's merged config)."""
+    preset = tmp_path / "one.yaml"
+    preset.write_text(yaml.safe_dump({"run_tasks": ["synthfaces_smile"], "methods": ["fire"],
+                                      "workdir": str(tmp_path / "work")}))
+    files = {"run": "results/synthfaces_smile/fire/settings.json",
+             "reference": "results/synthfaces_smile/fid_ref.settings.json",
+             "train": "resources/settings/synthfaces/classifier.json",
+             "tune": "results/tune/synthfaces_smile.settings.json",
+             "config": "results/config.resolved.json"}
+    over = ["seed=5", "networks=null", "metrics={'batch_size': 7}"]
+    r = _smk("--cores", "1", "--configfile", str(preset), "--config", *over, "--", *files.values())
+    assert r.returncode == 0, r.stdout + r.stderr
+    work = tmp_path / "work"
+    recs = {k: json.loads((work / f).read_text()) for k, f in files.items()}
+    assert recs["run"]["seed"] == recs["reference"]["seed"] == recs["config"]["seed"] == 5
+    assert recs["train"]["config"]["seed"] == recs["tune"]["config"]["seed"] == 5
+    assert recs["train"]["networks"] == "none" and recs["config"]["networks"] is None
+    assert recs["reference"]["config"]["metrics"]["batch_size"] == recs["tune"]["config"]["metrics"]["batch_size"] == 7
+    r = _smk("-n", "-p", "--cores", "1", "--configfile", str(preset), "--config", *over)
+    commands = [line for line in r.stdout.splitlines() if line.startswith(("vcebench ", "torchrun "))]
+    assert r.returncode == 0 and len(commands) >= 10, r.stdout + r.stderr
+    assert not [c for c in commands if "--config " in c], commands
+    for verb in ("train", "evaluate", "report task", "data render"):
+        assert any(c.startswith(f"vcebench {verb}") for c in commands), verb

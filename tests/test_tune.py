@@ -189,7 +189,7 @@ def _bowl(calls=None, fail_at=None):
 
 
 def _search(tmp_path, evaluate, n_trials=32, key="k", db="s.db"):
-    from vcebench.protocol.tune import sequential_search
+    from vcebench.protocol.search import sequential_search
 
     return sequential_search(evaluate, SPACE3, UNTUNED3, n_trials=n_trials, seed=0, method="fire", rule=KID_RULE,
                              storage=f"sqlite:///{tmp_path / db}", settings_key=key)
@@ -225,7 +225,7 @@ def test_tpe_search_refuses_a_study_made_under_other_settings(tmp_path):
 
 
 def test_front_dead_and_ranked():
-    from vcebench.protocol.tune import front, is_dead, ranked
+    from vcebench.protocol.search import front, is_dead, ranked
 
     rows = [{"metrics": m} for m in ({"KID": 1.0, "FR_oracle": 50, "FR": 100}, {"KID": 2.0, "FR_oracle": 90, "FR": 100},
                                      {"KID": 3.0, "FR_oracle": 80, "FR": 9.0}, {"KID": 0.5, "FR_oracle": 40, "FR": 96},
@@ -238,7 +238,7 @@ def test_front_dead_and_ranked():
 def test_pick_stability_separates_a_stable_objective_from_noise():
     import numpy as np
 
-    from vcebench.protocol.tune import pick_stability
+    from vcebench.protocol.search import pick_stability
 
     rng = np.random.default_rng(0)
     clear = rng.normal([[0.0], [1.0], [2.0]], 0.3, size=(3, 100))  # per-input scores of 3 trials

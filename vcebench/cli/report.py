@@ -247,7 +247,7 @@ def run_tolerances(args: argparse.Namespace) -> int:
     """Derives <reference>/tolerances.yaml, one tolerance per cell, from <out-dir>/<task>_seeds.csv of --tasks
     (vcebench/report/seeds.py) for the reference tables accepted from <out-dir>; writes the detection power
     (<reference>/detection.md) and copies the seed tables beside them."""
-    from ..steps.report import write_tolerances
+    from ..steps.regression import write_tolerances
 
     cfg = _config(args)
     head, power = write_tolerances(cfg, Path(args.reference), args.tasks or cfg["run_tasks"], Path(args.out_dir),

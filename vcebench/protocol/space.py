@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.load import ConfigError
-from .tune import FRACTIONS, ODD_KERNELS, ranked, sequential_search
+from .search import ranked, sequential_search
+from .tune import FRACTIONS, ODD_KERNELS
 
 STRENGTH_FACTORS = (0.25, 4.0)  # every guidance strength: log range x1/4 to x4 around its paper value
 OFFSET_RANGE = (-3.0, 3.0)  # the starting-noise offset (log-SNR), the same for every method
@@ -162,7 +163,7 @@ def widen_side(spec: dict, name: str, side: str, factor: float, untuned: dict[st
 def search_with_widening(evaluate, space: dict[str, dict], untuned: dict[str, Any], *, n_trials: int,
                          rule: dict[str, Any], widen: WidenRule, method: str,
                          **search) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """:func:`vcebench.protocol.tune.sequential_search` under the widening rule: after the trials, the best by
+    """:func:`vcebench.protocol.search.sequential_search` under the widening rule: after the trials, the best by
     ``rule`` is checked against the space's bounds; a soft bound it is near is widened and ``extra_trials``
     more run in the same study, at most ``widen.max`` times. Returns (rows, widenings), each widening
     ``{after_trials, trial, sides, space}`` (the trial that touched the bounds, the sides moved, the ranges

@@ -1,4 +1,3 @@
-# over 400 lines: left whole while #59 item 1 (settings resolution) rewrites it; split by duty after that
 """`vcebench tune`: the same tuning effort for every method, on validation inputs that are never evaluated.
 
 For each method of the task, ``tune.n_settings`` settings run on the first ``tune.n`` inputs of the tuning
@@ -10,10 +9,11 @@ noise protocol (``log_snr_offset`` moves the starting log-SNR of FiRe and of a D
 per-sample noise streams, and is scored on ``tune.metrics``.
 
 ``tune.sampler: tpe`` (config/config.yaml; docs/protocol.md "The fair protocol") replaces the hypercube with
-:func:`sequential_search`: ``n_trials`` seeded, resumable TPE trials per method on the first ``n_search``
-inputs over the spaces of the search-space rule (:func:`vcebench.protocol.space.rule_space`, widened where a pick
-touches a soft bound: :func:`vcebench.protocol.space.search_with_widening`), the best ``promote`` explained again on
-all ``n``, the pick made among those; :func:`pick_stability` measures an objective's stability.
+:func:`vcebench.protocol.search.sequential_search`: ``n_trials`` seeded, resumable TPE trials per method on the
+first ``n_search`` inputs over the spaces of the search-space rule (:func:`vcebench.protocol.space.rule_space`,
+widened where a pick touches a soft bound: :func:`vcebench.protocol.space.search_with_widening`), the best
+``promote`` explained again on all ``n``, the pick made among those; :func:`vcebench.protocol.search.pick_stability`
+measures an objective's stability.
 
 The pick follows ``tune.select``, fixed in the config before the sweep: the lowest ``minimize`` metric among
 the settings that meet every ``require`` bound (value >= bound). When none does, the fallback is stated in
@@ -40,7 +40,7 @@ ODD_KERNELS = frozenset({("fastdime", "mask_dilation"), ("fastdime2", "mask_dila
 FRACTIONS = frozenset({"rho", "k", "mask_threshold", "inpaint"})  # shares of the image or of a range: <= 1
 
 
-def round_value(v: float | None) -> float | None:
+def roundmetric_value(v: float | None) -> float | None:
     """``v`` to 4 significant digits (how the tuned file and the sweep table store numbers); None stays None (a
     row without a noise level, e.g. the pixel attack, has no log-SNR)."""
     return None if v is None else float(f"{v:.4g}")
@@ -65,15 +65,15 @@ def _value_at(spec: dict, name: str, u: float, untuned: dict[str, Any], method: 
             return 2 * max(0, (base - 1) // 2 + step) + 1
         return max(0, base + step)
     if not spec["relative"]:
-        return round_value(u)
+        return roundmetric_value(u)
     if name not in untuned:
         raise ConfigError(f"tune.space.{method}.{name}: relative, but {method} has no `{name}`")
     base = untuned[name]
     if isinstance(base, (list, tuple)):
-        return [round_value(float(b) * u) for b in base]
+        return [roundmetric_value(float(b) * u) for b in base]
     if isinstance(base, bool) or not isinstance(base, (int, float)):
         raise ConfigError(f"tune.space.{method}.{name}: relative needs a number, got {base!r}")
-    v = int(round(base * u)) if isinstance(base, int) else round_value(base * u)
+    v = int(round(base * u)) if isinstance(base, int) else roundmetric_value(base * u)
     return min(v, 1.0) if name in FRACTIONS else v
 
 
@@ -104,7 +104,8 @@ def candidate_settings(space: dict[str, dict], untuned: dict[str, Any], n: int, 
     return out
 
 
-def _value(metrics: dict, key: str) -> float | None:
+def metric_value(metrics: dict, key: str) -> float | None:
+    """``metrics[key]`` as a float, None when it is missing or not finite."""
     v = metrics.get(key)
     return float(v) if v is not None and math.isfinite(float(v)) else None
 
@@ -117,13 +118,13 @@ def select(rows: list[dict[str, Any]], rule: dict[str, Any]) -> tuple[int, dict[
     key, req = rule["minimize"], dict(rule.get("require") or {})
 
     def objective(i: int) -> float:
-        v = _value(rows[i]["metrics"], key)
+        v = metric_value(rows[i]["metrics"], key)
         return v if v is not None else math.inf
 
     def shortfall(i: int) -> float:
         total = 0.0
         for k, bound in req.items():
-            v = _value(rows[i]["metrics"], k)
+            v = metric_value(rows[i]["metrics"], k)
             total += float(bound) if v is None else max(0.0, float(bound) - v)
         return total
 
@@ -228,150 +229,3 @@ def sweep_markdown(result: dict[str, Any]) -> str:
             lines += [f"| {m} | {w['after_trials']} | {w['trial']} | {', '.join(w['sides'])} | "
                       + ", ".join(f"{p} {r}" for p, r in w["space"].items()) + " |" for m, w in wide]
     return "\n".join(lines) + "\n"
-
-
-# --- the sequential search (sampler: tpe) ---------------------------------------------------------------
-def ranked(rows: list[dict[str, Any]], rule: dict[str, Any]) -> list[int]:
-    """Row indices best first by ``rule``: the qualified by the objective, then the rest by shortfall."""
-    order, left = [], list(range(len(rows)))
-    while left:
-        i, _ = select([rows[j] for j in left], rule)
-        order.append(left.pop(i))
-    return order
-
-
-def is_dead(row: dict[str, Any], dead_fr: float) -> bool:
-    """A trial that flips fewer than ``dead_fr`` % of its inputs (or whose FR is missing)."""
-    v = _value(row["metrics"], "FR")
-    return v is None or v < dead_fr
-
-
-def front(rows: list[dict[str, Any]], quality: str, fidelity: str = "FR_oracle") -> list[int]:
-    """Indices of the validation front: the rows no other row beats on both lower ``quality`` and higher
-    ``fidelity`` (rows missing either are left out); sorted by quality."""
-    pts = [(i, _value(r["metrics"], quality), _value(r["metrics"], fidelity)) for i, r in enumerate(rows)]
-    pts = [p for p in pts if p[1] is not None and p[2] is not None]
-    keep = [p for p in pts if not any((q[1] <= p[1] and q[2] >= p[2]) and (q[1] < p[1] or q[2] > p[2])
-                                      for q in pts)]
-    return [p[0] for p in sorted(keep, key=lambda p: (p[1], -p[2], p[0]))]
-
-
-def _objective_value(metrics: dict, key: str) -> float:
-    v = _value(metrics, key)
-    return 1e9 if v is None else v  # a trial without the objective (too few successful CFs) ranks last
-
-
-def _constraints(metrics: dict, rule: dict) -> dict[str, float]:
-    """Optuna's constraint values (<= 0 feasible): each bound less the metric (the bound when it is missing)."""
-    out = {}
-    for k, bound in (rule.get("require") or {}).items():
-        v = _value(metrics, k)
-        out[k] = float(bound) if v is None else float(bound) - v
-    return out
-
-
-def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any], *, n_trials: int, seed: int,
-                      method: str, rule: dict[str, Any], storage: str, settings_key: str,
-                      n_startup: int = 8, log=None) -> list[dict[str, Any]]:
-    """``n_trials`` trials of a seeded TPE search (Optuna's ``TPESampler``, constrained by ``rule``'s bounds)
-    over ``space``; trial 0 is the untuned setting. ``evaluate(i, overrides) -> metrics`` scores trial ``i``.
-
-    Resumable: the trials live in the SQLite file ``storage`` (one study per method); a study made under other
-    settings (``settings_key``: everything a trial depends on) is refused, and a trial an interruption left
-    running is run again. The sampler is re-seeded from (seed, method, trial number) before every trial, so a
-    resumed search draws the same trials as an uninterrupted one. Returns one row per trial
-    (``{trial, overrides, metrics, point}``, ``point`` on the space's ranges), in trial order."""
-    if not space:  # nothing to tune (the pixel attack: its budget is the row's definition)
-        return [{"trial": 0, "overrides": {}, "metrics": evaluate(0, {}), "point": {}}]
-    try:
-        import optuna
-    except ImportError as e:  # pragma: no cover - optuna is a dependency (pyproject.toml)
-        raise ConfigError("tune.sampler tpe needs the `optuna` package (pip install optuna)") from e
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    from optuna.trial import TrialState
-
-    def sampler(number: int):
-        return optuna.samplers.TPESampler(
-            seed=int(zlib.crc32(f"{seed}/{method}/{number}".encode())), n_startup_trials=n_startup,
-            multivariate=True, constant_liar=False)
-
-    study = optuna.create_study(study_name=method, storage=storage, direction="minimize", load_if_exists=True,
-                                sampler=sampler(0))
-    have = study.user_attrs.get("settings_key")
-    if have is None:
-        study.set_user_attr("settings_key", settings_key)
-    elif have != settings_key:
-        raise ConfigError(f"tune: {storage} holds a {method} search made under other settings; delete it or "
-                          f"restore the settings it was made with")
-    names = list(space)
-    dists = {}
-    for p in names:
-        lo, hi = (float(x) for x in space[p]["range"])
-        if space[p]["scale"] == "shift":
-            dists[p] = optuna.distributions.IntDistribution(int(lo), int(hi))
-        else:
-            dists[p] = optuna.distributions.FloatDistribution(lo, hi, log=space[p]["scale"] == "log")
-    untuned_point = {p: (0 if space[p]["scale"] == "shift" else 1.0 if space[p]["relative"] else 0.0) for p in names}
-
-    def done():
-        return [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-        if t.state == TrialState.RUNNING:  # left by an interruption: failed, its number run again
-            study.tell(t.number, state=TrialState.FAIL)
-
-    while len(done()) < n_trials:
-        number = len(done())
-        study.sampler = sampler(number)
-        waiting = study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        if number == 0 and not waiting:  # the untuned setting first
-            study.enqueue_trial(untuned_point, skip_if_exists=False)
-        trial = study.ask(dists)
-        point = {p: trial.params[p] for p in names}
-        cand = {} if number == 0 else setting_at(space, untuned, point, method)
-        metrics = evaluate(number, cand)
-        for k, c in _constraints(metrics, rule).items():
-            trial.set_constraint(k, c)
-        trial.set_user_attr("overrides", cand)
-        trial.set_user_attr("metrics", metrics)
-        trial.set_user_attr("number_done", number)
-        study.tell(trial, _objective_value(metrics, rule["minimize"]))
-        if log:
-            log(f"{method} trial {number}: {cand or 'untuned'} -> "
-                + ", ".join(f"{k}={v}" for k, v in metrics.items()))
-    # trials an interruption left RUNNING are dropped: their number is run again above
-    return [{"trial": t.user_attrs["number_done"], "overrides": t.user_attrs["overrides"],
-             "metrics": t.user_attrs["metrics"], "point": dict(t.params)}
-            for t in sorted(done(), key=lambda t: t.number)]
-
-
-def pick_agreement(full: list[dict[str, Any]], draws: list[list[dict[str, Any]]], rule: dict[str, Any]) -> dict:
-    """How often the pick changes under resampling: ``full`` holds each trial's metrics on all the inputs,
-    ``draws`` for each resample each trial's metrics on it (the same resample for every trial: paired). Returns
-    the pick on all inputs, the share of the resamples that pick the same trial (``agreement``) and how often
-    each trial is picked. An objective whose ``agreement`` is low at the tuning n picks noise."""
-    pick, _ = select([{"metrics": m} for m in full], rule)
-    counts = np.zeros(len(full), dtype=int)
-    for ms in draws:
-        counts[select([{"metrics": m} for m in ms], rule)[0]] += 1
-    return {"pick": int(pick), "agreement": float(counts[pick] / max(1, len(draws))), "resamples": len(draws),
-            "counts": counts.tolist()}
-
-
-def resampled_draws(resampled: list[dict[str, list]]) -> list[list[dict[str, Any]]]:
-    """Per resample, each trial's metrics, from each trial's bootstrap values (``{metric: [value per resample]}``,
-    as ``metrics.evaluation.run_metrics(keep_resamples=True)`` returns them: one seeded count matrix over the
-    same inputs, so resample b is the same draw for every trial); the shortest metric's resamples are used."""
-    b = min((len(v) for r in resampled for v in r.values()), default=0)
-    return [[{k: v[j] for k, v in r.items()} for r in resampled] for j in range(b)]
-
-
-def pick_stability(score, n_trials: int, n_inputs: int, rule: dict[str, Any], *, resamples: int = 200,
-                   seed: int = 0) -> dict[str, Any]:
-    """:func:`pick_agreement` with ``score(trial, idx) -> metrics`` scoring trial ``trial`` on the inputs ``idx``
-    (an int array, with repeats): ``resamples`` bootstrap draws of the ``n_inputs`` inputs."""
-    rng = np.random.default_rng(seed)
-    full = np.arange(n_inputs)
-    draws = [rng.integers(0, n_inputs, n_inputs) for _ in range(resamples)]
-    return pick_agreement([score(i, full) for i in range(n_trials)],
-                          [[score(i, idx) for i in range(n_trials)] for idx in draws], rule)

@@ -1,4 +1,4 @@
-"""`vcebench report regression` and `vcebench report accept` as a library (docs/ci.md).
+"""`vcebench report regression`, `vcebench report accept` and `vcebench report tolerances` as a library (docs/ci.md).
 
 Two modes. ``paired`` (the default: `make regression`, CI): the rerun of the reference's own seed against the
 reference input by input (:mod:`vcebench.report.paired`) for every per-input quantity the rows record, the
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config.load import read_yaml
+from ..core.io import copy_file, write_text
 
 MODES = ("paired", "seeds")
 
@@ -209,3 +210,98 @@ def failures_markdown(failures: list[dict]) -> str:
     from .. import report
 
     return report.regression_markdown(failures)
+
+
+def networks_sha256(folder: Path) -> str:
+    """One sha256 over every ``card.json`` of a network set (each card holds the sha256 of its files)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for card in sorted(Path(folder).rglob("card.json")):
+        h.update(str(card.relative_to(folder)).encode() + b"\0" + card.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def git_commit(repo: Path, ignore: Path | None = None) -> str:
+    """``git rev-parse --short HEAD`` of ``repo``, with ``+dirty`` when tracked files differ from it, the folder
+    ``ignore`` aside (the reference being written; ``unknown`` outside a git checkout)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        inside = ignore is not None and Path(ignore).resolve().is_relative_to(repo.resolve())
+        spec = ["--", ".", f":(exclude){Path(ignore).resolve().relative_to(repo.resolve())}"] if inside else []
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no", *spec],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo: Path,
+                    allow_missing_seeds: bool = False) -> tuple[str, str]:
+    """The per-cell tolerances file of ``ref_dir`` (text) from ``<seeds_dir>/<task>_seeds.csv`` and the
+    detection-power table (markdown), naming the commit and the network set they were made on and the sha256
+    of the reference tables they guard. The reference must hold the tables of the run the seeds spread around
+    (``<seeds_dir>/<task>.csv``, accepted first); ``UserError`` otherwise."""
+    import datetime
+
+    import pandas as pd
+
+    from ..config.tasks import is_attack, is_baseline
+    from ..core.errors import UserError
+    from ..report import paired, seeds
+    from ..report.regression import CPU_DRIFT, PAIRED_MAX_LOST, reference_sha256
+
+    sc = cfg["seeds"]
+    seeded = [t for t in tasks if (seeds_dir / f"{t}_seeds.csv").exists()]
+    if not seeded or (len(seeded) < len(tasks) and not allow_missing_seeds):
+        missing = ", ".join(str(seeds_dir / f"{t}_seeds.csv") for t in tasks if t not in seeded)
+        raise UserError(f"no seed spread {missing} (`make reference` runs the seeds; --allow-missing-seeds "
+                        "holds those tasks to the CPU-kind drift only)")
+    for t in tasks:
+        ref_t, run_t = ref_dir / f"{t}.csv", seeds_dir / f"{t}.csv"
+        for f in (ref_t, run_t):
+            if not f.exists():
+                raise UserError(f"{f} does not exist (`make reference` runs the seeds and accepts the tables)")
+        if ref_t.read_bytes() != run_t.read_bytes():
+            raise UserError(f"{ref_t} is not the table of the run in {seeds_dir}: accept it first "
+                            "(`vcebench report accept`), then derive its tolerances")
+    spreads = {t: pd.read_csv(seeds_dir / f"{t}_seeds.csv") for t in seeded}
+    z, floors = float(sc["z"]), dict(sc["floors"])
+    cells = seeds.derive_cell_tolerances(spreads, floors, z, CPU_DRIFT)
+    networks = cfg.get("networks")
+    net_path = (repo / networks) if networks else None
+    derived = {"commit": git_commit(repo, ignore=ref_dir), "date": datetime.date.today().isoformat(),
+               "networks": str(networks) if networks else "networks trained by the run",
+               "networks_sha256": networks_sha256(net_path) if net_path and net_path.is_dir() else None,
+               "seeds": [int(s) for s in sc["seeds"]], "n": int(cfg["n_eval"]), "z": z, "tasks": list(tasks),
+               "reference_sha256": reference_sha256(ref_dir, tasks)}
+    if len(seeded) < len(tasks):
+        derived["unseeded_tasks"] = [t for t in tasks if t not in seeded]  # held to the CPU-kind drift
+    text = seeds.cell_tolerance_yaml(derived, CPU_DRIFT, floors, z, cells)
+    rows = [m for m in cfg["methods"] if not is_baseline(m) and not is_attack(m)]  # the calibrated rows
+    values = {t: pd.read_csv(ref_dir / f"{t}.csv") for t in seeded}
+    power = seeds.detection_power(cells, values, rows, ["FR", "FR_oracle", "FVA", "FID", "sFID", "KID",
+                                                         "nfe_per_cf", "tflops_per_cf", "GT_L1_region", "FS",
+                                                         "MNAC", "CD", "COUT", "L1", "MAD", "S3"])
+    md = (f"# Detection power of the regression in {ref_dir.name}\n\nDerived at commit {derived['commit']} on "
+          f"{derived['networks']}, seeds {derived['seeds']}, n = {derived['n']} per task, tasks {', '.join(seeded)} "
+          "(`vcebench report tolerances`).\n\n" + paired.detection_markdown(min(int(cfg["n_eval"]), paired.MAX_INPUTS),
+                                                                       CPU_DRIFT["rel"], PAIRED_MAX_LOST)
+          + "\n## The seeds' band (`--mode seeds`)\n\n" + seeds.detection_markdown(power, rows))
+    return text, md
+
+
+def write_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo: Path,
+                     allow_missing_seeds: bool = False) -> tuple[str, str]:
+    """Writes ``<ref_dir>/tolerances.yaml`` and ``detection.md`` (:func:`cell_tolerances`) and copies the seed
+    tables beside them; returns the tolerances' header and the detection power."""
+    text, power = cell_tolerances(cfg, ref_dir, tasks, seeds_dir, repo, allow_missing_seeds)
+    write_text(ref_dir / "tolerances.yaml", text)
+    write_text(ref_dir / "detection.md", power)
+    for t in tasks:
+        if (seeds_dir / f"{t}_seeds.md").exists():
+            copy_file(seeds_dir / f"{t}_seeds.md", ref_dir / f"{t}_seeds.md")
+    return text.split("\nderived:")[0], power

@@ -21,19 +21,10 @@ import numpy as np
 
 from ..config.load import ConfigError
 from ..config.tasks import Task, get_task, method_params, split_method
+from ..core.io import write_text
+from ..protocol.search import front, is_dead, pick_agreement, ranked, resampled_draws
 from ..protocol.space import WidenRule, search_with_widening
-from ..protocol.tune import (
-    FALLBACK,
-    candidate_settings,
-    front,
-    is_dead,
-    pick_agreement,
-    ranked,
-    resampled_draws,
-    round_value,
-    select,
-    tune_methods,
-)
+from ..protocol.tune import FALLBACK, candidate_settings, round_value, select, tune_methods
 
 
 @dataclass
@@ -108,7 +99,7 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "
                         resampled=True)
     # each metric in every bootstrap resample (one seeded draw of these ids for every setting): the pick's stability
     if res.get("resampled") is not None:  # (a scorer with no bootstrap, e.g. a test's stand-in: no stability)
-        resampled_path(npz).write_text(json.dumps({k: v for k, v in res["resampled"].items() if k in sw.wanted}))
+        write_text(resampled_path(npz), json.dumps({k: v for k, v in res["resampled"].items() if k in sw.wanted}))
     z = np.load(npz)
     row = {"method": name, "setting": i, "overrides": cand,
            "log_snr": round_value(rec["log_snr"]), "t": round_value(rec["t"]) if "t" in rec else None,
@@ -116,7 +107,7 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "
            "metrics": {k: (None if res["metrics"].get(k) is None else round_value(res["metrics"][k]))
                        for k in sw.wanted},
            "mean_steps": round_value(float(z["steps"].mean())), "sec_per_cf": round_value(timing["sec_per_cf"])}
-    cached.write_text(json.dumps({"key": key, "row": row}))
+    write_text(cached, json.dumps({"key": key, "row": row}))
     return row
 
 
@@ -131,7 +122,7 @@ def resampled_path(npz: Path) -> Path:
 
 
 def _stability(sw: _Sweep, name: str, rows: list[dict[str, Any]], rule: dict, tag: str) -> dict[str, Any] | None:
-    """:func:`vcebench.protocol.tune.pick_agreement` of ``rows`` (one stage of method ``name``'s sweep) from their
+    """:func:`vcebench.protocol.search.pick_agreement` of ``rows`` (one stage of method ``name``'s sweep) from their
     bootstrap values; None where a row has none (a row cached before they were kept)."""
     paths = [resampled_path(_cfs_path(sw, name, tag, r["setting"])) for r in rows]
     if not rows or not all(p.is_file() for p in paths):
@@ -317,7 +308,6 @@ def write_tuned(task: str, result: dict[str, Any], out: Path, md: Path, merge: b
     import yaml
 
     from ..config.load import read_yaml
-    from ..core.io import atomic_path
     from ..protocol.tune import merge_tuned, sweep_markdown
 
     if merge and out.exists():  # tune some methods again: keep the others' rows of the existing file
@@ -328,7 +318,5 @@ def write_tuned(task: str, result: dict[str, Any], out: Path, md: Path, merge: b
     plain = json.loads(json.dumps(result))  # no YAML anchors for the shared config mappings
     for path, text in ((out, header + yaml.safe_dump(plain, sort_keys=False, width=110)),
                        (md, sweep_markdown(result))):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
-            Path(tmp).write_text(text)
+        write_text(path, text)
     return result
