@@ -41,7 +41,7 @@ def front(rows: list[dict[str, Any]], quality: str, fidelity: str = "FR_oracle")
     return [p[0] for p in sorted(keep, key=lambda p: (p[1], -p[2], p[0]))]
 
 
-def _objectivemetric_value(metrics: dict, key: str) -> float:
+def _objective_value(metrics: dict, key: str) -> float:
     v = metric_value(metrics, key)
     return 1e9 if v is None else v  # a trial without the objective (too few successful CFs) ranks last
 
@@ -120,7 +120,7 @@ def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any],
         trial.set_user_attr("overrides", cand)
         trial.set_user_attr("metrics", metrics)
         trial.set_user_attr("number_done", number)
-        study.tell(trial, _objectivemetric_value(metrics, rule["minimize"]))
+        study.tell(trial, _objective_value(metrics, rule["minimize"]))
         if log:
             log(f"{method} trial {number}: {cand or 'untuned'} -> "
                 + ", ".join(f"{k}={v}" for k, v in metrics.items()))

@@ -40,7 +40,7 @@ ODD_KERNELS = frozenset({("fastdime", "mask_dilation"), ("fastdime2", "mask_dila
 FRACTIONS = frozenset({"rho", "k", "mask_threshold", "inpaint"})  # shares of the image or of a range: <= 1
 
 
-def roundmetric_value(v: float | None) -> float | None:
+def round_value(v: float | None) -> float | None:
     """``v`` to 4 significant digits (how the tuned file and the sweep table store numbers); None stays None (a
     row without a noise level, e.g. the pixel attack, has no log-SNR)."""
     return None if v is None else float(f"{v:.4g}")
@@ -65,15 +65,15 @@ def _value_at(spec: dict, name: str, u: float, untuned: dict[str, Any], method: 
             return 2 * max(0, (base - 1) // 2 + step) + 1
         return max(0, base + step)
     if not spec["relative"]:
-        return roundmetric_value(u)
+        return round_value(u)
     if name not in untuned:
         raise ConfigError(f"tune.space.{method}.{name}: relative, but {method} has no `{name}`")
     base = untuned[name]
     if isinstance(base, (list, tuple)):
-        return [roundmetric_value(float(b) * u) for b in base]
+        return [round_value(float(b) * u) for b in base]
     if isinstance(base, bool) or not isinstance(base, (int, float)):
         raise ConfigError(f"tune.space.{method}.{name}: relative needs a number, got {base!r}")
-    v = int(round(base * u)) if isinstance(base, int) else roundmetric_value(base * u)
+    v = int(round(base * u)) if isinstance(base, int) else round_value(base * u)
     return min(v, 1.0) if name in FRACTIONS else v
 
 
