@@ -143,10 +143,9 @@ def test_a_pixel_length_is_held_to_the_tasks_images(cfg):
     assert RunSettings.resolve(c, "synthfaces_smile", "fire_K5").params["dilation"] == 64
 
 
-def test_config_overrides_reach_the_jobs_settings_file(tmp_path):
-    """`snakemake -n` fails on an insane value with one line naming the key; `snakemake --config key=value`
-    reaches the jobs: the one job resolve_settings writes the overridden device, seed and batch size into the file that
-    explain and evaluate read."""
+def test_an_insane_value_fails_the_dry_run_in_one_line(tmp_path):
+    """`snakemake -n` fails on an insane value with one line naming the key (the overrides that reach the jobs:
+    :func:`test_overrides_reach_every_job_kind_and_no_job_reads_the_config_files`)."""
     preset = tmp_path / "one.yaml"
     preset.write_text(yaml.safe_dump({"run_tasks": ["synthfaces_smile"], "methods": ["fire"],
                                       "workdir": str(tmp_path / "work")}))
@@ -155,13 +154,6 @@ def test_config_overrides_reach_the_jobs_settings_file(tmp_path):
     r = _smk("-n", "--quiet", "--configfile", str(preset), str(bad))
     errors = [line for line in r.stderr.splitlines() if "vcebench config error" in line]
     assert r.returncode != 0 and len(errors) == 1 and f"`{BAD[0][1]}`" in errors[0], r.stderr
-    target = "results/synthfaces_smile/fire/settings.json"
-    r = _smk("--cores", "1", "--configfile", str(preset), "--config", "device=cuda", "seed=5", "batch_size=3",
-             "--", target)
-    assert r.returncode == 0, r.stdout + r.stderr
-    path = tmp_path / "work" / target
-    s = read_run_settings(path)
-    assert (s.runtime.device, s.seed, s.batch_size, s.config["seed"]) == ("cuda", 5, 3, 5)
 
 
 # --- the jobs that run no method: train, tune, the FID reference; the run's merged config for the tables ----------
@@ -328,17 +320,21 @@ def test_overrides_reach_every_job_kind_and_no_job_reads_the_config_files(tmp_pa
              "train": "resources/settings/synthfaces/classifier.json",
              "tune": "results/tune/synthfaces_smile.settings.json",
              "config": "results/config.resolved.json"}
-    over = ["seed=5", "networks=null", "metrics={'batch_size': 7}"]
+    over = ["device=cuda", "seed=5", "batch_size=3", "networks=null"]
     r = _smk("--cores", "1", "--configfile", str(preset), "--config", *over, "--", *files.values())
     assert r.returncode == 0, r.stdout + r.stderr
     work = tmp_path / "work"
     recs = {k: json.loads((work / f).read_text()) for k, f in files.items()}
+    s = read_run_settings(work / files["run"])
+    assert (s.runtime.device, s.seed, s.batch_size, s.config["seed"]) == ("cuda", 5, 3, 5)
+    assert recs["reference"]["runtime"]["device"] == recs["train"]["config"]["device"] == "cuda"
     assert recs["run"]["seed"] == recs["reference"]["seed"] == recs["config"]["seed"] == 5
     assert recs["train"]["config"]["seed"] == recs["tune"]["config"]["seed"] == 5
     assert recs["train"]["networks"] == "none" and recs["config"]["networks"] is None
-    assert recs["reference"]["config"]["metrics"]["batch_size"] == recs["tune"]["config"]["metrics"]["batch_size"] == 7
+    assert recs["reference"]["batch_size"] == recs["tune"]["config"]["batch_size"] == recs["config"]["batch_size"] == 3
     r = _smk("-n", "-p", "--cores", "1", "--configfile", str(preset), "--config", *over)
-    commands = [line for line in r.stdout.splitlines() if line.startswith(("vcebench ", "torchrun "))]
+    commands = [line.split("Shell command: ", 1)[1] for line in (r.stdout + r.stderr).splitlines()
+                if line.startswith("Shell command: ") and not line.endswith("None")]
     assert r.returncode == 0 and len(commands) >= 10, r.stdout + r.stderr
     assert not [c for c in commands if "--config " in c], commands
     for verb in ("train", "evaluate", "report task", "data render"):

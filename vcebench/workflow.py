@@ -85,6 +85,8 @@ def check_config(cfg: dict, configfiles: list, basedir: str | Path = ".") -> dic
 
     given = copy.deepcopy(cfg)
     check_config_files(configfiles)
+    if cfg.get("networks") in ("null", "none"):  # `--config networks=null`: Snakemake reads it as the string
+        cfg["networks"] = None
     validate(cfg, Path(basedir) / "config" / "schema.yaml")
     resolve_hub_weights(cfg)  # weights written hf://owner/repo/file@revision: the file in the local Hub cache
     check_method_names(cfg)
