@@ -121,7 +121,7 @@ def test_dry_run_launches_torchrun_with_the_gpu_resource(tmp_path):
     r = subprocess.run([str(exe), "resources/models/synthfaces/pmf/metrics.json", "-n", "-p", "--forceall",
                         "--configfile", str(pre)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    jobs = r.stdout.split("rule ")
+    jobs = [j for j in r.stdout.split("rule ") if j.startswith("train_model:")]  # not the settings' resolution
     pmf = next(j for j in jobs if "role=pmf" in j)
     assert "gpu=2" in pmf
     assert "torchrun --standalone --nproc_per_node 2 --no-python vcebench train pmf" in pmf

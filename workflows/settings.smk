@@ -74,6 +74,7 @@ rule resolved_config:
         "logs/settings/config.log",
     localrule: True
     params:
-        record=wf.config_snapshot(config),
+        # a function: the config's `{task}` placeholders (config `external`) are no wildcards
+        record=lambda wc: wf.config_snapshot(config),
     run:
         wf.write_settings(output[0], params.record, log=log[0])
