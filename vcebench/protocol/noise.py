@@ -77,7 +77,7 @@ def respaced_log_snr(alphas_cumprod: np.ndarray, respacing: int) -> tuple[np.nda
     return ts.copy(), ddpm_log_snr(np.asarray(alphas_cumprod)[ts])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _respaced_timesteps(num_train_timesteps: int, respacing: int) -> np.ndarray:
     """``methods.ddpm.space_timesteps`` as a read-only array, once per (T, respacing) in a process: the
     equal-compute search (:func:`respacing_for_steps`) asks for each respacing of the schedule in turn."""
