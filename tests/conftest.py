@@ -13,6 +13,8 @@ os.environ.setdefault("VCEBENCH_DATA_FINGERPRINTS",
                       os.path.join(__import__("tempfile").mkdtemp(prefix="vcebench-fp-"), "fingerprints.json"))
 
 import pytest  # noqa: E402
+
+pytest.register_assert_rewrite("tests.e2e_real")  # its checks, shared by the two real-format pipeline files
 import torch  # noqa: E402
 
 torch.set_num_threads(1)

@@ -34,6 +34,23 @@ def test_nearest_start_step_on_a_known_schedule():
     assert nearest_start_step(abar, 101, 3.15) == 34  # 10 - 0.2 i closest to 3.15: i = 34.25
 
 
+def test_the_remembered_search_answers_as_the_search_per_schedule():
+    """`respacing_for_steps` remembers its answers (a config check asks for the same ones hundreds of times): the
+    same steps and target on another schedule get that schedule's answer, each the first respacing whose start
+    step at the target is the step count (or the closest), as the plain walk over the respacings finds it."""
+    from vcebench.protocol.noise import respacing_for_steps
+
+    def walk(abar, g, target):  # the rule as docs/protocol.md states it
+        gaps = {r: abs(nearest_start_step(abar, r, target) - g) for r in range(max(2, g + 1), len(abar) + 1)}
+        return min(gaps, key=lambda r: (gaps[r], r))
+
+    steep, flat = _sigmoid(np.linspace(10.0, -10.0, 101)), _sigmoid(np.linspace(4.0, -4.0, 101))
+    for g, target in [(3, 3.1), (10, 0.0), (15, -2.5), (30, 6.0)]:
+        answers = [respacing_for_steps(abar, g, target) for abar in (steep, flat, steep, flat)]
+        assert answers == [walk(steep, g, target), walk(flat, g, target)] * 2
+    assert respacing_for_steps(steep, 3, 3.1) != respacing_for_steps(flat, 3, 3.1)  # the schedules differ here
+
+
 def test_flow_log_snr_round_trip_and_the_resolution_shift():
     for t in (0.05, 0.15, 0.4, 0.8):
         assert flow_t(flow_log_snr(t)) == pytest.approx(t)

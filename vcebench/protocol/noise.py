@@ -24,6 +24,7 @@ method's own hyperparameters plus a record of how they were made (written to met
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -72,20 +73,43 @@ def ddpm_log_snr(alphas_cumprod: np.ndarray) -> np.ndarray:
 
 def respaced_log_snr(alphas_cumprod: np.ndarray, respacing: int) -> tuple[np.ndarray, np.ndarray]:
     """(train timestep, log-SNR) of every respaced step of a ``respacing``-step trajectory."""
+    ts = _respaced_timesteps(len(alphas_cumprod), int(respacing))
+    return ts.copy(), ddpm_log_snr(np.asarray(alphas_cumprod)[ts])
+
+
+@functools.cache
+def _respaced_timesteps(num_train_timesteps: int, respacing: int) -> np.ndarray:
+    """``methods.ddpm.space_timesteps`` as a read-only array, once per (T, respacing) in a process: the
+    equal-compute search (:func:`respacing_for_steps`) asks for each respacing of the schedule in turn."""
     from methods.ddpm import space_timesteps
 
-    ts = np.asarray(space_timesteps(len(alphas_cumprod), int(respacing)), dtype=np.int64)
-    return ts, ddpm_log_snr(np.asarray(alphas_cumprod)[ts])
+    ts = np.asarray(space_timesteps(num_train_timesteps, respacing), dtype=np.int64)
+    ts.flags.writeable = False
+    return ts
+
+
+# respacing_for_steps's answers by (schedule bytes, steps, target): checking a config resolves every task x method
+# and each search walks up to T respacings of the train schedule (seconds per `snakemake -n` uncached)
+_RESPACINGS: dict[tuple[bytes, int, float], int] = {}
 
 
 def respacing_for_steps(alphas_cumprod: np.ndarray, guided_steps: int, target_log_snr: float) -> int:
     """The equal-compute rule's trajectory (docs/protocol.md): the smallest respacing whose start step at
     ``target_log_snr`` (:func:`nearest_start_step`) is ``guided_steps``; where no respacing of the train
     schedule reaches it (little noise: fewer train timesteps below the target than guided steps), the one
-    whose start step comes closest (ties: fewer steps)."""
+    whose start step comes closest (ties: fewer steps). Computed once per schedule, steps and target in a
+    process."""
     g = int(guided_steps)
     if g < 1:
         raise ConfigError(f"guided_steps must be >= 1, got {guided_steps}")
+    abar = np.asarray(alphas_cumprod, dtype=np.float64)
+    key = (abar.tobytes(), g, float(target_log_snr))
+    if key not in _RESPACINGS:
+        _RESPACINGS[key] = _respacing_for_steps(abar, g, float(target_log_snr))
+    return _RESPACINGS[key]
+
+
+def _respacing_for_steps(alphas_cumprod: np.ndarray, g: int, target_log_snr: float) -> int:
     T = len(alphas_cumprod)
     best, best_gap = 2, math.inf
     for r in range(max(2, g + 1), T + 1):
