@@ -43,7 +43,8 @@ def _aligned(row: Cfs, donor: Cfs, what: str) -> np.ndarray:
     pos = {int(s): i for i, s in enumerate(donor["sample_id"])}
     missing = [int(s) for s in row["sample_id"] if int(s) not in pos]
     if missing:
-        raise ValueError(f"the {what} row lacks {len(missing)} of the planted row's inputs (first: {missing[:5]})")
+        raise ValueError(f"the {what} row lacks {len(missing)} of the planted row's inputs "
+                         f"(first: {missing[:5]})")
     return np.array([pos[int(s)] for s in row["sample_id"]], np.int64)
 
 
@@ -59,7 +60,8 @@ def replaced(row: Cfs, donor: Cfs, at: np.ndarray, what: str) -> dict[str, np.nd
 
 def unedited(row: Cfs, inputs: Cfs, share: float = SHARE) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """(the planted file, the planted sample ids): ``share`` of ``row``'s flipped CFs (:func:`planted_count`,
-    the first in file order) replaced by the unedited input, ``inputs`` being the ``input`` row's file (its CF is the input, not flipped)."""
+    the first in file order) replaced by the unedited input, ``inputs`` being the ``input`` row's file (its CF
+    is the input, not flipped)."""
     flipped = np.asarray(row["flipped"], bool)
     at = np.flatnonzero(flipped)[:planted_count(flipped, share)]
     return replaced(row, inputs, at, "input"), np.asarray(row["sample_id"], np.int64)[at]

@@ -232,8 +232,8 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
 
     from ..config.tasks import is_attack, is_baseline
     from ..core.errors import UserError
-    from ..report import paired, seeds
-    from ..report.regression import CPU_DRIFT, PAIRED_MAX_LOST, reference_sha256
+    from ..report import seeds
+    from ..report.regression import CPU_DRIFT, reference_sha256
 
     sc = cfg["seeds"]
     seeded = [t for t in tasks if (seeds_dir / f"{t}_seeds.csv").exists()]
