@@ -230,6 +230,8 @@ def test_report_accept_copies_each_rows_record_and_drops_stale_ones(accepted, tm
     assert f"reference updated: {folder / 'dime.npz'}" in capsys.readouterr().out
     kept = paired.read_records(folder / "dime.npz")
     assert len(kept["ids"]) == 64 and not any(k.startswith("boot/") for k in kept)
+    detection = (ref / "detection.md").read_text()  # its paired part, from the records just accepted
+    assert "## The paired check" in detection and "| FR | 2 | 3.12 |" in detection
 
 
 def test_a_rate_in_percent_and_one_outside_its_subset_count_alike():
