@@ -1,108 +1,212 @@
-"""Plant the three faults of issue #60 on copies of a finished regression run and check that the paired
-regression (`vcebench report regression`, docs/ci.md) catches each one, naming its row; the untouched copy
-must pass. The run's own folder and the reference are never written: every case works on its own copy.
+"""Plant issue #60's faults end to end on copies of a finished regression run and check that the paired
+regression (`make regression`'s `vcebench report regression`, docs/ci.md) fails naming every planted row; the
+untouched copy, evaluated again the same way, must pass. The run's own folder and the reference are never
+written: every case works on its own copy of the run's folder (the snakemake workdir, `runs/regression`).
 
-    python scripts/plant_regression.py --results runs/regression/results \\
-        --reference results/reference/regression --task synthfaces_smile --method dime --work /tmp/plants \\
-        --config config/config.yaml --config config/presets/regression.yaml
+    python scripts/plant_regression.py --run runs/regression --work /tmp/plants --all-rows
 
-Cases (vcebench/report/plants.py): ``control`` (untouched, must pass), ``unedited`` (10 % of the row's flipped
-CFs replaced by the unedited input: FR and FR_paired), ``oracle`` (10 % of its oracle successes fail, FR
-unchanged: FR_oracle), ``realism`` (its CF feature rows moved until its FID is 1.3 x: FID). Prints one line per
-case and exits 0 when every plant fails its expected cell and the control passes, 1 otherwise.
+Each case copies the run, degrades the counterfactuals of the planted rows
+(`results/<task>/<method>/counterfactuals.npz`, vcebench/report/plants.py), re-runs those rows' evaluate jobs
+(snakemake, `--forcerun evaluate`), the task tables and the `regression` rule, as `make regression` does, and
+reads the regression's diff (`logs/report/regression.log`):
+
+- ``control``: nothing planted; every cell must pass;
+- ``unedited``: 10 % of each row's flipped CFs replaced by the unedited input: caught by FR (and FR_paired);
+- ``attack``: 10 % of each row's flipped CFs replaced by the pixel attack's CF for the same input (rows of tasks
+  with an oracle where the attack flips the row's inputs; the others are listed as n/a): caught by FR_oracle,
+  input by input;
+- ``realism``: each row's CFs plus Gaussian noise, its strength set by a rule on the planted copy (the smallest
+  found by bisection that raises the row's FID, computed by the evaluate job's own code, by --factor): caught by
+  FID.
+
+Rows: --rows TASK/METHOD ..., or --all-rows (every calibrated row of every task of the preset; the rows of one
+case are planted on one copy: each row's evaluate job reads its own file only). Prints one line per case and
+planted row and a markdown table of the outcomes (--out); exits 0 when the control passes and every planted row
+fails its case's cell, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
+import json
+import os
+import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
+from vcebench.core.io import load_npz, save_npz, write_text
+from vcebench.report import plants
 
-from vcebench.cli import main as vcebench_main
-from vcebench.core.io import save_npz
-from vcebench.report import paired, plants
-
-EXPECTED = {"control": None, "unedited": "FR", "oracle": "FR_oracle", "realism": "FID"}
-
-
-def plant(case: str, results: Path, task: str, method: str) -> str:
-    """Plants ``case`` on the run copy ``results`` (its row ``task`` / ``method``); returns what it did."""
-    row = results / task / method
-    rec = paired.read_records(row / paired.SAMPLES_FILE)
-    originals = paired.read_originals(results / task / "fid_ref.npz")
-    if case == "control":
-        return "untouched"
-    if case == "unedited":
-        new, ids = plants.unedited_cfs(rec, originals)
-        cf = row / "counterfactuals.npz"
-        if cf.exists():  # the method's own flips (FR_paired) lose the same inputs
-            with np.load(cf, allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
-            if "flipped" in arrays and "sample_id" in arrays:
-                arrays["flipped"] = arrays["flipped"] & ~np.isin(arrays["sample_id"], ids)
-                save_npz(cf, **arrays)
-        what = f"{len(ids)} flipped CFs replaced by the unedited input"
-    elif case == "oracle":
-        new = plants.oracle_failures(rec)
-        what = f"{int((rec['q/FR_oracle'] == 1).sum() - (new['q/FR_oracle'] == 1).sum())} oracle successes failed"
-    elif case == "realism":
-        if originals is None:
-            raise SystemExit(f"no {results / task / 'fid_ref.npz'}: the realism plant needs the originals' rows")
-        new, before, after = plants.realism(rec, originals)
-        what = f"CF features moved: FID {before:.4g} -> {after:.4g}"
-    else:
-        raise ValueError(f"unknown case {case!r}")
-    save_npz(row / paired.SAMPLES_FILE, **new)
-    return what
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ("control", "unedited", "attack", "realism")
+EXPECTED = {"control": None, "unedited": "FR", "attack": "FR_oracle", "realism": "FID"}
+FAILED = ("REGRESSED", "MISSING", "CHANGED")
+ROW = re.compile(r"^\| (\S+) \| (\S+) \| (\S+) \| .*\| (REGRESSED|MISSING|CHANGED|ok|improved) \|")
 
 
-def run_case(case: str, args: argparse.Namespace) -> tuple[bool, str]:
-    """Copies the run, plants ``case``, runs `vcebench report regression`; (as expected, the summary line)."""
-    work = Path(args.work) / case
-    if work.exists():
-        shutil.rmtree(work)
-    shutil.copytree(args.results, work, ignore=shutil.ignore_patterns("*.png", "*.pdf"))
-    what = plant(case, work, args.task, args.method)
-    cli = ["report", "regression", "--reference", str(args.reference), "--results", str(work), "--out-dir",
-           str(work), "--out", str(work / "regression.md"), "--tasks", *args.tasks]
-    for c in args.config:
-        cli += ["--config", c]
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-        rc = vcebench_main(cli)
-    report = (work / "regression.md").read_text() if (work / "regression.md").exists() else err.getvalue()
-    failing = [line for line in report.splitlines()
-               if line.startswith(f"| {args.task} |") and ("| REGRESSED |" in line or "| MISSING |" in line)]
+def calibrated_rows(cfg: dict) -> list[tuple[str, str]]:
+    """(task, method) of every calibrated row of the preset: its methods less the baselines and the attacks."""
+    from vcebench.config.tasks import is_attack, is_baseline
+
+    return [(t, m) for t in cfg["run_tasks"] for m in cfg["methods"] if not is_baseline(m) and not is_attack(m)]
+
+
+def attackable(run: Path, task: str, method: str, args: argparse.Namespace) -> str | None:
+    """Why the attack plant cannot apply to the row (None when it can): its task has no oracle, or the attack
+    flips none of the row's flipped inputs (e.g. the pixel attack on the x-ray task flips no input)."""
+    folder = run / "results" / task
+    if json.loads((folder / method / "metrics.json").read_text())["metrics"].get("FR_oracle") is None:
+        return "no oracle on this task"
+    row = load_npz(folder / method / "counterfactuals.npz")
+    if not len(plants.attack(row, load_npz(folder / args.attack_row / "counterfactuals.npz"), args.share)[1]):
+        return f"{args.attack_row} flips none of the row's flipped inputs"
+    return None
+
+
+def snakemake(copy: Path, args: argparse.Namespace, *extra: str) -> int:
+    """Runs the repository's workflow on ``copy`` (its workdir) with the preset; snakemake's exit status. Only
+    the rules named in ``extra``'s ``--allowed-rules`` run: the explain jobs' outputs are the run's own."""
+    cmd = [str(Path(sys.executable).with_name("snakemake")), *extra, "--snakefile", str(ROOT / "Snakefile"),
+           "--configfile", str(args.configfile), "--config", f"workdir={copy}", "--cores", str(args.cores),
+           "--rerun-triggers", "mtime"]  # targets first: several options take a list
+    with open(copy / "plant-snakemake.log", "a") as log:
+        return subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+
+
+def fid_at(copy: Path, task: str, method: str, inputs: dict, row: dict):
+    """sigma -> the row's FID with its CFs noised by sigma (plants.noised), computed by the evaluate job's own
+    code (`vcebench evaluate --only FID`, in process, the networks loaded once)."""
+    from vcebench.models import load_task_models
+    from vcebench.steps.evaluate import evaluate_task
+    from vcebench.steps.settings import evaluate_settings
+    from vcebench.workflow import data_dir
+
+    folder = copy / "results" / task / method
+    dataset = evaluate_settings(folder / "settings.json")[0].task.dataset
+    data = data_dir(dataset)
+    settings, device = evaluate_settings(folder / "settings.json", data_dir=str(copy / data) if data else None,
+                                         model_dir=str(copy / "resources" / "models"))
+    models = load_task_models(settings.config, settings.task, roles=("classifier", "fid_features"), device=device,
+                              model_dir=settings.model_dir)
+    trial = folder / "plant-trial.npz"
+
+    def fid(sigma: float) -> float:
+        save_npz(trial, **(plants.noised(row, inputs, sigma) if sigma else row))
+        out = evaluate_task(settings, str(trial), fid_ref=str(copy / "results" / task / "fid_ref.npz"),
+                            device=device, only=["FID"], models=models)
+        return float(out["metrics"]["FID"])
+
+    return fid, trial
+
+
+def plant(case: str, copy: Path, rows: list[tuple[str, str]], args: argparse.Namespace) -> dict:
+    """Plants ``case`` on ``rows`` of the run copy ``copy``; {(task, method): what was done}."""
+    done = {}
+    for task, method in rows:
+        path = copy / "results" / task / method / "counterfactuals.npz"
+        row = load_npz(path)
+        inputs = load_npz(copy / "results" / task / args.input_row / "counterfactuals.npz")
+        if case == "unedited":
+            new, ids = plants.unedited(row, inputs, args.share)
+            what = f"{len(ids)} of {int(row['flipped'].sum())} flipped CFs -> the unedited input"
+        elif case == "attack":
+            attacked = load_npz(copy / "results" / task / args.attack_row / "counterfactuals.npz")
+            new, ids = plants.attack(row, attacked, args.share)
+            what = f"{len(ids)} of {int(row['flipped'].sum())} flipped CFs -> {args.attack_row}'s"
+        else:
+            fid, trial = fid_at(copy, task, method, inputs, row)
+            sigma, before, after = plants.strength(fid, args.factor)
+            trial.unlink(missing_ok=True)
+            new = plants.noised(row, inputs, sigma)
+            what = f"noise sd {sigma:.3g} grey levels: FID {before:.4g} -> {after:.4g} (x{after / before:.3g})"
+        save_npz(path, **new)
+        done[(task, method)] = what
+    return done
+
+
+def failing_cells(log: str) -> dict[tuple[str, str], list[str]]:
+    """{(task, method): failing metrics} of a regression diff (its markdown rows)."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for line in log.splitlines():
+        if (m := ROW.match(line)) and m.group(4) in FAILED and m.group(3) not in out.get(m.group(1, 2), []):
+            out.setdefault(m.group(1, 2), []).append(m.group(3))  # the failing lines come twice (stderr, diff)
+    return out
+
+
+def run_case(case: str, rows: list[tuple[str, str]], args: argparse.Namespace) -> list[dict]:
+    """Copies the run, plants ``case``, re-evaluates ``rows``, runs the regression; one outcome per row."""
+    copy = Path(args.work) / case
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(args.run, copy, symlinks=True)
+    skipped = {r: why for r in rows if case == "attack" and (why := attackable(copy, *r, args))}
+    rows = [r for r in rows if r not in skipped]
+    done = plant(case, copy, rows, args) if case != "control" else {r: "untouched" for r in rows}
+    targets = [f"results/{t}/{m}/metrics.json" for t, m in rows]
+    rc_eval = snakemake(copy, args, *targets, "--forcerun", "evaluate", "--allowed-rules", "evaluate")
+    if rc_eval:
+        raise SystemExit(f"{case}: the evaluate jobs failed (exit {rc_eval}); see {copy / 'plant-snakemake.log'}")
+    rc = snakemake(copy, args, "regression", "--forcerun", "report_task", "regression",
+                   "--allowed-rules", "report_task", "regression")
+    log = (copy / "logs" / "report" / "regression.log").read_text()
+    fails = failing_cells(log)
     want = EXPECTED[case]
-    named = [line for line in failing if want and line.startswith(f"| {args.task} | {args.method} | {want} |")]
-    ok = rc == 0 if want is None else (rc == 1 and bool(named))
-    seen = "; ".join(" ".join(c.strip() for c in line.split("|")[2:4]) for line in failing) or "nothing failed"
-    return ok, f"{case:9s} {'ok' if ok else 'NOT AS EXPECTED'}: {what}; exit {rc}; failing: {seen}"
+    out = [{"case": case, "row": f"{t}/{m}", "planted": f"n/a: {why}", "failing": [], "ok": True}
+           for (t, m), why in skipped.items()]
+    for r in rows:
+        cells = fails.get(r, [])
+        ok = (not cells) if want is None else (want in cells)
+        out.append({"case": case, "row": f"{r[0]}/{r[1]}", "planted": done[r], "failing": cells, "ok": ok})
+    stray = sorted(f"{t}/{m}: {', '.join(c)}" for (t, m), c in fails.items() if (t, m) not in rows)
+    if stray or (want is None and rc) or (want is not None and not rc):
+        out.append({"case": case, "row": "(others)", "planted": "untouched", "failing": stray,
+                    "ok": not stray and bool(rc) == (want is not None), "exit": rc})
+    return out
+
+
+def outcome_table(results: list[dict]) -> str:
+    lines = ["| case | row | planted | failing cells of the row | as expected |", "|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['case']} | {r['row']} | {r['planted']} | {', '.join(r['failing']) or 'none'} "
+                     f"| {'yes' if r['ok'] else '**NO**'} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", required=True, help="a finished regression run's results folder (read only)")
-    p.add_argument("--reference", default="results/reference/regression", help="the reference (read only)")
-    p.add_argument("--task", default="synthfaces_smile")
-    p.add_argument("--method", default="dime")
-    p.add_argument("--tasks", nargs="*", help="the tasks compared (default: --task)")
+    p.add_argument("--run", required=True, help="a finished regression run's folder, the workdir (read only)")
     p.add_argument("--work", required=True, help="scratch folder for the planted copies")
-    p.add_argument("--config", action="append", default=[], help="config files, as for `vcebench report`")
-    p.add_argument("--cases", nargs="*", default=list(EXPECTED), choices=list(EXPECTED))
+    p.add_argument("--configfile", default=str(ROOT / "config/presets/regression.yaml"), help="the run's preset")
+    p.add_argument("--rows", nargs="*", default=[], metavar="TASK/METHOD", help="the rows planted")
+    p.add_argument("--all-rows", action="store_true", help="every calibrated row of every task of the preset")
+    p.add_argument("--cases", nargs="*", default=list(CASES), choices=CASES)
+    p.add_argument("--share", type=float, default=plants.SHARE, help="of each row's flipped CFs (unedited, attack)")
+    p.add_argument("--factor", type=float, default=plants.FACTOR, help="the realism plant's FID rise")
+    p.add_argument("--input-row", default="input", help="the run's row of unedited inputs")
+    p.add_argument("--attack-row", default="pixel_attack", help="the run's row of the pixel attack")
+    p.add_argument("--cores", type=int, default=1)
+    p.add_argument("--out", help="also write the outcome table (markdown) here")
     args = p.parse_args(argv)
-    args.tasks = args.tasks or [args.task]
-    work, protected = Path(args.work).resolve(), [Path(args.reference).resolve(), Path(args.results).resolve()]
-    if any(work == d or d in work.parents or work in d.parents for d in protected):
+    from vcebench.config.load import load_config
+
+    work, run = Path(args.work).resolve(), Path(args.run).resolve()
+    reference = (ROOT / load_config([ROOT / "config/config.yaml", args.configfile])["reference_dir"]).resolve()
+    if any(work == d or d in work.parents or work in d.parents for d in (run, reference)):
         raise SystemExit(f"--work {work} overlaps the run or the reference; choose a scratch folder apart")
-    results = [run_case(case, args) for case in args.cases]
-    for _, line in results:
-        print(line)
-    return 0 if all(ok for ok, _ in results) else 1
+    if args.all_rows:
+        rows = calibrated_rows(load_config([ROOT / "config/config.yaml", args.configfile]))
+    else:
+        rows = [tuple(r.split("/", 1)) for r in args.rows] or [("synthfaces_smile", "dime")]
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    results = [o for case in args.cases for o in run_case(case, rows, args)]
+    for r in results:
+        print(f"{r['case']:9s} {r['row']:34s} {'ok' if r['ok'] else 'NOT AS EXPECTED'}: {r['planted']}; "
+              f"failing: {', '.join(r['failing']) or 'nothing'}")
+    if args.out:
+        write_text(args.out, outcome_table(results))
+    return 0 if all(r["ok"] for r in results) else 1
 
 
 if __name__ == "__main__":

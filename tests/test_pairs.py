@@ -186,6 +186,23 @@ def test_marks_come_from_the_tests_not_the_point_values(tmp_path):
     assert "## L1" in (tmp_path / f"{TASK}_pairs.md").read_text()
 
 
+def test_the_pairs_md_says_in_one_line_why_the_pixel_attack_is_ranked(tmp_path):
+    """The attack row stays ranked (it shows which columns cannot tell an attack from a counterfactual) and the
+    pairs file's footer says so in one line; a tree without it has no such line."""
+    rows = _values(4)
+    rows["pixel_attack"] = rows.pop("ace")
+    methods = _write_tree(tmp_path / "a", rows)
+    df, higher = _table(tmp_path / "a", methods)
+    table = pairs.task_pairs(tmp_path / "a", TASK, df, higher)[0]
+    assert "pixel_attack" in set(table["a"]) | set(table["b"])
+    md = pairs.pairs_markdown(TASK, table)
+    said = [ln for ln in md.splitlines() if "cannot tell an attack from a counterfactual" in ln]
+    assert len(said) == 1 and said[0].startswith("Pixel PGD (attack): no counterfactual, ranked on purpose")
+    methods = _write_tree(tmp_path / "b", _values(4))
+    df, higher = _table(tmp_path / "b", methods)
+    assert "attack" not in pairs.pairs_markdown(TASK, pairs.task_pairs(tmp_path / "b", TASK, df, higher)[0])
+
+
 def test_marks_follow_each_columns_direction(tmp_path):
     """Turning L1's direction round makes ACE (highest L1) the bold one: the marks read the registry's
     direction, never a fixed sense."""

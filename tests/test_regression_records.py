@@ -1,10 +1,10 @@
-"""The paired regression on per-input records (vcebench/report/paired.py): faults planted on fake records are
-caught naming their row and metric, an unchanged rerun and one within the CPU-kind drift pass, and the rates'
-rule is "more than one input net" (one input lost passes, two fail)."""
+"""The paired regression on per-input records (vcebench/report/paired.py): changes of fake records are caught
+naming their row and metric, an unchanged rerun and one within the CPU-kind drift pass, and the rates' rule is
+"more than one input net" (one input lost passes, two fail). The planted faults end to end (a run's
+counterfactuals degraded and evaluated again): tests/test_regression_plants.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from vcebench import registry
-from vcebench.report import paired, plants
+from vcebench.report import paired
 from vcebench.report.regression import CPU_DRIFT, PAIRED_MAX_LOST
 
 N, D = 64, 16
@@ -89,34 +89,6 @@ def test_a_mean_past_the_drift_fails_naming_the_row(ref):
     assert failing(check(ref, cur, strict=True)[1]) == [("dime", "L1", "CHANGED"), ("dime", "MNAC", "CHANGED")]
 
 
-def test_plant_a_unedited_cfs_drop_fr_and_are_caught(ref):
-    """10 % of FiRe's flipped CFs replaced by the unedited input: FR fails on FiRe's row, nothing on DiME's."""
-    planted, ids = plants.unedited_cfs(ref["fire"], fake_originals())
-    assert len(ids) == int(np.ceil(0.1 * (ref["fire"]["q/FR"] == 1).sum())) >= 6
-    fails = check(ref, {"fire": planted, "dime": ref["dime"]})[1]
-    assert ("fire", "FR", "REGRESSED") in failing(fails) and {f["method"] for f in fails} == {"fire"}
-    fr = next(f for f in fails if f["metric"] == "FR")
-    assert fr["lost"] == len(ids) and fr["delta"] == -len(ids)
-
-
-def test_plant_b_oracle_failures_with_fr_unchanged_are_caught_naming_the_row(ref):
-    """The adversarial drift: 10 % of DiME's oracle successes fail, its FR unchanged; the seed band of an
-    FR_oracle cell lets up to tens of points through, the paired check fails on this row alone."""
-    cur = {"fire": ref["fire"], "dime": plants.oracle_failures(ref["dime"])}
-    assert (cur["dime"]["q/FR"] == ref["dime"]["q/FR"]).all()
-    assert failing(check(ref, cur)[1]) == [("dime", "FR_oracle", "REGRESSED")]
-
-
-def test_plant_c_realism_fid_thirty_percent_is_caught_naming_the_row(ref):
-    planted, before, after = plants.realism(ref["fire"], fake_originals(), factor=1.3)
-    assert after == pytest.approx(1.3 * before, rel=1e-3)
-    fails = check(ref, {"fire": planted, "dime": ref["dime"]})[1]
-    assert ("fire", "FID", "REGRESSED") in failing(fails)
-    assert {(f["method"], f["metric"]) for f in fails} <= {("fire", "FID"), ("fire", "KID"), ("fire", "sFID")}
-    fid = next(f for f in fails if f["metric"] == "FID")
-    assert fid["current"] == pytest.approx(after) and fid["interval"][0] > fid["tolerance"]
-
-
 def test_one_input_lost_passes_and_two_fail(ref):
     """The rates' rule, not vacuous on small changes: one oracle success lost passes, two fail; one lost and
     one gained elsewhere is no loss; --strict fails on the one."""
@@ -161,7 +133,7 @@ def test_the_reference_keeps_64_inputs_and_wide_features_as_float16(tmp_path):
 
 
 # End to end on the committed reference's tables: fake records accepted into a copy of the reference, the
-# regression in its default (paired) mode, and scripts/plant_regression.py's three plants on copies of the run.
+# regression in its default (paired) mode (the plants end to end: tests/test_regression_plants.py).
 ROOT = Path(__file__).resolve().parents[1]
 REF = ROOT / "results/reference/regression"
 CONFIGS = [str(ROOT / "config/config.yaml"), str(ROOT / "config/presets/regression.yaml")]
@@ -207,32 +179,20 @@ def test_the_paired_mode_end_to_end_passes_an_unchanged_run(accepted):
     assert f"| {TASK} | dime | nfe_per_cf |" in text  # a cell without per-input records: within the drift
 
 
-def test_plant_script_catches_each_plant_naming_the_row(accepted, tmp_path, capsys):
-    """scripts/plant_regression.py: the control passes, each of the three plants fails its row's cell."""
-    run, ref = accepted
-    spec = importlib.util.spec_from_file_location("plant_regression", ROOT / "scripts/plant_regression.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    args = ["--results", str(run), "--reference", str(ref), "--task", TASK, "--method", "dime", "--work",
-            str(tmp_path / "plants"), *[a for c in CONFIGS for a in ("--config", c)]]
-    before = (run / TASK / "dime" / paired.SAMPLES_FILE).read_bytes()
-    assert script.main(args) == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
-    assert all(" ok: " in line for line in lines.values()) and len(lines) == 4, lines
-    assert "nothing failed" in lines["control"] and "dime FR_oracle" in lines["oracle"]
-    assert "dime FR;" in lines["unedited"] + ";" and "dime FR_paired" in lines["unedited"]
-    assert "dime FID" in lines["realism"]
-    assert (run / TASK / "dime" / paired.SAMPLES_FILE).read_bytes() == before  # the run is never written
-    with pytest.raises(SystemExit, match="overlaps"):
-        script.main([*args[:8], "--work", str(ref / "x")])
-
-
-def test_detection_md_states_the_paired_rule_from_n_and_the_drift():
-    """The generated detection.md (docs/ci.md quotes none of it): two inputs of n is the smallest rate drop
-    that fails, the drift band the smallest move of a mean."""
-    md = paired.detection_markdown(64, REL, PAIRED_MAX_LOST)
-    assert "more than 1 input(s) lost net | 2 inputs = 3.12 points" in md and f"{100 * REL:.3g} % of the mean" in md
-    assert "2 inputs = 6.25 points" in paired.detection_markdown(32, REL, PAIRED_MAX_LOST)
+def test_detection_md_derives_the_smallest_failing_change_from_the_rule(ref):
+    """The paired part of detection.md: a rate's smallest failing change is two inputs of its subset (FR: of
+    all 64; FVA: of the flipped ones), a mean's the drift band, a feature metric's the band as a lower bound."""
+    md = paired.detection_markdown({"t": ref}, {"t": {"fire": {"FID": 10.0}, "dime": {"FID": 20.0}}},
+                                   ["FID"], HIGHER, REL, PAIRED_MAX_LOST)
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")] for ln in md.splitlines()
+            if ln.startswith("| ") and not ln.startswith("| metric")}
+    assert rows["FR"][1:5] == ["2", "3.12", "3.12", "3.12"] and rows["FR"][8] == "rule"
+    n_fva = sorted(int(np.isfinite(r["q/FVA"]).sum()) for r in ref.values())  # fake FVA: 0 / 1 on every input
+    assert rows["FVA"][2] == f"{100 * 2 / max(n_fva):.3g}"
+    assert rows["MNAC"][5:8] == [f"{100 * REL:.3g}"] * 3
+    assert rows["FID"][1:5] == ["2", f"{REL * 10:.3g}", f"{REL * 15:.3g}", f"{REL * 20:.3g}"]
+    assert rows["FID"][8] == "lower bound"
+    assert "| FR | 2 | 4.69 |" in paired.detection_markdown({"t": ref}, {}, [], HIGHER, REL, 2)  # 3 inputs lost
 
 
 def test_cells_without_records_are_held_to_the_drift_in_the_paired_mode(accepted, tmp_path):
@@ -270,6 +230,8 @@ def test_report_accept_copies_each_rows_record_and_drops_stale_ones(accepted, tm
     assert f"reference updated: {folder / 'dime.npz'}" in capsys.readouterr().out
     kept = paired.read_records(folder / "dime.npz")
     assert len(kept["ids"]) == 64 and not any(k.startswith("boot/") for k in kept)
+    detection = (ref / "detection.md").read_text()  # its paired part, from the records just accepted
+    assert "## The paired check" in detection and "| FR | 2 | 3.12 |" in detection
 
 
 def test_a_rate_in_percent_and_one_outside_its_subset_count_alike():

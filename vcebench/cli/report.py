@@ -296,6 +296,10 @@ def run_accept(args: argparse.Namespace) -> int:
     cfg = _config(args)
     kind, ref_dir, others = accept(args.tasks or cfg["run_tasks"], Path(args.reference), Path(args.out_dir),
                                    copied=lambda path: print(f"reference updated: {path}"))
+    if ref_dir.resolve() == Path(args.reference).resolve():  # its records: the paired part of detection.md
+        from ..steps.regression import refresh_paired_detection
+
+        print(f"reference updated: {refresh_paired_detection(cfg, ref_dir, args.tasks or cfg['run_tasks'])}")
     print(f"reference of this CPU kind ({kind}): {ref_dir}")
     for d, other in others:
         print(f"also kept: {d} ({other}); if this change moved the numbers, delete its tables "

@@ -7,7 +7,7 @@ check used by CI (the paper's figures: :mod:`vcebench.report.figures`).
 - :mod:`.pareto`: quality-vs-cost fronts of the budget / noise-level sweeps;
 - :mod:`.regression`: a table against its reference within tolerances (the seeds' band, the CPU-kind drift);
 - :mod:`.paired`: a rerun's per-input records against the reference's, input by input (CI's default);
-- :mod:`.plants`: faults planted on per-input records (the paired check's tests, scripts/plant_regression.py);
+- :mod:`.plants`: faults planted on a run's counterfactuals (scripts/plant_regression.py, their tests);
 - :mod:`.validity`: each metric column against the true counterfactual and the unedited input.
 """
 

@@ -243,7 +243,20 @@ def pairs_markdown(task: str, pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
         lines.append("")
     if pairs.empty:
         lines.append("No pairs: fewer than two ranked rows with a per-input record (samples.npz).")
-    return "\n".join(lines) + "\n"
+    lines += [attack_line(sorted(set(pairs["a"]) | set(pairs["b"])))] if not pairs.empty else []
+    return "\n".join(line for line in lines if line is not None) + "\n"
+
+
+def attack_line(rows: list[str]) -> str | None:
+    """The one footer line on the ranked rows that are no counterfactual (``tasks.is_attack``), None without."""
+    from ..config.tasks import is_attack
+    from .tables import method_label
+
+    attacks = [method_label(m) for m in rows if is_attack(m)]
+    if not attacks:
+        return None
+    return (f"{', '.join(attacks)}: no counterfactual, ranked on purpose: a column that does not separate "
+            f"{'it' if len(attacks) == 1 else 'them'} from the methods cannot tell an attack from a counterfactual.")
 
 
 def _fmt_p(p: float) -> str:

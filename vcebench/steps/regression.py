@@ -251,8 +251,8 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
 
     from ..config.tasks import is_attack, is_baseline
     from ..core.errors import UserError
-    from ..report import paired, seeds
-    from ..report.regression import CPU_DRIFT, PAIRED_MAX_LOST, reference_sha256
+    from ..report import seeds
+    from ..report.regression import CPU_DRIFT, reference_sha256
 
     sc = cfg["seeds"]
     seeded = [t for t in tasks if (seeds_dir / f"{t}_seeds.csv").exists()]
@@ -288,10 +288,46 @@ def cell_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo:
                                                          "MNAC", "CD", "COUT", "L1", "MAD", "S3"])
     md = (f"# Detection power of the regression in {ref_dir.name}\n\nDerived at commit {derived['commit']} on "
           f"{derived['networks']}, seeds {derived['seeds']}, n = {derived['n']} per task, tasks {', '.join(seeded)} "
-          "(`vcebench report tolerances`).\n\n" + paired.detection_markdown(min(int(cfg["n_eval"]), paired.MAX_INPUTS),
-                                                                       CPU_DRIFT["rel"], PAIRED_MAX_LOST)
-          + "\n## The seeds' band (`--mode seeds`)\n\n" + seeds.detection_markdown(power, rows))
+          "(`vcebench report tolerances`).\n\n" + paired_detection(cfg, ref_dir, tasks)
+          + SEEDS_HEADING + seeds.detection_markdown(power, rows))
     return text, md
+
+
+SEEDS_HEADING = "\n## The seeds' band (`--mode seeds`)\n\n"
+
+
+def paired_detection(cfg, ref_dir: Path, tasks: list[str]) -> str:
+    """The paired check's detection table (:func:`vcebench.report.paired.detection_markdown`) over the calibrated
+    rows (no baseline, no attack) of the reference's per-input records and tables."""
+    import pandas as pd
+
+    from .. import registry
+    from ..config.tasks import is_attack, is_baseline
+    from ..report import paired
+    from ..report.regression import CPU_DRIFT, PAIRED_MAX_LOST
+
+    rows = [m for m in cfg["methods"] if not is_baseline(m) and not is_attack(m)]  # the calibrated rows
+    records = {t: {m: r for m, r in paired.read_reference_records(ref_dir, t).items() if m in rows} for t in tasks}
+    values = {t: pd.read_csv(ref_dir / f"{t}.csv").set_index("method").to_dict("index") for t in tasks
+              if (ref_dir / f"{t}.csv").exists()}
+    return paired.detection_markdown(records, values, list(paired.FEATURE_METRICS), registry.column_directions(),
+                                     CPU_DRIFT["rel"], PAIRED_MAX_LOST)
+
+
+def refresh_paired_detection(cfg, ref_dir: Path, tasks: list[str]) -> Path:
+    """Rewrites the paired check's part of ``<ref_dir>/detection.md`` from the reference as it is (after an
+    accept of new records), the seeds' part kept as derived; returns the file."""
+    path = ref_dir / "detection.md"
+    old = path.read_text() if path.exists() else f"# Detection power of the regression in {ref_dir.name}\n\n"
+    if SEEDS_HEADING in old:
+        head, seeds_part = old.split(SEEDS_HEADING, 1)
+        head = head.split("## The paired check", 1)[0]
+    else:  # a file from before the paired part: its title and header paragraph, then the seeds' table
+        parts = old.split("\n\n", 2)
+        head, seeds_part = "\n\n".join(parts[:2]) + "\n\n", parts[2] if len(parts) > 2 else ""
+    write_text(path, head + paired_detection(cfg, ref_dir, tasks)
+               + (SEEDS_HEADING + seeds_part if seeds_part.strip() else ""))
+    return path
 
 
 def write_tolerances(cfg, ref_dir: Path, tasks: list[str], seeds_dir: Path, repo: Path,
