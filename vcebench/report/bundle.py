@@ -186,7 +186,7 @@ def compare_cells(task: str, bundled: pd.DataFrame, recomputed: pd.DataFrame, ex
     (rows made on this CPU kind), equal; else within :data:`vcebench.report.regression.CPU_DRIFT` (FR, FVA,
     FR_oracle equal, the rest within 1.8 % of the value), interval bounds ``not held`` (measured to move up to
     5.5 % across kinds, docs/ci.md). Cost and protocol columns are the lab's measurements: ``not recomputed``.
-    A metric cell recomputed here that the bundle lacks, or the reverse: ``MISSING``."""
+    A column one table lacks holds empty cells (``--``: no row had a value); a row not recomputed: ``MISSING``."""
     not_recomputed = set(COST_COLUMNS) | set(PROTOCOL_COLUMNS)
     rec = recomputed.set_index("method")
     cols = [c for c in bundled.columns if c != "method"]
@@ -196,7 +196,7 @@ def compare_cells(task: str, bundled: pd.DataFrame, recomputed: pd.DataFrame, ex
     for _, row in bundled.iterrows():
         m = row["method"]
         for col in cols:
-            b = row.get(col)
+            b = row.get(col)  # a column one table lacks: empty cells (no row had a value)
             base, interval = _base(col)
             out = {"task": task, "method": m, "column": col, "bundled": _cell(b)}
             if base in not_recomputed:
@@ -204,7 +204,7 @@ def compare_cells(task: str, bundled: pd.DataFrame, recomputed: pd.DataFrame, ex
                 continue
             r = rec.loc[m, col] if (m in rec.index and col in rec.columns) else None
             out["recomputed"] = _cell(r)
-            if col not in bundled.columns or not (m in rec.index and col in rec.columns):
+            if m not in rec.index:
                 status = "MISSING"
             elif out["bundled"] == out["recomputed"]:
                 status = "match"
