@@ -127,6 +127,24 @@ def test_a_one_byte_tamper_is_refused_naming_the_member(run, tmp_path, capsys, m
     assert f"bundle member {info.name}" in err and "refused" in err, err
 
 
+def test_a_manifest_edited_as_valid_json_is_refused_naming_it(run, tmp_path, capsys):
+    """One hex digit of a judge's hash changed in place: still valid JSON listing every member's right hash, and
+    refused as a changed manifest, not taken for another judge."""
+    _, config, bundle = run
+    info = _members(bundle)["manifest.json"]
+    data = bytearray(bundle.read_bytes())
+    text = bytes(data[info.offset_data:info.offset_data + info.size])
+    digest = json.loads(text)["judges"][TASK]["oracle"]["files"]["model.safetensors"]
+    pos = info.offset_data + text.index(digest.encode())
+    data[pos] = ord("0" if data[pos] != ord("0") else "1")
+    bad = tmp_path / "edited.tar"
+    bad.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert _verify(bad, config) == 2
+    err = capsys.readouterr().err
+    assert "bundle member manifest.json" in err and "manifest_sha256" in err and "judges" not in err, err
+
+
 def test_a_changed_judge_is_refused_before_any_metric(run, tmp_path, capsys, monkeypatch):
     """This harness's classifier is another network (the second set's): refused naming it, nothing scored."""
     import vcebench.steps.evaluate as evaluate
