@@ -205,3 +205,40 @@ def test_a_member_outside_the_bundle_is_refused(tmp_path):
         tar.addfile(info, __import__("io").BytesIO(b"y"))
     with pytest.raises(BundleError, match="not in the manifest: b.txt"):
         read_archive(tmp_path / "ok.tar")
+
+
+def test_a_row_without_its_counterfactuals_cannot_be_bundled(run, tmp_path, capsys):
+    results, config, _ = run
+    partial = tmp_path / "results"
+    shutil.copytree(results, partial)
+    (partial / TASK / "truth" / "counterfactuals.npz").unlink()
+    capsys.readouterr()
+    assert _cli("report", "bundle", "--results", partial, "--task", TASK, "--models", NETS, "--out",
+                tmp_path / "x.tar", *config) == 2
+    err = capsys.readouterr().err
+    assert f"row {TASK}/truth" in err and "counterfactuals.npz" in err and not (tmp_path / "x.tar").exists()
+
+
+def test_cells_are_exact_on_one_cpu_kind_and_within_the_drift_across_kinds():
+    """FID 1 % off: a MISMATCH on the same CPU kind, within the 1.8 % drift across kinds; FR is exact in both;
+    an interval bound is not held across kinds; costs are not recomputed; empty cells match; a row not
+    recomputed is MISSING."""
+    import pandas as pd
+
+    from vcebench.report.bundle import compare_cells
+
+    bundled = pd.DataFrame({"method": ["a", "b"], "n": [8, 8], "FID": [3.0, float("nan")], "FR": [93.75, 50.0],
+                            "FID_lo": [2.0, float("nan")], "sec_per_cf": [0.5, 0.7]})
+    recomputed = pd.DataFrame({"method": ["a"], "n": [8], "FID": [3.03], "FR": [95.3125], "FID_lo": [2.1]})
+
+    def status(exact: bool) -> dict:
+        return {(r["method"], r["column"]): r["status"] for r in compare_cells("t", bundled, recomputed, exact)}
+
+    same, other = status(True), status(False)
+    assert same[("a", "FID")] == "MISMATCH" and other[("a", "FID")] == "within drift"
+    assert same[("a", "FR")] == other[("a", "FR")] == "MISMATCH"
+    assert same[("a", "FID_lo")] == "MISMATCH" and other[("a", "FID_lo")] == "not held"
+    assert same[("a", "n")] == "match" and same[("a", "sec_per_cf")] == "not recomputed"
+    assert same[("b", "FID")] == "MISSING" and same[("b", "sec_per_cf")] == "not recomputed"
+    recomputed.loc[0, "FID"] = 3.06  # 2 %: past the drift
+    assert status(False)[("a", "FID")] == "MISMATCH"

@@ -136,10 +136,10 @@ def _recompute_row(config_paths, task: str, method: str, n_eval: int, root: Path
     from ..core.io import write_json
     from .evaluate import eval_config, eval_settings, evaluate_task, samples_path
 
-    cfg = eval_config(config_paths, task, method, n_eval)
-    settings, device = eval_settings(cfg, task, method, data_dir=data_dir, model_dir=model_dir)
     dest = out / task / method / "metrics.json"
     try:
+        cfg = eval_config(config_paths, task, method, n_eval)
+        settings, device = eval_settings(cfg, task, method, data_dir=data_dir, model_dir=model_dir)
         result = evaluate_task(settings, str(root / RESULTS / task / method / "counterfactuals.npz"), fid_ref=fid_ref,
                                device=device, samples_out=samples_path(str(dest)), config_paths=config_paths)
     except UserError as e:
