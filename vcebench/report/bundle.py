@@ -94,6 +94,8 @@ def read_archive(path: str | Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """(the manifest, archive name -> bytes of every other member) of the bundle ``path``, each member checked
     against the manifest's sha256: a member changed, missing or not listed, a manifest that is not its own
     canonical text, or another schema is a BundleError naming the member."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no bundle {path}")
     try:
         tar = tarfile.open(path, "r:")
     except (tarfile.TarError, OSError) as e:
