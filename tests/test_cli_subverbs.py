@@ -8,7 +8,7 @@ from vcebench import cli
 SUBVERBS = {
     "profile": ("task", "compaction", "paper-scale", "gpu"),
     "report": ("task", "gallery", "paper", "regression", "accept", "seeds", "pareto", "pairs", "sets", "tolerances",
-               "excerpt", "provenance"),
+               "excerpt", "provenance", "bundle", "verify"),
     "models": ("parity", "curve", "check", "ship"),
 }
 
@@ -39,6 +39,10 @@ PARSES = [
     (["report", "pairs", "--summary", "a", "b"], "run_pairs", {"summary": ["a", "b"], "task": None}),
     (["report", "tolerances", "--reference", "r", "--tasks", "a"], "run_tolerances", {"tasks": ["a"]}),
     (["report", "provenance", "results", "--json"], "run_provenance", {"results": "results", "json": True}),
+    (["report", "bundle", "--task", "a", "b", "--images", "--out", "x.tar"], "run_bundle",
+     {"task": ["a", "b"], "images": True, "results": "results", "models": "resources/models"}),
+    (["report", "verify", "x.tar", "--models", "m", "--out", "c.md"], "run_verify",
+     {"bundle": "x.tar", "models": "m", "out": "c.md", "data": None}),
     (["models", "parity", "--dataset", "synthfaces", "--out", "p.json", "--n", "8"], "run_parity",
      {"dataset": "synthfaces", "n": 8}),
     (["report", "sets", "--task", "t", "--a", "x", "--b", "y", "--out", "s.md"], "run_sets",
@@ -80,6 +84,8 @@ FOREIGN = [
     (["models", "parity", "--dataset", "d", "--out", "o"], ["--task", "t"]),
     (["models", "ship", "--models", "m", "--set", "s", "--out", "o", "--where", "w"], ["--steps", "3"]),
     (["report", "sets", "--task", "t", "--a", "x", "--b", "y", "--out", "s.md"], ["--reference", "r"]),
+    (["report", "bundle", "--task", "t", "--out", "x.tar"], ["--data", "d"]),
+    (["report", "verify", "x.tar"], ["--images"]),
 ]
 
 

@@ -28,6 +28,8 @@ Examples::
     vcebench report tolerances --reference results/reference/regression
     vcebench report excerpt --check README.md
     vcebench report provenance results
+    vcebench report bundle --results results --task synthfaces_smile --out smile.tar
+    vcebench report verify smile.tar
     vcebench import --task synthfaces_smile --layout generic --path my_cfs/ --out cfs.npz
     vcebench tune --task synthfaces_smile --data resources/data/synthfaces
     vcebench benchmark --task synthfaces_smile --n 1000

@@ -14,6 +14,8 @@ Examples::
     vcebench report tolerances --reference results/reference/regression   # tolerances.yaml from the seed spread
     vcebench report excerpt --check README.md        # the docs' table excerpts equal results/reference/default
     vcebench report provenance results               # each row's commit, versions, machine, settings hash
+    vcebench report bundle --results results --task synthfaces_smile --out smile.tar   # a lab's results, one file
+    vcebench report verify smile.tar                 # every hash, the judges, every cell recomputed here
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from . import add_config_arg, add_subverb, add_subverbs
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="tables, figures, paper tables, metric regression (task, gallery, paper, "
-                       "regression, accept, seeds, pareto, pairs, tolerances, excerpt, provenance)",
+                       "regression, accept, seeds, pareto, pairs, tolerances, excerpt, provenance, bundle, verify)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     subs = add_subverbs(p)
     t = add_subverb(subs, "task", run_task, "a task's table (csv, md, tex), efficiency and qualitative figures")
@@ -106,6 +108,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                      "machine, config and settings hashes, data files), one line per row")
     pv.add_argument("results", help="a results folder (its <task>/<method>/metrics.json) or one metrics.json")
     pv.add_argument("--json", action="store_true", help="print the records as JSON ({row: record})")
+    bu = add_subverb(subs, "bundle", run_bundle, "one archive of a task's tables, rows, per-input records, "
+                     "provenance, settings and counterfactuals, with a manifest of hashes and judges (docs/bundles.md)")
+    bu.add_argument("--results", default="results", help="results folder holding <task>.csv and <task>/<method>/ "
+                    "(default results)")
+    bu.add_argument("--task", nargs="+", required=True, metavar="TASK", help="the task(s) whose table to bundle")
+    bu.add_argument("--images", action="store_true", help="also every counterfactual as a PNG (images/, for people)")
+    bu.add_argument("--models", default="resources/models",
+                    help="the model folder the rows were scored with (default resources/models): its judges' hashes")
+    bu.add_argument("--out", required=True, help="the bundle (an uncompressed tar)")
+    add_config_arg(bu)
+    ve = add_subverb(subs, "verify", run_verify, "check a bundle's hashes and judges, recompute every metric from "
+                     "its counterfactuals with this harness's networks, compare cell by cell")
+    ve.add_argument("bundle", help="a bundle written by `vcebench report bundle`")
+    ve.add_argument("--models", default="resources/models", help="this harness's model folder (default "
+                    "resources/models)")
+    ve.add_argument("--data", help="rendered dataset folder (synthetic; default: render in memory) or real data")
+    ve.add_argument("--out", help="also write the cell-by-cell table here (markdown)")
+    add_config_arg(ve)
 
 
 def _task_arg(p: argparse.ArgumentParser) -> None:
@@ -284,6 +304,43 @@ def run_provenance(args: argparse.Namespace) -> int:
         return 0
     for row, rec in found.items():
         print(f"{row}: {describe_row(rec)}")
+    return 0
+
+
+def run_bundle(args: argparse.Namespace) -> int:
+    """Writes --out: the tables of --task in --results, each row's metrics.json (with provenance), samples.npz,
+    settings.json, profile.json and counterfactuals.npz (--images: PNGs too), and manifest.json (every member's
+    sha256, the judges' file hashes from --models, the harness commit). Deterministic: the same results, the
+    same bytes."""
+    from ..steps.bundle import make_bundle
+
+    manifest = make_bundle(_config(args), Path(args.results), args.task, Path(args.out), images=args.images,
+                           model_dir=args.models)
+    judges = "; ".join(f"{t}: " + ", ".join(f"{r} " + " ".join(f"{f} {h[:8]}" for f, h in j["files"].items())
+                                            for r, j in js.items()) for t, js in manifest["judges"].items())
+    print(f"{args.out}: {len(manifest['members'])} members, {len(manifest['rows'])} rows; judges {judges}")
+    return 0
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Refuses (exit status 2, one line) a bundle with a member that does not match the manifest's sha256 or
+    scored by other judges than this harness's (--models, --config); else recomputes every row's metrics from its
+    counterfactuals with `vcebench evaluate`'s code and prints each cell: bundled, recomputed, status (exact on
+    the CPU kind the rows were made on, else within the CPU-kind drift). Exit status 1 when a cell differs."""
+    from ..core.io import write_text
+    from ..steps.bundle import verify_bundle
+
+    text, failed, note = verify_bundle(Path(args.bundle), args.config, model_dir=args.models, data_dir=args.data)
+    print(f"vcebench report verify: {note}", file=sys.stderr)
+    print(text)
+    if args.out:
+        write_text(args.out, f"{note}\n\n{text}")
+    if failed:
+        print(f"vcebench report verify: {len(failed)} cell(s) differ: " + ", ".join(
+            f"{c['task']}/{c['method']} {c['column']}" for c in failed[:10]) + (" ..." if len(failed) > 10 else ""),
+            file=sys.stderr)
+        return 1
+    print(f"vcebench report verify: {args.bundle}: every recomputed cell matches", file=sys.stderr)
     return 0
 
 

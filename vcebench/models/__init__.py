@@ -14,7 +14,7 @@ from typing import Any
 
 _EXPORTS = {"ROLES": "base", "BinaryHead": "base", "TaskModels": "base", "freeze": "base",
             "CheckpointError": "checkpoints", "MissingModelError": "task_models", "load_role": "task_models",
-            "load_task_models": "task_models", "load_trained_net": "synthetic.load"}
+            "load_task_models": "task_models", "judge_files": "task_models", "load_trained_net": "synthetic.load"}
 
 __all__ = sorted(_EXPORTS)
 

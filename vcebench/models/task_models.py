@@ -131,6 +131,35 @@ def load_role(cfg: dict, task: Task, role: str, model_dir: str | Path = "resourc
     return wrap_trained(role, net, config, task, path)
 
 
+# The files that make a trained judge what it is (what :func:`load_trained_net` reads); its metrics.json is its
+# training record, not the network.
+TRAINED_FILES = ("config.json", "model.safetensors")
+
+
+def judge_files(cfg: dict, task: Task, role: str, model_dir: str | Path = "resources/models") -> dict[str, str]:
+    """``{file: sha256}`` of the network ``role`` of ``task`` resolves to, as :func:`load_role` resolves it:
+    canonical weights (config ``models.<dataset>.<role>.weights``: the file, or every file of the folder) or the
+    trained network's :data:`TRAINED_FILES` in ``<model_dir>/<dataset>/<role>/``. Two judges are the same
+    network when these are equal (a results bundle records them, ``vcebench report verify`` compares them).
+    A network that is not there: :class:`MissingModelError` naming the path."""
+    from ..core.io import sha256
+
+    spec = role_spec(cfg, task.dataset, role)
+    if spec.get("weights"):
+        root = Path(spec["weights"])
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+        names = [p.relative_to(root).as_posix() if root.is_dir() else p.name for p in files]
+    else:
+        root = Path(model_dir) / task.dataset / role
+        files = [root / f for f in TRAINED_FILES]
+        names = list(TRAINED_FILES)
+    missing = [str(p) for p in files if not p.is_file()]
+    if not files or missing:
+        raise MissingModelError(f"role {role!r} of task {task.name!r}: no network at {missing[0] if missing else root} "
+                                f"(--models, or config key `models.{task.dataset}.{role}.weights`)")
+    return {n: sha256(p) for n, p in zip(names, files)}
+
+
 def load_task_models(cfg: dict, task: Task | str, roles: tuple[str, ...] | list[str] = ROLES,
                      device: str | torch.device = "cpu", model_dir: str | Path = "resources/models") -> TaskModels:
     """Every network ``task`` needs for ``roles``, frozen, in eval mode, on ``device`` (docs/internals.md)."""

@@ -20,6 +20,8 @@ COST_COLUMNS = list(registry.COST_COLUMNS)
 PROTOCOL_COLUMNS = list(registry.PROTOCOL_COLUMNS)
 # a cell's 95 % bootstrap interval travels as <col>_lo / <col>_hi (csv), shown as value ± half-width
 INTERVAL_SUFFIXES = ("_lo", "_hi")
+# a cell's precision in <task>.csv: six significant digits
+CSV_FLOAT_FORMAT = "%.6g"
 # column -> {row index: 'best' (bold) | 'tied' (underlined)}: the marks of the paired tests (vcebench.report.pairs)
 Marks = dict[str, dict[int, str]]
 # on the header of a column that cannot rank this task's methods as its direction says (vcebench.report.validity)
@@ -241,7 +243,7 @@ def _tex_note(s: str) -> str:
 def write_task_tables(df: pd.DataFrame, higher: dict[str, bool], out_dir: Path, task: str,
                       footer: list[str] | None = None, marked: Iterable[str] = (), marks: Marks | None = None) -> None:
     with atomic_path(out_dir / f"{task}.csv") as tmp:
-        df.to_csv(tmp, index=False, float_format="%.6g")
+        df.to_csv(tmp, index=False, float_format=CSV_FLOAT_FORMAT)
     write_text(out_dir / f"{task}.md", to_markdown(df, higher, title=task, footer=footer, marked=marked, marks=marks))
     write_text(out_dir / f"{task}.tex", to_latex(df, higher, caption=f"vcebench results on {task}",
                                                   label=f"tab:{task}", footer=footer, marked=marked, marks=marks))
