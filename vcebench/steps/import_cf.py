@@ -66,8 +66,12 @@ def assign_ids(entries: list[Entry], mapping: dict[str, tuple[int | None, int]] 
         else:
             bad.append(f"{e.where}: file name is not a sample id (give --mapping)")
         kept.append(e)
+    keyed = {e.key for e in entries if e.key}
+    if mapping is not None and keyed:  # a mapping of an array's rows or a run's indices names exactly those
+        bad += [f"the mapping names {k!r}, which is not among the {len(entries)} records"
+                for k in sorted(set(mapping) - keyed, key=lambda k: (len(k), k))]
     if bad:
-        raise problems_error(root, bad, f"{len(bad)} record(s) without a sample id")
+        raise problems_error(root, bad, f"{len(bad)} mismatch(es) between the records and the sample ids")
     return kept, left_out
 
 
