@@ -117,6 +117,8 @@ def list_rcsb(root: Path, shape: tuple[int, int, int]) -> list[Entry]:
     if not media.is_dir():
         raise ImportFolderError(f"{files}: no media/images/ (no image was logged)")
     cfs, inputs = logged(media, "inpaints"), logged(media, "images")
+    if not cfs:
+        return []
     if len(inputs) != len(cfs):
         raise ImportFolderError(f"{media}: {len(cfs)} inpaints_*.png but {len(inputs)} images_*.png (one of each per "
                                 "input): an incomplete run folder, the positions would not line up")
@@ -127,9 +129,9 @@ def list_rcsb(root: Path, shape: tuple[int, int, int]) -> list[Entry]:
     index = [run["n_skip"] + k for k in range(len(cfs))]
     arts = {int(m["index"]) for p in (files / "artifacts").glob("*.pt") if (m := ARTIFACT.match(p.name))}
     if arts and arts != set(index):
-        raise ImportFolderError(f"{files / 'artifacts'}: the CFLoss records name dataset indices "
-                                f"{sorted(arts - set(index))[:10]} not logged, and miss {sorted(set(index) - arts)[:10]} "
-                                f"(expected {run['n_skip']}..{index[-1] if index else run['n_skip']}: n_skip + k)")
+        extra, lacking = sorted(arts - set(index))[:10], sorted(set(index) - arts)[:10]
+        raise ImportFolderError(f"{files / 'artifacts'}: the CFLoss records name dataset indices {extra} not "
+                                f"logged, and miss {lacking} (expected n_skip + k: {index[0]}..{index[-1]})")
     entries, bad = [], []
     for i, (_, c), (_, x) in zip(index, cfs, inputs):
         try:
