@@ -173,7 +173,8 @@ def test_imported_methods_run_to_the_table_and_report(tmp_path):
     for m in EXTERNAL:
         z = load_npz(results / TASK / m / "counterfactuals.npz")
         assert int(rows[m]["n"]) == N_EVAL
-        assert float(rows[m]["FR"]) == pytest.approx(100 * z["flipped"].mean())  # scored from what was imported
+        # scored from what was imported (the csv keeps 6 significant digits)
+        assert float(rows[m]["FR"]) == pytest.approx(100 * z["flipped"].mean(), rel=1e-5)
         assert rows[m]["nfe_per_cf"] == rows[m]["sec_per_cf"] == rows[m]["tflops_per_cf"] == ""
         assert (results / TASK / m / "gallery.png").stat().st_size > 0
     assert rows["fire"]["nfe_per_cf"] != ""

@@ -21,6 +21,7 @@ LAYOUTS = tuple(READERS)
 NEEDS_MAPPING = ("peal",)  # its records carry no id at all (rows of an array)
 INPUT_TOLERANCE = 8.0  # mean |their input - ours| in 0..255 above which a record is not of the mapped input
 
+
 def read_mapping(path: Path) -> dict[str, tuple[int | None, int]]:
     """``file -> (sample_id, target or -1)`` from a CSV with columns file, sample_id[, target]; an empty
     ``sample_id`` (None) leaves that record out of the import, on purpose."""
