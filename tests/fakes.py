@@ -3,7 +3,8 @@
 ``make_celeba(dir, n=12, fmt="txt"|"csv")``, ``make_celebahq(dir, celeba_dir, n=8)``,
 ``make_chexpert(dir, n_patients=10)``: each returns the root to put in ``datasets.<name>.root``.
 Images are small random JPEGs (CelebA 178 x 218 aligned crops are scaled down to 18 x 22).
-``write_generic`` / ``write_dime``: counterfactuals as the folders `vcebench import` reads.
+``write_generic`` / ``write_dime`` / ``write_peal`` / ``write_rcsb``: counterfactuals as the folders and files
+`vcebench import` reads, in the layouts of those code bases.
 """
 
 from __future__ import annotations
@@ -210,10 +211,122 @@ def write_dime(z, label, folder: Path, mapping_csv: Path) -> None:
             f"label: {label[pos]}\npred: {pred}\ntarget: {target}\ncf pred: {cf_pred}\nBKL: 0.1\nl_1: 0.01")
         (folder / group / "Noise").mkdir(exist_ok=True)
         rows.append({"file": f"{name}.png", "sample_id": int(z["sample_id"][pos])})
-    with open(mapping_csv, "w", newline="") as fh:
+    _mapping(mapping_csv, rows)
+
+
+def _mapping(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, ["file", "sample_id"])
         w.writeheader()
         w.writerows(rows)
+
+
+def write_peal(z, x, label, npz: Path, mapping_csv: Path, batch: int = 2, attempts: int = 1) -> None:
+    """What PEAL's CFKD adaptor writes (vcebench/steps/import_peal.py): ``np.savez`` of its tracked keys, float32
+    images in [0, 1], int64 classes, float32 confidences; rows batch by batch in the loader's order (here the
+    reversed order of ``z``) and, with several attempts, attempt after attempt within a batch (earlier attempts:
+    the input unchanged). The mapping CSV (``file``: the row number) sends the last attempt's rows to their sample
+    ids and leaves the others out (empty ``sample_id``). ``x``: the inputs, uint8 like ``z["cf"]``."""
+    n = len(z["sample_id"])
+    assert n % batch == 0  # PEAL explains full batches only
+    loader = list(range(n))[::-1]
+    rows, last = [], []
+    for b in range(0, n, batch):
+        for a in range(attempts):
+            rows += loader[b:b + batch]
+            last += [a == attempts - 1] * batch
+    rows, last = np.array(rows), np.array(last)
+    xs = x[rows].astype(np.float32) / 255
+    cf = np.where(last[:, None, None, None], z["cf"][rows].astype(np.float32) / 255, xs)
+    flipped = z["flipped"][rows] & last
+    tracked = {"x_counterfactual_list": cf, "y_source_list": z["pred"][rows].astype(np.int64),
+               "y_target_list": z["target"][rows].astype(np.int64),
+               "y_target_end_confidence_list": np.where(flipped, 0.9, 0.2).astype(np.float32), "x_list": xs,
+               "y_list": np.asarray(label)[rows].astype(np.int64), "x_attribution_list": np.abs(cf - xs),
+               "y_target_start_confidence_list": np.full(len(rows), 0.2, np.float32),
+               "cluster_list": np.zeros(len(rows), np.int64)}
+    npz.parent.mkdir(parents=True, exist_ok=True)
+    with open(npz, "wb") as f:
+        np.savez(f, **tracked)
+    (npz.parent / "validation_prestats.npz").write_bytes(b"")  # written beside it; not read
+    _mapping(mapping_csv, [{"file": r, "sample_id": int(z["sample_id"][pos]) if keep else ""}
+                           for r, (pos, keep) in enumerate(zip(rows, last))])
+
+
+def wandb_png(img: np.ndarray) -> bytes:
+    """The PNG wandb 0.15.4 writes for ``wandb.Image(t)``, ``t`` the [0, 1] float tensor of a uint8 C x H x W image
+    (its data_types/image.py 285-307: torchvision's make_grid(normalize=True), mul(255).clamp(0, 255).byte())."""
+    import io
+
+    import torch
+    import torchvision
+
+    t = torchvision.utils.make_grid(torch.from_numpy(img).float() / 255, normalize=True)
+    buf = io.BytesIO()
+    Image.fromarray(t.mul(255).clamp(0, 255).byte().permute(1, 2, 0).numpy()).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def write_rcsb(z, x, run: Path, mapping_csv: Path, n_skip: int = 3, n_inpaints: int = 1) -> None:
+    """What a run of RCSB's src/main.py leaves in its wandb run folder (vcebench/steps/import_rcsb.py):
+    ``files/config.yaml`` (wandb's ``{desc, value}`` form of the Hydra config), per input ``images``, attribution
+    maps, guidance logs, ``inpaints``, prediction logs and ``counterfactuals`` at successive steps as
+    ``files/media/images/<key>_<step>_<sha256[:20]>.png``, and ``files/artifacts/prob_lpips_vals_idx-<index>.pt``.
+    The loader's k-th input (dataset index ``n_skip + k``) is ``z``'s position ``n - 1 - k``; the mapping CSV sends
+    the index to the sample id. ``x``: the inputs, uint8 like ``z["cf"]``."""
+    import hashlib
+
+    import torch
+    import yaml
+
+    files = run / "files"
+    media = files / "media" / "images"
+    (files / "artifacts").mkdir(parents=True, exist_ok=True)
+    n = len(z["sample_id"])
+    exp = {"run_func": {"_target_": "experiment.run_cava"}, "seed": 42, "log_dir": str(run.parent.parent),
+           "n_unique": 1, "n_inpaints": n_inpaints, "batch_multip": 1, "n_samples": n + n_skip, "label_id": 31,
+           "target_id": 31, "guide_id": 31, "guide_depth": None, "task": "multilabel"}
+    dataset = {"_target_": "torch.utils.data.DataLoader", "batch_size": 1, "num_workers": 0,
+               "dataset": {"_target_": "dataset.CelebADataset", "name": "celeba", "split": "train",
+                           "path_data": "data/datasets/celeba", "path_labels": "data/metadata/celeba/labels.csv",
+                           "path_predictions": None, "n_samples": n + n_skip, "label_id": 31, "n_skip": n_skip}}
+    cfg = {"exp": exp, "fabric": {"_target_": "lightning.Fabric", "num_nodes": 1, "devices": 1},
+           "wandb": {"project": None, "entity": None, "tags": None, "id": None}, "dataset": dataset,
+           "_wandb": {"python_version": "3.10.13", "cli_version": "0.15.4", "framework": "torch"}}
+    (files / "config.yaml").write_text("wandb_version: 1\n\n" + yaml.safe_dump(
+        {k: {"desc": None, "value": v} for k, v in cfg.items()}, default_flow_style=False, sort_keys=False))
+    step = 0
+
+    def log(key: str, img=None) -> None:
+        nonlocal step
+        if img is not None:
+            png = wandb_png(img)
+            path = media / f"{key}_{step}_{hashlib.sha256(png).hexdigest()[:20]}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(png)
+        step += 1
+
+    rows = []
+    for k in range(n):
+        pos, index = n - 1 - k, n_skip + k
+        cf = np.concatenate([z["cf"][pos]] * n_inpaints, axis=2)  # n_inpaints > 1: a (crude) grid of candidates
+        log("images", x[pos])
+        log("attr_maps/positive", x[pos])
+        log("attr_maps_post", x[pos])
+        log("attr_maps_post_overlayed", x[pos])
+        for _ in range(k % 3):
+            log("misc/trajectory_xt", x[pos])
+        log("inpaints", cf)
+        for key in ("misc/img_idx", "predictions/flip_rate", "predictions/flip_rate_guided", "predictions/delta"):
+            log(key)
+        log("predictions/predicted_labels", x[pos])
+        log("counterfactuals", cf if z["flipped"][pos] else np.zeros_like(cf))
+        for _ in range(4):
+            log("cf_loss")
+        torch.save({"probs": torch.rand(1, 2), "lpips": torch.rand(1, 1), "logits": torch.randn(1, 2)},
+                   files / "artifacts" / f"prob_lpips_vals_idx-{index}.pt")
+        rows.append({"file": index, "sample_id": int(z["sample_id"][pos])})
+    _mapping(mapping_csv, rows)
 
 
 def eval_batches(n: int, bs: int, seed: int = 0, p_flip: float = 0.6, id_scale: int = 1, id_offset: int = 0):

@@ -91,7 +91,7 @@ def test_import_args_and_roles(tmp_path):
         wf.import_args(cfg, "synthfaces_smile", "external_b")
 
 
-# --- a run: `methods: [fire, external_gt, external_dime]` to the table and the HTML report -------------------
+# --- a run: `methods: [fire, external_gt, external_dime, external_sce, external_rcsb]` to the table and the report
 
 TASK = "synthfaces_smile"
 N_EVAL = 6
@@ -107,12 +107,16 @@ TINY_MODELS = {  # the smallest networks that train in seconds (the table's numb
 }
 
 
+EXTERNAL = ["external_gt", "external_dime", "external_sce", "external_rcsb"]
+
+
 def _imported_folders(tmp_path, cfg: dict) -> dict:
-    """The task's ground-truth counterfactuals as two other code bases would leave them: a generic folder
-    (`<sample id>.png`) and a DiME experiment folder (Info targets 1 - label) with its id mapping."""
+    """The task's ground-truth counterfactuals as four other code bases would leave them: a generic folder
+    (`<sample id>.png`), a DiME experiment folder (Info targets 1 - label), PEAL/SCE's tracked-values npz (two
+    attempts per input) and an RCSB wandb run folder, each of the last three with its mapping."""
     import torch
 
-    from tests.fakes import write_dime, write_generic
+    from tests.fakes import write_dime, write_generic, write_peal, write_rcsb
     from vcebench.config.load import load_config
     from vcebench.config.tasks import get_task
     from vcebench.core.io import to_uint8
@@ -127,14 +131,23 @@ def _imported_folders(tmp_path, cfg: dict) -> dict:
     z = {"sample_id": ids.numpy(), "cf": gt, "pred": label, "target": 1 - label, "flipped": label == label}
     write_generic(z, tmp_path / "gt")
     write_dime(z, label, tmp_path / "dime" / "Results" / "exp", tmp_path / "dime" / "ids.csv")
+    x = to_uint8(split.float_images(split.index_of(ids)))
+    write_peal(z, x, label, tmp_path / "sce" / "0" / "validation_tracked_values.npz", tmp_path / "sce" / "rows.csv",
+               batch=3, attempts=2)
+    run = tmp_path / "rcsb" / "outputs" / "2025-05-28" / "13-05-25" / "wandb" / "offline-run-20250528_130525-x1"
+    write_rcsb(z, x, run, tmp_path / "rcsb" / "index.csv")
     return {"gt": {"path": str(tmp_path / "gt"), "layout": "generic"},
             "dime": {"path": str(tmp_path / "dime" / "Results" / "exp"), "layout": "dime",
-                     "mapping": str(tmp_path / "dime" / "ids.csv")}, "label": label}
+                     "mapping": str(tmp_path / "dime" / "ids.csv")},
+            "sce": {"path": str(tmp_path / "sce" / "0"), "layout": "peal",
+                    "mapping": str(tmp_path / "sce" / "rows.csv")},
+            "rcsb": {"path": str(run), "layout": "rcsb", "mapping": str(tmp_path / "rcsb" / "index.csv")},
+            "label": label}
 
 
 def test_imported_methods_run_to_the_table_and_report(tmp_path):
-    """Two imported folders (generic, DiME layout) beside FiRe: imported, evaluated, in the csv / md, drawn
-    in a gallery and in `snakemake --report` (about 2 minutes on 2 cores: seven tiny networks train)."""
+    """Four imported sources (generic, DiME, PEAL/SCE, RCSB layouts) beside FiRe: imported, evaluated, in the csv /
+    md, drawn in a gallery and in `snakemake --report` (about 2 minutes on 2 cores: seven tiny networks train)."""
     import csv
     import json
 
@@ -143,7 +156,7 @@ def test_imported_methods_run_to_the_table_and_report(tmp_path):
     from vcebench.core.io import load_npz
 
     cfg = {"threads": 1, "train_threads": 1, "n_shards": 1, "batch_size": 8, "n_eval": N_EVAL, "run_tasks": [TASK],
-           "methods": ["fire", "external_gt", "external_dime"], "workdir": str(tmp_path / "w"),
+           "methods": ["fire", *EXTERNAL], "workdir": str(tmp_path / "w"),
            "datasets": {"synthfaces": {"n_identities": 40, "images_per_identity": 8}},
            "metrics": {"sfid_seeds": [0]}, "tasks": {TASK: {"params": {"fire": {"K": 2, "smoothgrad_n": 2}}}},
            "models": {"synthfaces": TINY_MODELS}}
@@ -157,24 +170,29 @@ def test_imported_methods_run_to_the_table_and_report(tmp_path):
     with open(results / f"{TASK}.csv") as f:
         rows = {row["method"]: row for row in csv.DictReader(f)}
     assert list(rows) == cfg["methods"]
-    for m in ("external_gt", "external_dime"):
+    for m in EXTERNAL:
         z = load_npz(results / TASK / m / "counterfactuals.npz")
         assert int(rows[m]["n"]) == N_EVAL
-        assert float(rows[m]["FR"]) == pytest.approx(100 * z["flipped"].mean())  # scored from what was imported
+        # scored from what was imported (the csv keeps 6 significant digits)
+        assert float(rows[m]["FR"]) == pytest.approx(100 * z["flipped"].mean(), rel=1e-5)
         assert rows[m]["nfe_per_cf"] == rows[m]["sec_per_cf"] == rows[m]["tflops_per_cf"] == ""
         assert (results / TASK / m / "gallery.png").stat().st_size > 0
     assert rows["fire"]["nfe_per_cf"] != ""
-    dime = load_npz(results / TASK / "external_dime" / "counterfactuals.npz")
-    np.testing.assert_array_equal(dime["target"], 1 - label)  # the Info files' targets
-    assert json.loads((results / TASK / "external_dime" / "import.json").read_text())["layout"] == "dime"
+    for m, layout in (("external_dime", "dime"), ("external_sce", "peal")):  # the Info files', y_target_list's
+        np.testing.assert_array_equal(load_npz(results / TASK / m / "counterfactuals.npz")["target"], 1 - label)
+        assert json.loads((results / TASK / m / "import.json").read_text())["layout"] == layout
+    rcsb = json.loads((results / TASK / "external_rcsb" / "import.json").read_text())
+    assert rcsb["layout"] == "rcsb" and rcsb["input_distance"] == 0  # its logged inputs are the split's
+    np.testing.assert_array_equal(load_npz(results / TASK / "external_sce" / "counterfactuals.npz")["cf"],
+                                  load_npz(results / TASK / "external_gt" / "counterfactuals.npz")["cf"])
     md = (results / f"{TASK}.md").read_text()
-    assert "| external_gt |" in md and "| external_dime |" in md
-    assert "external_gt, external_dime: counterfactuals of another code base" in md
+    assert all(f"| {m} |" in md for m in EXTERNAL)
+    assert f"{', '.join(EXTERNAL)}: counterfactuals of another code base" in md
 
     html = tmp_path / "report.html"
     r = _smk("--report", str(html), "--configfile", str(pre))
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     text = html.read_text()
-    for m in ("external_gt", "external_dime"):
+    for m in EXTERNAL:
         assert f"results/{TASK}/{m}/gallery.png" in text
     assert f"results/{TASK}.csv" in text

@@ -1,5 +1,5 @@
-"""`vcebench import`: DiME/ACE and generic folders round-trip to the npz that `vcebench evaluate` scores,
-and bad folders get one error naming the file."""
+"""`vcebench import`: DiME/ACE, PEAL/SCE, RCSB and generic outputs round-trip to the npz that `vcebench evaluate`
+scores, and bad folders get one error naming the file (each layout's own faults: tests/test_import_layouts.py)."""
 
 import csv
 import json
@@ -15,11 +15,13 @@ import yaml
 from PIL import Image
 
 import vcebench.models
-from tests.fakes import save_image, write_dime, write_generic
+from tests.fakes import save_image, write_dime, write_generic, write_peal, write_rcsb
 from vcebench.cli import main
 from vcebench.core.io import from_uint8, load_npz, save_npz
 from vcebench.costs.standins import fake_counterfactuals, standin_models
-from vcebench.steps.import_cf import DIME_GROUPS, ImportFolderError, import_folder
+from vcebench.steps.import_cf import ImportFolderError, import_folder
+from vcebench.steps.import_layouts import DIME_GROUPS
+from vcebench.steps.import_rcsb import wandb_view
 
 N_EVAL = 24
 
@@ -64,30 +66,65 @@ def _evaluate(s, cfs):
     return evaluate_task(settings, str(cfs), only=["L1", "FR"], models=s["models"])["metrics"]
 
 
-@pytest.mark.parametrize("layout", ["generic", "dime"])
-def test_round_trip(setup, layout, tmp_path):
-    s, z = setup, setup["z"]
-    folder, mapping = tmp_path / "cfs", None
+def write_layout(s, layout: str, folder: Path, mapping: Path) -> tuple[Path, Path | None]:
+    """The setup's known counterfactuals as ``layout``'s code base leaves them; (the --path, the --mapping)."""
+    z, x = s["z"], to_u8(s["x"])
     if layout == "generic":
         write_generic(z, folder, zero_pad=True)
-    else:
-        mapping = tmp_path / "map.csv"
+        return folder, None
+    if layout == "dime":
         write_dime(z, s["label"], folder, mapping)
+    elif layout == "peal":  # SCE's two attempts per input; the mapping takes the second
+        write_peal(z, x, s["label"], folder / "0" / "validation_tracked_values.npz", mapping, batch=4, attempts=2)
+        return folder / "0", mapping
+    else:
+        write_rcsb(z, x, folder / "wandb" / "offline-run-20250528_130525-abc123", mapping)
+        return folder / "wandb" / "offline-run-20250528_130525-abc123", mapping
+    return folder, mapping
+
+
+@pytest.mark.parametrize("layout", ["generic", "dime", "peal", "rcsb"])
+def test_round_trip(setup, layout, tmp_path):
+    s, z = setup, setup["z"]
+    folder, mapping = write_layout(s, layout, tmp_path / "cfs", tmp_path / "map.csv")
     out = tmp_path / "imported" / "counterfactuals.npz"
     summary = import_folder(s["cfg"], s["task"], folder, layout, out, mapping=mapping, models=s["models"])
     got = load_npz(out)
+    want = dict(z)
+    if layout == "rcsb":  # the PNGs wandb wrote: 8-bit copies stretched to their own range, scored as they are
+        want["cf"] = np.stack([wandb_view(c) for c in z["cf"]])
+        with torch.no_grad():
+            want["flipped"] = s["models"].classifier(from_uint8(want["cf"])).argmax(1).numpy() == z["target"]
     for k in ("sample_id", "cf", "target", "pred", "flipped"):
-        np.testing.assert_array_equal(got[k], z[k], err_msg=k)
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
     assert summary["n"] == N_EVAL and summary["disagreements"] == {"pred": 0, "cf_pred": 0}
     assert json.loads((out.parent / "import.json").read_text())["layout"] == layout
-    if layout == "dime":
+    if layout in ("dime", "peal"):
         np.testing.assert_array_equal(got["info_external_target"], z["target"])
+    if layout in ("peal", "rcsb"):  # their copies of the inputs are the split's (rcsb: as wandb stretched them)
+        assert summary["input_distance"] == 0
+    assert len(summary["left_out"]) == (N_EVAL if layout == "peal" else 0)  # the first attempts
     # evaluate scores it like the original npz, and the numbers are the known ones
     m, m0 = _evaluate(s, out), _evaluate(s, s["d"] / "known.npz")
-    assert m == m0
-    l1 = (np.abs(z["cf"].astype(np.float64) - to_u8(s["x"]).astype(np.float64)) / 255).reshape(N_EVAL, -1).mean(1)
+    assert m == m0 or layout == "rcsb"
+    l1 = (np.abs(want["cf"].astype(np.float64) - to_u8(s["x"]).astype(np.float64)) / 255).reshape(N_EVAL, -1).mean(1)
     assert m["L1"] == pytest.approx(l1.mean(), rel=1e-6)
-    assert m["FR"] == pytest.approx(100 * z["flipped"].mean())
+    assert m["FR"] == pytest.approx(100 * want["flipped"].mean())
+
+
+@pytest.mark.parametrize("layout", ["peal", "rcsb"])
+def test_wrong_mapping_is_refused_by_the_inputs(setup, layout, tmp_path):
+    """Two records' sample ids swapped in the mapping: their own copies of the inputs give it away."""
+    s = setup
+    folder, mapping = write_layout(s, layout, tmp_path / "cfs", tmp_path / "map.csv")
+    lines = mapping.read_text().splitlines()
+    rows = [i for i, ln in enumerate(lines) if i and not ln.endswith(",")]
+    a, b = rows[0], rows[1]
+    (ka, sa), (kb, sb) = lines[a].split(","), lines[b].split(",")
+    lines[a], lines[b] = f"{ka},{sb}", f"{kb},{sa}"
+    mapping.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ImportFolderError, match=r"2 record\(s\) whose own copy of the input is not the mapped"):
+        _import(s, folder, layout, mapping)
 
 
 def to_u8(x):
@@ -128,7 +165,7 @@ def test_missing_id(generic):
     s, folder, z = generic
     sid = int(z["sample_id"][3])
     (folder / f"{sid}.png").unlink()
-    with pytest.raises(ImportFolderError, match=rf"1 evaluation id\(s\) have no file \(first: \[{sid}\]\)"):
+    with pytest.raises(ImportFolderError, match=rf"1 evaluation id\(s\) have no counterfactual \(first: \[{sid}\]\)"):
         _import(s, folder)
 
 
@@ -154,7 +191,7 @@ def test_duplicate_id(generic):
     s, folder, z = generic
     sid = int(z["sample_id"][0])
     save_image(z["cf"][0], folder / f"{sid:05d}.png")
-    with pytest.raises(ImportFolderError, match=rf"sample id {sid} given by 2 files: .*{sid:05d}\.png.*{sid}\.png"):
+    with pytest.raises(ImportFolderError, match=rf"sample id {sid} given by 2 records: .*{sid:05d}\.png.*{sid}\.png"):
         _import(s, folder)
 
 

@@ -6,7 +6,7 @@ ruleorder: import_external > merge_counterfactuals
 
 
 rule import_external:
-    """A DiME/ACE or generic folder of counterfactual images -> counterfactuals.npz (same ids as explain)."""
+    """DiME/ACE, PEAL/SCE, RCSB or generic counterfactuals -> counterfactuals.npz (same ids as explain)."""
     input:
         config=RESOLVED,
         data=lambda wc: data_inputs(wf.dataset_of(config, wc.task)),

@@ -1,102 +1,30 @@
-"""`vcebench import` as a library: counterfactual images written by another code base -> the
-``counterfactuals.npz`` that `vcebench evaluate` scores. The layouts, the mapping file and every check are
-described once, in :mod:`vcebench.cli.import_cf` (the verb's `--help`).
+"""`vcebench import` as a library: counterfactuals written by another code base -> the ``counterfactuals.npz``
+that `vcebench evaluate` scores. The layouts, the mapping file and every check are described once, in
+:mod:`vcebench.cli.import_cf` (the verb's `--help`); each layout's reader is in :mod:`.import_layouts` (dime,
+generic), :mod:`.import_peal` and :mod:`.import_rcsb`.
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..core.errors import UserError
+from .import_layouts import Entry, ImportFolderError, list_dime, list_generic, load_image, problems_error
+from .import_peal import list_peal
+from .import_rcsb import list_rcsb
 
-LAYOUTS = ("dime", "generic")
-
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-
-
-DIME_GROUPS = [(cc, ccf) for cc in ("CC", "IC") for ccf in ("CCF", "ICF")]
-
-
-MAX_LISTED = 8
+READERS = {"dime": lambda root, shape: list_dime(root), "generic": lambda root, shape: list_generic(root),
+           "peal": list_peal, "rcsb": list_rcsb}
+LAYOUTS = tuple(READERS)
+NEEDS_MAPPING = ("peal",)  # its records carry no id at all (rows of an array)
+INPUT_TOLERANCE = 8.0  # mean |their input - ours| in 0..255 above which a record is not of the mapped input
 
 
-class ImportFolderError(UserError, ValueError):
-    """A counterfactual folder that cannot be imported; the message names the files at fault."""
-
-
-@dataclass
-class Entry:
-    """One counterfactual file and what the folder says about it (``-1``: not stated)."""
-
-    file: Path
-    sample_id: int = -1
-    target: int = -1
-    pred: int = -1
-    cf_pred: int = -1
-
-
-def _problems(path, problems: list[str], what: str) -> ImportFolderError:
-    shown = "; ".join(problems[:MAX_LISTED])
-    more = f"; ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
-    return ImportFolderError(f"{path}: {what}: {shown}{more}")
-
-
-def _image_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in suffixes)
-
-
-def read_info(path: Path) -> dict[str, int]:
-    """A DiME / ACE ``Info/<id>.txt``: ``key: value`` lines (label, pred, target, cf pred, ...)."""
-    out = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            try:
-                out[key.strip()] = int(float(value))
-            except ValueError:
-                continue
-    missing = [k for k in ("pred", "target", "cf pred") if k not in out]
-    if missing:
-        raise ImportFolderError(f"{path}: Info file lacks {missing} (expected DiME/ACE lines `pred: 0`, "
-                                "`target: 1`, `cf pred: 1`)")
-    return out
-
-
-def list_dime(root: Path) -> list[Entry]:
-    """Entries of a DiME / ACE experiment folder ``{CC,IC}/{CCF,ICF}/{CF,Info}/``."""
-    groups = [root / cc / ccf for cc, ccf in DIME_GROUPS if (root / cc / ccf / "CF").is_dir()]
-    if not groups:
-        hint = ""
-        if (root / "Results").is_dir():
-            exps = sorted(p.name for p in (root / "Results").iterdir() if p.is_dir())
-            hint = f" (it has Results/; pass one of {[str(root / 'Results' / e) for e in exps]})"
-        raise ImportFolderError(f"{root}: not a DiME/ACE experiment folder: no CC/CCF/CF, CC/ICF/CF, IC/CCF/CF "
-                                f"or IC/ICF/CF subfolder{hint}")
-    entries, missing_info = [], []
-    for g in groups:
-        for f in _image_files(g / "CF", IMAGE_SUFFIXES):
-            info_path = g / "Info" / f"{f.stem}.txt"
-            if not info_path.is_file():
-                missing_info.append(str(info_path))
-                continue
-            info = read_info(info_path)
-            entries.append(Entry(f, target=info["target"], pred=info["pred"], cf_pred=info["cf pred"]))
-    if missing_info:
-        raise _problems(root, missing_info, f"{len(missing_info)} counterfactual(s) without their Info file")
-    return entries
-
-
-def list_generic(root: Path) -> list[Entry]:
-    return [Entry(f) for f in _image_files(root, IMAGE_SUFFIXES + (".npy",))]
-
-
-def read_mapping(path: Path) -> dict[str, tuple[int, int]]:
-    """``file -> (sample_id, target or -1)`` from a CSV with columns file, sample_id[, target]."""
+def read_mapping(path: Path) -> dict[str, tuple[int | None, int]]:
+    """``file -> (sample_id, target or -1)`` from a CSV with columns file, sample_id[, target]; an empty
+    ``sample_id`` (None) leaves that record out of the import, on purpose."""
     with open(path, newline="") as fh:
         rows = list(csv.DictReader(fh))
     cols = set(rows[0]) if rows else set()
@@ -107,7 +35,7 @@ def read_mapping(path: Path) -> dict[str, tuple[int, int]]:
     for i, r in enumerate(rows, start=2):
         key = Path(r["file"].strip()).name
         try:
-            sid = int(r["sample_id"])
+            sid = int(r["sample_id"]) if (r["sample_id"] or "").strip() else None
             tgt = int(r["target"]) if r.get("target") not in (None, "") else -1
         except ValueError:
             raise ImportFolderError(f"{path}: line {i}: sample_id / target must be integers, got {r}") from None
@@ -117,24 +45,35 @@ def read_mapping(path: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
-def assign_ids(entries: list[Entry], mapping: dict[str, tuple[int, int]] | None, root: Path) -> None:
-    """Set each entry's sample id (from ``mapping``, by file name or stem, else the file name itself)."""
-    bad = []
+def assign_ids(entries: list[Entry], mapping: dict[str, tuple[int | None, int]] | None,
+               root: Path) -> tuple[list[Entry], list[Entry]]:
+    """Set each entry's sample id (from ``mapping``, by its key or else its file's name or stem; without a
+    mapping, the key or the file's name itself); returns (the entries to import, those the mapping leaves out)."""
+    bad, kept, left_out = [], [], []
     for e in entries:
         if mapping is not None:
-            hit = mapping.get(e.file.name, mapping.get(e.file.stem))
+            hit = mapping.get(e.key) if e.key else mapping.get(e.file.name, mapping.get(e.file.stem))
             if hit is None:
-                bad.append(f"{e.file}: not in the mapping CSV")
+                bad.append(f"{e.where}: not in the mapping CSV (key {e.key or e.file.name!r})")
+                continue
+            if hit[0] is None:
+                left_out.append(e)
                 continue
             e.sample_id = hit[0]
             if hit[1] >= 0:
                 e.target = hit[1]
-        elif e.file.stem.isdigit():
-            e.sample_id = int(e.file.stem)
+        elif (e.key or e.file.stem).isdigit():
+            e.sample_id = int(e.key or e.file.stem)
         else:
-            bad.append(f"{e.file}: file name is not a sample id (give --mapping)")
+            bad.append(f"{e.where}: file name is not a sample id (give --mapping)")
+        kept.append(e)
+    keyed = {e.key for e in entries if e.key}
+    if mapping is not None and keyed:  # a mapping of an array's rows or a run's indices names exactly those
+        bad += [f"the mapping names {k!r}, which is not among the {len(entries)} records"
+                for k in sorted(set(mapping) - keyed, key=lambda k: (len(k), k))]
     if bad:
-        raise _problems(root, bad, f"{len(bad)} file(s) without a sample id")
+        raise problems_error(root, bad, f"{len(bad)} mismatch(es) between the records and the sample ids")
+    return kept, left_out
 
 
 def check_ids(entries: list[Entry], expected: np.ndarray, in_split: np.ndarray, root: Path) -> list[Entry]:
@@ -142,91 +81,63 @@ def check_ids(entries: list[Entry], expected: np.ndarray, in_split: np.ndarray, 
     by_id: dict[int, list[Entry]] = {}
     for e in entries:
         by_id.setdefault(e.sample_id, []).append(e)
-    problems = [f"sample id {sid} given by {len(es)} files: {', '.join(str(e.file) for e in es)}"
+    problems = [f"sample id {sid} given by {len(es)} records: {', '.join(e.where for e in es)}"
                 for sid, es in sorted(by_id.items()) if len(es) > 1]
     split_set, expected_set = set(in_split.tolist()), set(expected.tolist())
     for sid, es in sorted(by_id.items()):
         if sid not in split_set:
-            problems.append(f"{es[0].file}: sample id {sid} is not in the task's evaluation split")
+            problems.append(f"{es[0].where}: sample id {sid} is not in the task's evaluation split")
         elif sid not in expected_set:
-            problems.append(f"{es[0].file}: sample id {sid} is not among the {len(expected)} evaluated ids "
+            problems.append(f"{es[0].where}: sample id {sid} is not among the {len(expected)} evaluated ids "
                             "(config `n_eval`)")
     missing = sorted(expected_set - set(by_id))
     if missing:
-        problems.append(f"{len(missing)} evaluation id(s) have no file (first: {missing[:10]})")
+        problems.append(f"{len(missing)} evaluation id(s) have no counterfactual (first: {missing[:10]})")
     if problems:
-        raise _problems(root, problems, f"{len(problems)} problem(s) with the sample ids")
+        raise problems_error(root, problems, f"{len(problems)} problem(s) with the sample ids")
     return [by_id[int(s)][0] for s in sorted(expected_set)]
 
 
-def load_image(path: Path, shape: tuple[int, int, int]) -> np.ndarray:
-    """One counterfactual as uint8 C x H x W of ``shape``; ImportFolderError (naming the file) otherwise."""
-    c, h, w = shape
-    if path.suffix.lower() == ".npy":
-        try:
-            a = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise ImportFolderError(f"{path}: unreadable .npy ({e})") from None
-        if a.ndim == 3 and a.shape[-1] == c and a.shape[0] != c:
-            a = np.transpose(a, (2, 0, 1))
-        if a.ndim == 2 and c == 1:
-            a = a[None]
-        if a.shape != shape:
-            raise ImportFolderError(f"{path}: array of shape {a.shape}, expected {shape} (C x H x W)")
-        if a.dtype == np.uint8:
-            return a
-        if not np.issubdtype(a.dtype, np.floating):
-            raise ImportFolderError(f"{path}: dtype {a.dtype}; expected uint8, or float in [-1, 1]")
-        lo, hi = float(np.nanmin(a)), float(np.nanmax(a))
-        if not np.isfinite(a).all() or lo < -1.001 or hi > 1.001:
-            raise ImportFolderError(f"{path}: float values in [{lo:.4g}, {hi:.4g}]; expected finite values in "
-                                    "[-1, 1] (or uint8)")
-        return np.round((np.clip(a, -1, 1) + 1) * 127.5).astype(np.uint8)
-    from PIL import Image, UnidentifiedImageError
-
-    want = "L" if c == 1 else "RGB"
-    try:
-        with Image.open(path) as im:
-            im.load()
-            mode, size = im.mode, im.size
-            a = np.asarray(im)
-    except (OSError, SyntaxError, ValueError, UnidentifiedImageError) as e:
-        raise ImportFolderError(f"{path}: corrupt or unreadable image ({e})") from None
-    if mode != want:
-        extra = {"P": "a palette image", "I;16": "a 16-bit image", "I": "a 32-bit integer image",
-                 "F": "a float image", "RGBA": "has an alpha channel", "LA": "has an alpha channel",
-                 "1": "a 1-bit image"}.get(mode, f"mode {mode}")
-        raise ImportFolderError(f"{path}: {extra} (PIL mode {mode!r}); expected 8-bit "
-                                f"{'grey (mode L)' if c == 1 else 'RGB'} for this task")
-    if size != (w, h):
-        raise ImportFolderError(f"{path}: {size[0]}x{size[1]} pixels, expected {w}x{h} (the evaluation split's "
-                                "size)")
-    return a[None] if a.ndim == 2 else np.ascontiguousarray(np.transpose(a, (2, 0, 1)))
-
-
 def read_folder(path: str | Path, layout: str, shape: tuple[int, int, int], expected: np.ndarray,
-                in_split: np.ndarray, mapping: str | Path | None = None) -> tuple[list[Entry], np.ndarray]:
-    """Entries (sorted by sample id, exactly ``expected``) and their images (uint8 N x C x H x W)."""
+                in_split: np.ndarray, mapping: str | Path | None = None
+                ) -> tuple[list[Entry], np.ndarray, list[Entry]]:
+    """Entries (sorted by sample id, exactly ``expected``), their images (uint8 N x C x H x W) and the records
+    the mapping leaves out."""
     root = Path(path)
-    if not root.is_dir():
-        raise ImportFolderError(f"{root}: no such folder")
+    if not root.exists():
+        raise ImportFolderError(f"{root}: no such file or folder")
     if layout not in LAYOUTS:
         raise ImportFolderError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
-    entries = list_dime(root) if layout == "dime" else list_generic(root)
+    if layout in NEEDS_MAPPING and not mapping:
+        raise ImportFolderError(f"{root}: layout {layout} records no sample ids: give --mapping (docs/import.md)")
+    entries = READERS[layout](root, shape)
     if not entries:
-        raise ImportFolderError(f"{root}: no counterfactual images ({', '.join(IMAGE_SUFFIXES)}"
-                                f"{', .npy' if layout == 'generic' else ''}) found")
-    assign_ids(entries, read_mapping(Path(mapping)) if mapping else None, root)
+        raise ImportFolderError(f"{root}: no counterfactuals found (layout {layout}; docs/import.md)")
+    entries, left_out = assign_ids(entries, read_mapping(Path(mapping)) if mapping else None, root)
     entries = check_ids(entries, np.asarray(expected), np.asarray(in_split), root)
     images, bad = [], []
     for e in entries:
         try:
-            images.append(load_image(e.file, shape))
+            images.append(e.image if e.image is not None else load_image(e.file, shape))
         except ImportFolderError as err:
             bad.append(str(err))
     if bad:
-        raise _problems(root, bad, f"{len(bad)} bad image file(s)")
-    return entries, np.stack(images)
+        raise problems_error(root, bad, f"{len(bad)} bad image file(s)")
+    return entries, np.stack(images), left_out
+
+
+def check_inputs(entries: list[Entry], x: np.ndarray, root: Path) -> float | None:
+    """The records that carry the other code base's copy of their input (PEAL's ``x_list``, RCSB's logged
+    ``images``) must be of the input they are mapped to: mean |theirs - ours| (0..255) at most
+    :data:`INPUT_TOLERANCE` each; returns the largest such distance (None: no record carries its input)."""
+    dist = [(float(np.abs(e.source_input.astype(np.float32) - (e.input_view or np.asarray)(xi).astype(np.float32))
+                   .mean()), e) for e, xi in zip(entries, x) if e.source_input is not None]
+    bad = [f"{e.where} -> sample id {e.sample_id}: mean |difference| {d:.1f}" for d, e in dist if d > INPUT_TOLERANCE]
+    if bad:
+        raise problems_error(root, bad, f"{len(bad)} record(s) whose own copy of the input is not the mapped "
+                                        f"sample's image (mean |difference| over {INPUT_TOLERANCE:g} of 255: a "
+                                        "wrong mapping, or other images or preprocessing than this split's)")
+    return max(d for d, _ in dist) if dist else None
 
 
 def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Path, *, mapping=None,
@@ -235,14 +146,14 @@ def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Pat
     """Read ``path``, classify x and cf with the task's classifier, write ``out``; returns a summary."""
     import torch
 
-    from ..core.io import from_uint8, save_npz, write_json
+    from ..core.io import from_uint8, save_npz, to_uint8, write_json
     from ..data import eval_split_name, load_split
     from .explain import shard_ids
 
     split = load_split(cfg, task.dataset, eval_split_name(task.dataset), data_dir=data_dir)
     expected = shard_ids(split.sample_ids, int(cfg["n_eval"]), 0, 1).numpy()
     shape = tuple(int(s) for s in split.float_images(torch.zeros(1, dtype=torch.int64)).shape[1:])
-    entries, cf = read_folder(path, layout, shape, expected, split.sample_ids.numpy(), mapping)
+    entries, cf, left_out = read_folder(path, layout, shape, expected, split.sample_ids.numpy(), mapping)
     if models is None:
         from ..models import load_task_models
 
@@ -250,11 +161,15 @@ def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Pat
     ids = np.array([e.sample_id for e in entries], np.int64)
     rows = split.index_of(torch.from_numpy(ids))
     bs = int(cfg["batch_size"])
-    pred, pred_cf = [], []
+    pred, pred_cf, x_u8 = [], [], []
+    keep_x = any(e.source_input is not None for e in entries)
     with torch.no_grad():
         for s in range(0, len(ids), bs):
-            pred.append(models.classifier(split.float_images(rows[s:s + bs]).to(device)).argmax(1).cpu())
+            x = split.float_images(rows[s:s + bs])
+            x_u8 += [to_uint8(x)] if keep_x else []
+            pred.append(models.classifier(x.to(device)).argmax(1).cpu())
             pred_cf.append(models.classifier(from_uint8(cf[s:s + bs]).to(device)).argmax(1).cpu())
+    input_distance = check_inputs(entries, np.concatenate(x_u8), Path(path)) if keep_x else None
     pred, pred_cf = torch.cat(pred).numpy().astype(np.int64), torch.cat(pred_cf).numpy().astype(np.int64)
     ext_target = np.array([e.target for e in entries], np.int64)
     target = np.where(ext_target >= 0, ext_target, 1 - pred)
@@ -274,7 +189,8 @@ def import_folder(cfg: dict, task, path: str | Path, layout: str, out: str | Pat
                ("classifier" if (ext_target < 0).all() else "folder where given, else classifier"),
                "disagreements": {"pred": int((ext_pred[ext_pred >= 0] != pred[ext_pred >= 0]).sum()),
                                  "cf_pred": int((ext_cf_pred[known] != pred_cf[known]).sum())},
-               "files": [str(e.file) for e in entries]}
+               "input_distance": input_distance, "left_out": [e.where for e in left_out],
+               "files": [e.where for e in entries]}
     write_json(Path(out).with_name("import.json"), summary)
     return summary
 
