@@ -69,7 +69,8 @@ def test_rules_run_from_a_path_with_spaces_and_shell_characters(tmp_path):
     cmd = line[line.index("vcebench"):]
     words = shlex.split(cmd)
     assert words[words.index("--reference") + 1] == str(repo / "results/reference/quick$(touch injected)")
-    assert words[words.index("--config") + 1] == str(repo / "config/config.yaml")
+    assert "--config" not in words  # the job reads the run's merged config, one shell word
+    assert words[words.index("--resolved-config") + 1].endswith("config.resolved.json")
     subprocess.run(["bash", "-c", cmd], cwd=repo / "runs/quick", env=_env(repo), capture_output=True, timeout=300)
     created = [p for p in tmp_path.rglob("*") if p.name in ("INJ", "injected")]
     assert created == []

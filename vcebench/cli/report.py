@@ -117,7 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     bu.add_argument("--models", default="resources/models",
                     help="the model folder the rows were scored with (default resources/models): its judges' hashes")
     bu.add_argument("--out", required=True, help="the bundle (an uncompressed tar)")
-    add_config_arg(bu)
+    add_config_arg(bu, resolved=True)
     ve = add_subverb(subs, "verify", run_verify, "check a bundle's hashes and judges, recompute every metric from "
                      "its counterfactuals with this harness's networks, compare cell by cell")
     ve.add_argument("bundle", help="a bundle written by `vcebench report bundle`")
