@@ -10,13 +10,27 @@ plug-ins). A variant ``<method>_<variant>`` (config ``variants.<method>``, e.g. 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vcebench import registry
 from vcebench.config.load import settings_errors
 from vcebench.config.tasks import Task, check_runs_on, split_method
 
-from .base import Counterfactuals, Method, parse_params
+from .params import parse_params
+
+if TYPE_CHECKING:
+    from .base import Counterfactuals, Method
+
+# torch-bound names, imported on first use (PEP 562): the config check reads ``params_class`` without torch
+_LAZY = {"Counterfactuals": "base", "Method": "base"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
 
 
 def base_method(name: str) -> str:

@@ -40,13 +40,9 @@ Differences from the reference code:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Literal
-
 import torch
 from torch import Tensor
 
-from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
@@ -58,36 +54,12 @@ from .base import (
     Counterfactuals,
     finalize,
     nonfinite,
-    require,
 )
 from .ddpm import Schedule
 from .guidance import target_ce
 from .masks import difference_mask
+from .params import AceParams
 from .pgd import from_unit, pgd_step, sample_norm, to_unit
-
-
-@dataclass(frozen=True)
-class AceParams:
-    """ACE hyperparameters; defaults = ``scripts/celeba-attack.sh`` (and ``main.py``'s defaults it keeps)."""
-
-    respacing: int = 50  # --timestep_respacing
-    start_step: int = 4  # tau in respaced steps (0.1 x 50 steps: noised to step 4); set by the noise protocol
-    distance: Literal["l1", "l2"] = "l1"  # the distance term of the attack loss (ACE l1 / ACE l2)
-    dist_weight: float = 0.001  # --dist_l1 (or --dist_l2)
-    attack_steps: int = 50  # --attack_iterations
-    attack_step: float = 1.0  # --attack_step, in 1/255 of the [0, 1] range
-    attack_epsilon: float = 255.0  # --attack_epsilon, l-inf bound in 1/255 (255: none)
-    dilation: int = 15  # --sampling_dilation (odd max-pool kernel)
-    inpaint: float = 0.15  # --sampling_inpaint: keep the input where the dilated mask is below this
-    BOUNDS: ClassVar[dict[str, Bound]] = {  # vcebench.config.bounds
-        "respacing": Bound(1, 10000), "start_step": Bound(0, 10000), "dist_weight": Bound(0, 1e4),
-        "attack_steps": Bound(1, 10000), "attack_step": Bound(0, 255, lo_open=True),
-        "attack_epsilon": Bound(0, 255, lo_open=True), "dilation": Bound(1, pixels=True), "inpaint": Bound(0, 1)}
-
-    def validate(self, section: str) -> None:
-        require(0 <= self.start_step < self.respacing, section,
-                f"start_step must be in [0, respacing) = [0, {self.respacing}), got {self.start_step}")
-        require(self.dilation % 2 == 1, section, f"dilation must be odd, got {self.dilation}")
 
 
 def ddpm_filter(models: TaskModels, sched: Schedule, x: Tensor, tau: int, noise: SampleGenerators) -> Tensor:

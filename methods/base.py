@@ -10,14 +10,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from vcebench.config.load import ConfigError, check_keys, coerce_value, field_types
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
+
+from .params import parse_params, require  # noqa: F401 (the names plug-ins import from here)
 
 
 @dataclass
@@ -219,40 +220,5 @@ def finalize(x: Tensor, cf: Tensor, target: Tensor, models: TaskModels, steps: T
            **{k: v.cpu() for k, v in (info or {}).items()}}
     return Counterfactuals(images=cf.detach(), flipped=flipped, steps=steps.cpu().to(torch.int64), info=out)
 
-
-# --- typed hyperparameters -------------------------------------------------------------------
-P = TypeVar("P")
-
-
-def parse_params(cls: type[P], params: dict[str, Any], section: str, image_size: int | None = None) -> P:
-    """Build the dataclass ``cls`` from a config mapping: unknown keys and wrong types are
-    :class:`ConfigError` naming ``section.key``; missing keys take the dataclass defaults. Every value is held to
-    the class's ``BOUNDS`` (:mod:`vcebench.config.bounds`; a length in pixels to ``image_size`` when given), then
-    to its ``validate``."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    check_keys(section, params, set(fields))
-    hints = field_types(cls)
-    values = {}
-    for k, v in params.items():
-        values[k] = coerce_value(v, hints[k], f"{section}.{k}")
-    try:
-        obj = cls(**values)
-    except TypeError as e:
-        raise ConfigError(f"`{section}`: {e}") from None
-    for k, bound in getattr(cls, "BOUNDS", {}).items():
-        value = getattr(obj, k)
-        for v in value if isinstance(value, tuple) else (value,):
-            require(v is None or bound.contains(v, image_size), section,
-                    f"{k} must be in {bound.describe(image_size)}, got {v!r}")
-    validate = getattr(obj, "validate", None)
-    if validate is not None:
-        validate(section)
-    return obj
-
-
-def require(ok: bool, section: str, msg: str) -> None:
-    """Raise :class:`ConfigError` about ``section`` unless ``ok``."""
-    if not ok:
-        raise ConfigError(f"`{section}`: {msg}")
 
 

@@ -15,64 +15,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
-from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite, require
+from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite
 from .graphs import at_step
 from .guidance import l1_grad, mean_l1_grad
+from .params import GuidedDDPMParams
 
 
-@dataclass(frozen=True)
-class GuidedDDPMParams:
-    """The settings every DDPM-family method shares; defaults = DiME's CelebA settings of the reference code."""
-
-    respacing: int = 200
-    start_step: int = 60  # tau, in respaced steps
-    scales: tuple[float, ...] = (8.0, 10.0, 15.0)  # classifier scales, tried in turn until the CF flips
-    l1: float = 0.05
-    perc: float = 30.0
-    # where the l1 term is taken: ``noisy`` = ||z - x||_1 on the noisy state (DiME, FastDiME_CelebA, MaskDiME);
-    # ``clean`` = ||x_t - x||_1 on the clean image that guides the step, a clean-image gradient beside the
-    # classifier's (FastDiME_Med's x-ray protocol)
-    l1_on: str = "noisy"
-    # the form of the guidance loss: ``dime`` = DiME's logit loss x the classifier scale beside the l1 gradient
-    # ``l1 * sign`` unscaled; ``med`` = FastDiME_Med's (models/diffusion.py:614-677): the BCE of the classifier
-    # and the per-pixel mean l1 on the clean image, the whole loss x the classifier scale (its step, 756-763)
-    guidance_form: str = "dime"
-    BOUNDS: ClassVar[dict[str, Bound]] = {  # vcebench.config.bounds; a subclass adds its own
-        "respacing": Bound(1, 10000), "start_step": Bound(0, 10000), "scales": Bound(0, 1e4), "l1": Bound(0, 1e4),
-        "perc": Bound(0, 1e4)}
-
-    def validate(self, section: str) -> None:
-        require(1 <= self.start_step < self.respacing, section,
-                f"start_step must be in [1, respacing) = [1, {self.respacing}), got {self.start_step}")
-        require(self.l1_on in ("noisy", "clean"), section, f"l1_on must be noisy or clean, got {self.l1_on!r}")
-        require(self.guidance_form in ("dime", "med"), section,
-                f"guidance_form must be dime or med, got {self.guidance_form!r}")
-        require(self.guidance_form == "dime" or self.l1_on == "clean", section,
-                "guidance_form med takes its l1 on the clean image: set l1_on: clean")
-
-    @property
-    def cls_loss(self) -> str:
-        """The classifier loss of :func:`methods.guidance.guidance_grads`: DiME's logit loss, Med's BCE."""
-        return "bce" if self.guidance_form == "med" else "logit"
-
-    def l1_terms(self, z: Tensor, x_t: Tensor, x: Tensor, scale: float = 1.0) -> tuple[Tensor | float, Tensor | float]:
-        """(clean-image l1 gradient, noisy-state l1 gradient), weighted; the other one is 0 (``l1_on``). Under
-        ``guidance_form: med`` Med's per-pixel mean l1 times the classifier ``scale`` (its step multiplies the
-        whole loss's gradient by it: models/diffusion.py:761)."""
-        if self.guidance_form == "med":
-            return scale * self.l1 * mean_l1_grad(x_t, x), 0.0
-        if self.l1_on == "clean":
-            return self.l1 * l1_grad(x_t, x), 0.0
-        return 0.0, self.l1 * l1_grad(z, x)
+def l1_terms(p: GuidedDDPMParams, z: Tensor, x_t: Tensor, x: Tensor,
+             scale: float = 1.0) -> tuple[Tensor | float, Tensor | float]:
+    """(clean-image l1 gradient, noisy-state l1 gradient), weighted by ``p.l1``; the other one is 0 (``p.l1_on``).
+    Under ``guidance_form: med`` Med's per-pixel mean l1 times the classifier ``scale`` (its step multiplies the
+    whole loss's gradient by it: models/diffusion.py:761)."""
+    if p.guidance_form == "med":
+        return scale * p.l1 * mean_l1_grad(x_t, x), 0.0
+    if p.l1_on == "clean":
+        return p.l1 * l1_grad(x_t, x), 0.0
+    return 0.0, p.l1 * l1_grad(z, x)
 
 
 def space_timesteps(num_train_timesteps: int, respacing: int) -> list[int]:

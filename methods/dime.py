@@ -11,20 +11,14 @@ sampling noise per retry), so results do not depend on batch composition.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import Tensor
 
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
-from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule, denoise, sample_step
+from .ddpm import DDPMMethod, Schedule, denoise, l1_terms, sample_step
 from .guidance import guidance_grads
-
-
-@dataclass(frozen=True)
-class DimeParams(GuidedDDPMParams):
-    """DiME hyperparameters; defaults = the CelebA settings of the reference code."""
+from .params import DimeParams
 
 
 def dime_attempt(models: TaskModels, sched: Schedule, p: DimeParams, x: Tensor, target: Tensor,
@@ -40,7 +34,7 @@ def dime_attempt(models: TaskModels, sched: Schedule, p: DimeParams, x: Tensor, 
         # Med's DiME: the classifier on the one-step estimate, its l1 on the generated image (diffusion.py:655-667)
         x_cls = x0hat if p.guidance_form == "med" else x_t
         g_cls, g_perc = guidance_grads(models, x_cls, x, target, scale, p.perc, p.cls_loss)
-        l1_clean, l1_noisy = p.l1_terms(z, x_t, x, scale)
+        l1_clean, l1_noisy = l1_terms(p, z, x_t, x, scale)
         grads = (g_cls + g_perc + l1_clean) / sched.sqrt_abar(i, x) + l1_noisy
         z = sample_step(mean, var, grads, i, noise.randn(*shape, device=x.device) if i > 0 else None)
         if i > 0:  # x_t: unguided denoising of z_{i-1} down to 0 (the recursive clean estimate)

@@ -15,40 +15,16 @@ Difference: retries and the second pass re-draw the SAME noise (fresh noise in t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 from torch import Tensor
 
-from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
-from .base import require
-from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule, sample_step
+from .ddpm import DDPMMethod, Schedule, l1_terms, sample_step
 from .guidance import guidance_grads
 from .masks import difference_mask
-
-
-@dataclass(frozen=True)
-class FastDimeParams(GuidedDDPMParams):
-    """FastDiME hyperparameters; defaults = the CelebA settings of the reference code."""
-
-    mask_threshold: float = 0.15
-    mask_dilation: int = 5  # odd max-pool kernel
-    warmup_steps: int = 30  # guided steps before the self-optimised mask starts
-    scale_grads: bool = False  # divide guidance gradients by sqrt(abar_t) (reference default: no)
-    # the self-optimised mask starts at the first step whose train timestep is <= mask_from_t x T (FastDiME_Med:
-    # t <= 200 of 1000, i.e. 0.2) instead of after ``warmup_steps`` guided steps; null: warmup_steps
-    mask_from_t: float | None = None
-    BOUNDS: ClassVar[dict[str, Bound]] = {
-        **GuidedDDPMParams.BOUNDS, "mask_threshold": Bound(0, 1), "mask_dilation": Bound(1, pixels=True),
-        "warmup_steps": Bound(0, 10000), "mask_from_t": Bound(0, 1, lo_open=True)}  # mask_from_t: or null
-
-    def validate(self, section: str) -> None:
-        super().validate(section)
-        require(self.mask_dilation % 2 == 1, section, f"mask_dilation must be odd, got {self.mask_dilation}")
+from .params import FastDimeParams
 
 
 def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: Tensor, target: Tensor,
@@ -65,7 +41,7 @@ def fastdime_attempt(models: TaskModels, sched: Schedule, p: FastDimeParams, x: 
         mean, var, x0hat = sched.p_mean_variance(models.ddpm, z, i)
         g_cls, g_perc = guidance_grads(models, x_t, x, target, scale, p.perc, p.cls_loss)
         div = sched.sqrt_abar(i, x) if p.scale_grads else 1.0
-        l1_clean, l1_noisy = p.l1_terms(z, x_t, x, scale)
+        l1_clean, l1_noisy = l1_terms(p, z, x_t, x, scale)
         grads = (g_cls + g_perc + l1_clean) / div + l1_noisy
         z = sample_step(mean, var, grads, i, noise.randn(*shape, device=dev) if i > 0 else None)
         x_t = x0hat  # Tweedie estimate (FastDiME Eq. 4) guides the next step

@@ -30,15 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 from types import SimpleNamespace
-from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
 
-from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
-from vcebench.models.generative.quality import REFERENCE_T_FLOW
 
 from .base import (
     FAIL_NONFINITE_GRAD,
@@ -52,48 +49,7 @@ from .base import (
 from .graphs import Drawn, StepGraphs, at_step
 from .guidance import mean_abs_normalize, p_target, perceptual, smoothgrad, target_ce, tv_loss
 from .masks import dilate_radius, feather, largest_component, nested_topk, top_ratio, top_ratio_count
-
-
-@dataclass(frozen=True)
-class FireParams:
-    """FiRe hyperparameters; defaults = the paper's (Sec. 4.1 "Implementation details")."""
-
-    t: float = REFERENCE_T_FLOW  # fixed noise level (0.4)
-    K: int = 15  # max refinement updates
-    p_flip: float = 0.85  # early-stopping threshold on p_target
-    eta: float = 0.02  # base guidance scale (Eq. adaptive_step)
-    smoothgrad_n: int = 20  # SmoothGrad copies, one batched pass
-    smoothgrad_sigma: float = 0.15  # SmoothGrad noise std (images in [-1, 1])
-    lambda_cls: float = 1.0
-    lambda_perc: float = 0.2
-    lambda_tv: float = 0.01
-    rho: float = 0.05  # saliency ratio (task specific)
-    dilation: int = 2  # r: dilation radius in pixels
-    feather: int = 3  # w: feather width in pixels
-    mode: Literal["fixed", "one_step", "reverse"] = "fixed"
-    mask: Literal["fire", "maskdime", "none"] = "fire"
-    adaptive_step: bool = True  # false: constant eta
-    early_stop: bool = True
-    compaction: bool = True  # finished samples leave the batch
-    maskdime_rho: float = 0.5  # mask = maskdime: share of the top-k kept for the blend mask
-    loss_mask: Literal["current", "previous"] = "current"  # the soft mask of the loss image (module docstring)
-    grad_norm: Literal["image", "mask"] = "image"  # mean |grad| over the image or inside the hard mask
-    tv_reduction: Literal["mean", "sum"] = "mean"  # TV per pixel (mean: effectively off at 0.01) or summed
-    sync_free: bool = False  # true: the masked loop (fire_refine_masked): no host read, the batch keeps its shape
-    cuda_graphs: bool = False  # true (implies sync_free): on a CUDA device each update replays a captured graph
-
-    @property
-    def masked(self) -> bool:
-        """Whether the sync-free, masked loop runs (``sync_free`` or ``cuda_graphs``)."""
-        return self.sync_free or self.cuda_graphs
-
-    # the range of every numeric setting (vcebench.config.bounds): checked in each config layer and resolved
-    BOUNDS: ClassVar[dict[str, Bound]] = {
-        "t": Bound(0, 1, lo_open=True, hi_open=True), "K": Bound(1, 1000), "p_flip": Bound(0, 1, lo_open=True),
-        "eta": Bound(0, 100), "smoothgrad_n": Bound(1, 1000), "smoothgrad_sigma": Bound(0, 10),
-        "lambda_cls": Bound(0, 1e4), "lambda_perc": Bound(0, 1e4), "lambda_tv": Bound(0, 1e4),
-        "rho": Bound(0, 1, lo_open=True), "dilation": Bound(0, pixels=True), "feather": Bound(0, pixels=True),
-        "maskdime_rho": Bound(0, 1, lo_open=True)}
+from .params import FireParams
 
 
 @dataclass

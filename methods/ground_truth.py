@@ -17,7 +17,6 @@ the tables leave its cost columns empty.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,14 +26,10 @@ from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
 from .base import NFE, Counterfactuals, finalize
+from .params import GroundTruthParams
 
 if TYPE_CHECKING:
     from vcebench.data.synthetic import SyntheticDataset
-
-
-@dataclass
-class GroundTruthParams:
-    """No hyperparameters."""
 
 
 class GroundTruth:

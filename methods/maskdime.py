@@ -14,47 +14,20 @@ reference's Gaussian blur > 0); retries re-draw the SAME noise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
-from .base import counter_of, require
-from .ddpm import DDPMMethod, GuidedDDPMParams, Schedule
+from .base import counter_of
+from .ddpm import DDPMMethod, Schedule, l1_terms
 from .graphs import StepGraphs
 from .guidance import guidance_grads
 from .masks import nested_topk
-
-
-@dataclass(frozen=True)
-class MaskDimeParams(GuidedDDPMParams):
-    """MaskDiME hyperparameters; defaults = the CelebA settings of the reference ``test.sh``."""
-
-    k: float = 0.05  # top-k ratio of H*W for the noisy-state mask Mz
-    rho: float = 0.5  # share of the top-k kept for the clean-image mask Mx
-    dilation: int = 5  # odd square kernel
-    grad_scale: float = 8.0  # s in g = s (g_cls + g_dist)
-    sync_free: bool = False  # true: masking instead of compaction, no host read in the guided steps
-    cuda_graphs: bool = False  # true (implies sync_free): on a CUDA device each guided step replays a captured graph
-
-    @property
-    def masked(self) -> bool:
-        """Whether the sync-free, masked path runs (``sync_free`` or ``cuda_graphs``)."""
-        return self.sync_free or self.cuda_graphs
-
-    BOUNDS: ClassVar[dict[str, Bound]] = {
-        **GuidedDDPMParams.BOUNDS, "k": Bound(0, 1, lo_open=True), "rho": Bound(0, 1, lo_open=True),
-        "dilation": Bound(1, pixels=True), "grad_scale": Bound(0, 1e4)}
-
-    def validate(self, section: str) -> None:
-        super().validate(section)
-        require(self.dilation % 2 == 1, section, f"dilation must be odd, got {self.dilation}")
+from .params import MaskDimeParams
 
 
 def maskdime_attempt(models: TaskModels, sched: Schedule, p: MaskDimeParams, x: Tensor, target: Tensor,
@@ -87,7 +60,7 @@ def maskdime_step(models: TaskModels, sched: Schedule, p: MaskDimeParams, scale:
     sab = sched.sqrt_abar(i, x)
     g_cls = g_cls / sab
     mz, mx = nested_topk(g_cls.abs().mean(1, keepdim=True), p.k, p.rho, p.dilation)
-    l1_clean, l1_noisy = p.l1_terms(z, x_t, x, scale)
+    l1_clean, l1_noisy = l1_terms(p, z, x_t, x, scale)
     grads = p.grad_scale * (g_cls + (g_perc + l1_clean) / sab + l1_noisy)
     z = mz * (mean - var * grads) + (1 - mz) * sched.q_sample(x, i, noise)
     return {"z": z, "mz": mz, "mx": mx}

@@ -10,8 +10,6 @@ It needs only the classifier (one call, for the final flip check).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
@@ -19,11 +17,7 @@ from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
 from .base import NFE, Counterfactuals, finalize
-
-
-@dataclass
-class NoEditParams:
-    """No hyperparameters."""
+from .params import NoEditParams
 
 
 class NoEdit:

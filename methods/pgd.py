@@ -7,12 +7,10 @@ budgets and step sizes are in its units (1/255 is one grey level). Helpers conve
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor
 
-Norm = Literal["linf", "l2"]
+from .params import Norm
 
 
 def to_unit(x: Tensor) -> Tensor:

@@ -12,31 +12,16 @@ survives the uint8 rounding of the saved counterfactual. Deterministic: the gene
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import torch
 from torch import Tensor
 
-from vcebench.config.bounds import Bound
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
 
 from .base import FAIL_NONFINITE_GRAD, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite
 from .guidance import target_ce
-from .pgd import Norm, from_unit, pgd_step, to_unit
-
-
-@dataclass(frozen=True)
-class PixelParams:
-    """PGD budget: the ball (``norm``, radius ``eps``), the step size and the number of steps ([0, 1] units)."""
-
-    norm: Norm = "linf"
-    eps: float = 8 / 255
-    step_size: float = 2 / 255
-    steps: int = 20
-    BOUNDS: ClassVar[dict[str, Bound]] = {  # vcebench.config.bounds
-        "eps": Bound(0, 1000, lo_open=True), "step_size": Bound(0, 1000, lo_open=True), "steps": Bound(1, 10000)}
+from .params import PixelParams
+from .pgd import from_unit, pgd_step, to_unit
 
 
 @torch.enable_grad()

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from methods.ddpm import GuidedDDPMParams
+from methods.ddpm import GuidedDDPMParams, l1_terms
 from methods.guidance import guidance_grads
 from vcebench.models.base import BinaryHead, TaskModels
 from vcebench.protocol.fair import PAPER, paper_value, rule_params
@@ -54,7 +54,7 @@ def _ours(net, x0, x_t_0, target, form: str) -> torch.Tensor:
     p = GuidedDDPMParams(scales=(SCALE,), l1=L1, perc=0.0, l1_on="clean", guidance_form=form)
     models = TaskModels(classifier=BinaryHead(net))
     g_cls, _ = guidance_grads(models, x_t_0, x0, target, SCALE, 0.0, p.cls_loss)
-    l1_clean, l1_noisy = p.l1_terms(x_t_0, x_t_0, x0, SCALE)
+    l1_clean, l1_noisy = l1_terms(p, x_t_0, x_t_0, x0, SCALE)
     return g_cls + l1_clean + l1_noisy
 
 

@@ -17,6 +17,7 @@ from methods.fire import FireParams
 from methods.graphs import StepGraphs
 from tests.test_methods import NaNOnMarker
 from tests.toy import GaussianDDPM, GaussianPMF, toy_images, toy_models, toy_target
+from vcebench.config.load import ConfigError
 from vcebench.core.rng import SampleGenerators
 
 HOST_READS = ("item", "cpu", "numpy", "tolist", "__bool__", "__int__", "__float__", "__index__")
@@ -241,7 +242,7 @@ def test_step_graphs_on_a_cpu_call_the_step():
 def test_new_params_are_parsed_and_typed():
     assert parse_params(FireParams, {"cuda_graphs": True}, "fire").masked
     assert not parse_params(FireParams, {}, "fire").masked
-    with pytest.raises(methods.base.ConfigError):
+    with pytest.raises(ConfigError):
         parse_params(FireParams, {"sync_free": "sometimes"}, "fire")
 
 

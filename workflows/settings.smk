@@ -4,9 +4,9 @@
 # jobs that take their file as ancient() (train, tune, the FID reference, the tables and figures) keep their
 # rerun triggers of before (their inputs, a training job's settings key) and read the current file when they run.
 # The per-job records are written by a shell command (`vcebench settings write`, the record quoted): a `run:` job
-# is spawned as a new Snakemake process that parses the whole workflow again (measured: 6-12 s per job on 2 cores,
-# a quarter of the regression's wall time). The merged config (rule resolved_config, one job per run, up to the
-# whole config in size, beyond what one shell argument may hold) keeps its `run:` block.
+# is spawned as a new Snakemake process that parses the whole workflow again (6-12 s per job on 2 cores). The
+# merged config (rule resolved_config, one job per run, up to the whole config in size, beyond what one shell
+# argument may hold) keeps its `run:` block, run in a thread (profiles/default: force-use-threads).
 
 
 rule resolve_settings:
@@ -18,6 +18,8 @@ rule resolve_settings:
     log:
         "logs/settings/{task}/{method}.log",
     localrule: True
+    conda:
+        "envs/vcebench.yaml"
     params:
         record=lambda wc: wf.settings_json(config, wc.task, wc.method),
     shell:
@@ -31,6 +33,8 @@ rule resolve_reference_settings:
     log:
         "logs/settings/{task}/fid_ref.log",
     localrule: True
+    conda:
+        "envs/vcebench.yaml"
     params:
         record=lambda wc: wf.reference_json(config, wc.task),
     shell:
@@ -45,6 +49,8 @@ rule resolve_train_settings:
     log:
         "logs/settings/{dataset}/{role}.log",
     localrule: True
+    conda:
+        "envs/vcebench.yaml"
     params:
         record=lambda wc: wf.train_json(
             config,
@@ -63,6 +69,8 @@ rule resolve_tune_settings:
     log:
         "logs/settings/tune/{task}.log",
     localrule: True
+    conda:
+        "envs/vcebench.yaml"
     params:
         record=lambda wc: wf.tune_json(config, wc.task),
     shell:

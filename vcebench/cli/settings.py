@@ -54,18 +54,11 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_write(args: argparse.Namespace) -> int:
-    """Write ``--record`` to ``out`` (:func:`vcebench.protocol.resolve.write_settings`); a text that is no JSON
-    mapping is refused in one line and nothing is written."""
-    import json
+    """Write ``--record`` to ``out`` (:func:`vcebench.steps.settings.write_record`); a text that is no JSON mapping
+    is refused in one line and nothing is written."""
+    from ..steps.settings import write_record
 
-    from ..protocol.resolve import write_settings
-
-    try:
-        ok = isinstance(json.loads(args.record), dict)
-    except json.JSONDecodeError:
-        ok = False
-    if not ok:
+    if not write_record(args.out, args.record, log=args.log):
         print(f"vcebench settings write: the record for {args.out} is no JSON mapping", file=sys.stderr)
         return 2
-    write_settings(args.out, args.record, log=args.log)
     return 0

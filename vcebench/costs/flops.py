@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..models.generative.quality import REFERENCE_T_FLOW
+from ..models.generative.levels import REFERENCE_T_FLOW
 from .measure import count_flops
 
 

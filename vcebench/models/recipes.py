@@ -72,7 +72,8 @@ def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tens
         ev, _ = evaluate_ddpm(model, val, seed + 1, n_samples, feature_fn=feature_fn, feature_name=feature_name)
         new: dict[str, Any] = {"eval_fid": ev}
     else:
-        from .generative.quality import EVAL_T_FLOW, gate, with_fire_t
+        from .generative.levels import EVAL_T_FLOW
+        from .generative.quality import gate, with_fire_t
 
         model = PixelMeanFlow.load(model_dir)
         ref = DiffusersDDPM.from_pretrained_dir(reference_ddpm_dir) if reference_ddpm_dir else None

@@ -63,7 +63,7 @@ from ..costs.measure import cat_info, device_name, nfe_by_network, run_batches, 
 from ..costs.paper_nets import CELEBA, PMF_KINDS, DiTSize, PaperSetting, build_networks
 from ..models.accelerate import accelerate
 from ..models.base import TaskModels
-from ..models.generative.quality import REFERENCE_T_FLOW
+from ..models.generative.levels import REFERENCE_T_FLOW
 from ..protocol.noise import resolve_method
 from .timing_report import PAPER_SEC_PER_CF, row_line, write_report
 

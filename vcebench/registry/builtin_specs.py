@@ -73,28 +73,28 @@ BUILTIN_DATASETS: tuple[DatasetSpec, ...] = (
 
 _DDPM_ROLES = ("classifier", "ddpm", "perceptual")
 BUILTIN_METHODS: tuple[MethodSpec, ...] = (
-    MethodSpec("fire", "FiRe", ("classifier", "pmf", "perceptual"), "methods.fire:FireParams", "methods.fire:FiRe",
+    MethodSpec("fire", "FiRe", ("classifier", "pmf", "perceptual"), "methods.params:FireParams", "methods.fire:FiRe",
                noise="flow"),
-    MethodSpec("dime", "DiME", _DDPM_ROLES, "methods.dime:DimeParams", "methods.dime:DiME", noise="ddpm"),
-    MethodSpec("fastdime", "FastDiME", _DDPM_ROLES, "methods.fastdime:FastDimeParams", "methods.fastdime:FastDiME",
+    MethodSpec("dime", "DiME", _DDPM_ROLES, "methods.params:DimeParams", "methods.dime:DiME", noise="ddpm"),
+    MethodSpec("fastdime", "FastDiME", _DDPM_ROLES, "methods.params:FastDimeParams", "methods.fastdime:FastDiME",
                {"passes": 1, "first_pass_mask": True}, noise="ddpm"),
-    MethodSpec("fastdime2", "FastDiME-2", _DDPM_ROLES, "methods.fastdime:FastDimeParams",
+    MethodSpec("fastdime2", "FastDiME-2", _DDPM_ROLES, "methods.params:FastDimeParams",
                "methods.fastdime:FastDiME", {"passes": 2, "first_pass_mask": False}, noise="ddpm"),
-    MethodSpec("fastdime2plus", "FastDiME-2+", _DDPM_ROLES, "methods.fastdime:FastDimeParams",
+    MethodSpec("fastdime2plus", "FastDiME-2+", _DDPM_ROLES, "methods.params:FastDimeParams",
                "methods.fastdime:FastDiME", {"passes": 2, "first_pass_mask": True}, noise="ddpm"),
-    MethodSpec("maskdime", "MaskDiME", _DDPM_ROLES, "methods.maskdime:MaskDimeParams", "methods.maskdime:MaskDiME",
+    MethodSpec("maskdime", "MaskDiME", _DDPM_ROLES, "methods.params:MaskDimeParams", "methods.maskdime:MaskDiME",
                noise="ddpm"),
     # ACE (methods/ace.py): a PGD pre-explanation through the DDPM filter, then inpainting; `ace_l1` / `ace_l2`
-    MethodSpec("ace", "ACE", ("classifier", "ddpm"), "methods.ace:AceParams", "methods.ace:ACE", noise="ddpm"),
+    MethodSpec("ace", "ACE", ("classifier", "ddpm"), "methods.params:AceParams", "methods.ace:ACE", noise="ddpm"),
     # PGD on the pixels, no generator (methods/pixel.py): a ranked method that is no counterfactual; `pixel_attack`
-    MethodSpec("pixel", "Pixel PGD", ("classifier",), "methods.pixel:PixelParams", "methods.pixel:PixelAttack",
+    MethodSpec("pixel", "Pixel PGD", ("classifier",), "methods.params:PixelParams", "methods.pixel:PixelAttack",
                attack=True),
     # the do-nothing row: the input as its own "counterfactual" (methods/no_edit.py)
-    MethodSpec("input", "Input (no edit)", ("classifier",), "methods.no_edit:NoEditParams",
+    MethodSpec("input", "Input (no edit)", ("classifier",), "methods.params:NoEditParams",
                "methods.no_edit:NoEdit", baseline=True),
     # the true counterfactual: the synthetic renderer's image with the query attribute set to the target
     # (methods/ground_truth.py); synthetic tasks only
-    MethodSpec("truth", "Ground truth", ("classifier",), "methods.ground_truth:GroundTruthParams",
+    MethodSpec("truth", "Ground truth", ("classifier",), "methods.params:GroundTruthParams",
                "methods.ground_truth:GroundTruth", baseline=True, truth=True),
 )
 

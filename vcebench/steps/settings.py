@@ -28,6 +28,22 @@ def resolved_settings(config: list[str] | None, task: str, method: str,
     return resolve_job(cfg, task, method)
 
 
+def write_record(path: str, text: str, log: str | None = None) -> bool:
+    """Write a record the workflow resolved (``vcebench settings write``): atomically, unchanged when ``path``
+    already holds it, its SHA-256 in ``log``. False (nothing written) when ``text`` is no JSON mapping."""
+    import json
+
+    from ..protocol.resolve import write_settings
+
+    try:
+        if not isinstance(json.loads(text), dict):
+            return False
+    except json.JSONDecodeError:
+        return False
+    write_settings(path, text, log=log)
+    return True
+
+
 def parse_sets(items: list[str]) -> dict[str, Any]:
     """``["a.b=1", "c=[2, 3]"]`` -> ``{"a": {"b": 1}, "c": [2, 3]}`` (values read as YAML); a malformed item is a
     one-line ConfigError."""

@@ -27,7 +27,8 @@ from ..training.distributed import Shard
 from ..training.generative import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, train_generative
 from ..training.loops import to_float_images
 from ..training.settings import check_role_keys, require
-from .quality import EVAL_T_FLOW, batched, generative_quality, save_grid
+from .levels import EVAL_T_FLOW
+from .quality import batched, generative_quality, save_grid
 from .unet import build_unet, unet_kwargs
 
 DDPM_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "num_train_timesteps": int, "beta_start": float,

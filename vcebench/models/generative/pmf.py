@@ -40,9 +40,9 @@ from ..training.generative import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss
 from ..training.loops import to_float_images
 from ..training.settings import RoleConfigError, check_role_keys, require
 from .ddpm import matched_timestep
+from .levels import EVAL_T_FLOW
 from .meanflow import MEANFLOW_DEFAULTS, image_loss, jvp_used, meanflow_compute, meanflow_draw
 from .quality import (
-    EVAL_T_FLOW,
     batched,
     gate,
     generative_quality,

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ...core.frechet import feature_frechet_distance
 from ...core.io import atomic_path
+from .levels import REFERENCE_T_FLOW
 
 
 def save_grid(images: Tensor, path: Path, nrow: int = 8) -> None:
@@ -69,13 +70,6 @@ def label_kept(classifiers: dict[str, Callable[[Tensor], Tensor]], pred: Tensor,
     (:func:`predicted_labels` of the reference images)."""
     return {attr: float((lab == ref_labels[attr]).float().mean())
             for attr, lab in predicted_labels(classifiers, pred).items()}
-
-
-# FiRe's fixed noise level in its paper (Sec. 4.1), at the reference resolution: FireParams.t's default, the
-# level the pmf gate, the FLOP count and the timing parity measure the predictor at.
-REFERENCE_T_FLOW = 0.4
-# The flow times at which the generators are evaluated (the DDPM's Tweedie and the PMF's one-step prediction).
-EVAL_T_FLOW: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8)
 
 
 def with_fire_t(t_flow, fire_t: dict[str, float] | None) -> tuple[float, ...]:
