@@ -26,3 +26,16 @@ def cfg():
     from vcebench.config.load import load_config
 
     return load_config()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest test files first (tests/durations.json, scripts/test_durations.py): `make test`'s workers take a
+    file at a time in this order, so the long ones start at once and the short ones fill in at the end. The tests
+    of a file keep their order; a file without a measured time keeps its place after the measured ones."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).with_name("durations.json")
+    seconds = json.loads(path.read_text()) if path.is_file() else {}
+    rank = {item: -seconds.get(item.nodeid.split("::")[0], 0.0) for item in items}
+    items.sort(key=rank.__getitem__)  # stable: ties keep the collection order
