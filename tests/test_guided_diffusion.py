@@ -13,10 +13,11 @@ import torch.nn.functional as F
 from methods.ddpm import Schedule
 from vcebench.config.load import ConfigError
 from vcebench.config.tasks import Task
-from vcebench.models.checkpoints import CheckpointError
+from vcebench.core.errors import CheckpointError
 from vcebench.models.generative.ddpm import EpsDDPM
 from vcebench.models.released.canonical import load_canonical
-from vcebench.models.released.guided_unet import AttentionBlock, GuidedUNet, betas_for, resolve_flags
+from vcebench.models.released.guided_flags import resolve_flags
+from vcebench.models.released.guided_unet import AttentionBlock, GuidedUNet, betas_for
 from vcebench.models.released.unet_ddpm import UNetDDPM
 
 FIXTURE = Path(__file__).parent / "fixtures" / "dime_celeba_ddpm_keys.json"

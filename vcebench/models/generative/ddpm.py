@@ -24,24 +24,13 @@ from torch import Tensor, nn
 from ...core.io import disk_space, tensor_bytes, write_json
 from ..checkpoints import remove_checkpoint, replace_dir
 from ..training.distributed import Shard
-from ..training.generative import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, train_generative
+from ..training.generative import GenerativeLoss, train_generative
 from ..training.loops import to_float_images
 from ..training.settings import check_role_keys, require
 from .levels import EVAL_T_FLOW
 from .quality import batched, generative_quality, save_grid
+from .settings import DDPM_DEFAULTS, DDPM_KEYS, DIFFUSERS_FORMAT
 from .unet import build_unet, unet_kwargs
-
-DDPM_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "num_train_timesteps": int, "beta_start": float,
-                                 "beta_end": float, "beta_schedule": str, "eval_images": int, "sample_steps": int,
-                                 "n_samples": int}
-DDPM_KEYS = set(DDPM_SETTINGS)
-# The format of the folders train_ddpm writes (``config.json``), and of a ddpm block's ``weights`` without ``format``
-DIFFUSERS_FORMAT = "diffusers"
-# The ``ddpm`` recipe's defaults, for the keys a ``models.<dataset>.ddpm`` block may leave out (the training loop's
-# from ``training.TRAIN_DEFAULTS``); ``unet``, ``num_train_timesteps``, ``steps``, ``batch_size`` and ``lr`` are
-# required. Linear betas 2e-4..0.04: DiME's CelebA schedule for T = 500 (the module docstring).
-DDPM_DEFAULTS: dict[str, Any] = {**TRAIN_DEFAULTS, "beta_start": 2e-4, "beta_end": 0.04, "beta_schedule": "linear",
-                                 "eval_images": 256, "n_samples": 64, "sample_steps": 50}
 
 
 class EpsDDPM(nn.Module):

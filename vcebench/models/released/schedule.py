@@ -12,7 +12,8 @@ def released_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str] | None
     ``noise_schedule`` flags (keys or ``model_flags``), torch_module's keys of the same names, FastDiME_Med's
     ``TrainingConfig.TIMESTEPS`` (linear) in config.pickle; None when the format states none or its config
     cannot be read (loading the weights then says why)."""
-    from .guided_unet import CONFIG_FLAG_KEYS, betas_for, guided_flags
+    from .guided_flags import CONFIG_FLAG_KEYS, guided_flags
+    from .guided_unet import betas_for
 
     fmt, where = spec.get("format"), f"models.{dataset}.ddpm ({spec.get('format')} {spec.get('weights')})"
     if fmt == "guided_diffusion":  # the flag keys, or the pasted `model_flags` over guided-diffusion's defaults
@@ -24,7 +25,7 @@ def released_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str] | None
     elif fmt == "torch_module":
         if not isinstance(spec.get("diffusion_steps"), int):
             return None
-        from .torch_module import TORCH_MODULE_DEFAULTS
+        from .formats import TORCH_MODULE_DEFAULTS
 
         steps, schedule = spec["diffusion_steps"], str({**TORCH_MODULE_DEFAULTS, **spec}["noise_schedule"])
     elif fmt == "fastdime_chexpert":
