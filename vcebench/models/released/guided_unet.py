@@ -50,20 +50,6 @@ from torch import Tensor, nn
 from .guided_flags import resolve_flags
 
 
-def betas_for(schedule: str, steps: int) -> Tensor:
-    """guided-diffusion's named beta schedules, float64: ``linear`` scaled by 1000 / T (Ho et al.'s
-    1e-4..0.02 at T = 1000) or ``cosine`` (Nichol & Dhariwal 2021, betas capped at 0.999)."""
-    if schedule == "linear":
-        scale = 1000 / steps
-        return torch.linspace(scale * 1e-4, scale * 0.02, steps, dtype=torch.float64)
-    if schedule == "cosine":
-        def abar(t: float) -> float:
-            return math.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
-        return torch.tensor([min(1 - abar((i + 1) / steps) / abar(i / steps), 0.999) for i in range(steps)],
-                            dtype=torch.float64)
-    raise ValueError(f"unknown noise schedule {schedule!r}")
-
-
 def timestep_embedding(t: Tensor, dim: int, max_period: float = 10000.0) -> Tensor:
     """``[cos(t w_i), sin(t w_i)]`` with ``w_i = max_period^(-i / half)`` (float32; zero-padded if dim is odd)."""
     half = dim // 2

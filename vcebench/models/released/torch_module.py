@@ -43,7 +43,7 @@ from ..checkpoints import load_state_strict
 from ..generative.ddpm import EpsDDPM
 from ..generative.pmf import per_sample_times
 from .formats import TORCH_MODULE_DEFAULTS
-from .guided_unet import betas_for
+from .schedule import alphas_cumprod_for
 
 T_CLIP = 0.05  # pMF: u = (z - x) / max(t, 0.05)
 
@@ -187,7 +187,7 @@ class ModuleDDPM(EpsDDPM):
         super().__init__()
         self.call, self.name = call, name
         self.num_train_timesteps, self.learned_variance = int(steps), bool(learn_sigma)
-        self.register_buffer("alphas_cumprod", torch.cumprod(1.0 - betas_for(schedule, int(steps)), dim=0),
+        self.register_buffer("alphas_cumprod", torch.from_numpy(alphas_cumprod_for(schedule, int(steps))),
                              persistent=False)
 
     def eps_var(self, z: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
