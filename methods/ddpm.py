@@ -21,6 +21,7 @@ from torch import Tensor
 
 from vcebench.core.rng import SampleGenerators
 from vcebench.models.base import TaskModels
+from vcebench.models.generative.schedule import space_timesteps
 
 from .base import FAIL_NONFINITE_STATE, NFE, ActiveBatch, Counterfactuals, finalize, nonfinite
 from .graphs import at_step
@@ -38,16 +39,6 @@ def l1_terms(p: GuidedDDPMParams, z: Tensor, x_t: Tensor, x: Tensor,
     if p.l1_on == "clean":
         return p.l1 * l1_grad(x_t, x), 0.0
     return 0.0, p.l1 * l1_grad(z, x)
-
-
-def space_timesteps(num_train_timesteps: int, respacing: int) -> list[int]:
-    """guided-diffusion ``space_timesteps(T, [respacing])``: evenly strided train timesteps."""
-    if not 1 <= respacing <= num_train_timesteps:
-        raise ValueError(f"respacing must be in [1, {num_train_timesteps}], got {respacing}")
-    if respacing == 1:
-        return [0]
-    stride = (num_train_timesteps - 1) / (respacing - 1)
-    return sorted({round(i * stride) for i in range(respacing)})
 
 
 @dataclass

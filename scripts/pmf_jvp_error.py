@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from vcebench.models.generative.meanflow import du_dt, sample_tr
-from vcebench.models.generative.pmf import PMF_DEFAULTS, PixelMeanFlow
+from vcebench.models.generative.pmf import PixelMeanFlow
+from vcebench.models.generative.settings import PMF_DEFAULTS
 from vcebench.models.generative.unet import use_explicit_groupnorm
 from vcebench.models.training.loops import to_float_images
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = "synthfaces_smile"
@@ -48,6 +49,70 @@ def test_import_vcebench_starts_no_torch():
             "vcebench.Counterfactuals; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True", "False", "True"]  # the API's module too; torch starts with the first call
+
+
+# What the Snakefile runs when it builds the DAG (every `snakemake` call, `-n` too): the config files merged, then
+# vcebench.workflow.check_config; prints whether torch was imported, and the source of the DDPM schedule of the
+# dataset (argv[2]) the noise rule used. argv[1]: the repository, argv[3:]: the config files.
+CHECK_CONFIG = """
+import sys
+from vcebench import workflow as wf
+from vcebench.config.load import read_yaml
+from vcebench.core.merge import deep_merge
+from vcebench.protocol.noise import ddpm_schedule
+
+files = sys.argv[3:]
+cfg = {}
+for f in files:
+    cfg = deep_merge(cfg, read_yaml(f) or {})
+wf.check_config(cfg, files, sys.argv[1])
+print("torch" in sys.modules, ddpm_schedule(cfg, sys.argv[2])[1])
+"""
+
+
+def _real_overlay(tmp_path: Path) -> Path:
+    """A CelebA overlay with released weights in every role (the test_hub.py dry run's): files a check reads none
+    of, a guided-diffusion DDPM (its schedule stated by its flags) and a torch_module pmf."""
+    from tests.fakes import TINY_GUIDED_FLAGS
+
+    w = tmp_path / "weights"
+    w.mkdir()
+    for f in ("classifier.pth", "oracle.pth", "vggface2.pt", "vgg19.pth", "inception.pth", "ddpm.pt", "pmf.pt"):
+        (w / f).write_bytes(b"not read by the config check")
+    overlay = {"run_tasks": ["celeba_smile"], "methods": ["fire", "dime", "maskdime"],
+               "datasets": {"celeba": {"root": str(tmp_path / "celeba")}},
+               "models": {"celeba": {
+                   "classifier": {"weights": str(w / "classifier.pth")}, "oracle": {"weights": str(w / "oracle.pth")},
+                   "identity": {"weights": str(w / "vggface2.pt")}, "perceptual": {"weights": str(w / "vgg19.pth")},
+                   "fid_features": {"weights": str(w / "inception.pth")},
+                   "ddpm": {"weights": str(w / "ddpm.pt"), "format": "guided_diffusion", **TINY_GUIDED_FLAGS},
+                   "pmf": {"weights": str(w / "pmf.pt"), "format": "torch_module", "class": "tests.user_nets:TinyDiT",
+                           "kwargs": {"input_size": 32}, "state_dict": "ema", "output": "x",
+                           "inputs": ["z", "t", "h", "omega", "t_min", "t_max", "y"],
+                           "const": {"omega": 1.0, "t_min": 0.0, "t_max": 1.0}, "class_label": 2}}}}
+    path = tmp_path / "overlay.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    return path
+
+
+@pytest.mark.parametrize("preset", [None, "quick", "regression", "real_overlay"])
+def test_the_workflows_config_check_starts_no_torch(preset, tmp_path):
+    """The config check of every `snakemake` call (the model settings, the released formats, every method resolved
+    by the noise rule on its DDPM's schedule) imports no torch (seconds of CPU per call): on the default config,
+    the quick and regression presets, and a real-data overlay with released weights."""
+    files = [str(ROOT / "config" / "config.yaml")]
+    if preset == "real_overlay":
+        files.append(str(_real_overlay(tmp_path)))
+    elif preset is not None:
+        files.append(str(ROOT / "config" / "presets" / f"{preset}.yaml"))
+    dataset = "celeba" if preset == "real_overlay" else "synthfaces"
+    r = subprocess.run([sys.executable, "-c", CHECK_CONFIG, str(ROOT), dataset, *files], capture_output=True,
+                       text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    loaded, source = r.stdout.strip().split(" ", 1)
+    assert loaded == "False", f"the config check imported torch ({preset or 'default'} config)"
+    if preset == "real_overlay":  # the released DDPM's own schedule, from its guided-diffusion flags
+        assert source.startswith("models.celeba.ddpm (guided_diffusion") and "linear betas, T = 500" in source
 
 
 @pytest.fixture(scope="module")

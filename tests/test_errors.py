@@ -7,8 +7,8 @@ from vcebench.core.errors import ConfigError, UserError
 
 def _user_error_classes():
     from metrics.base import InsufficientSamples, MetricError
+    from vcebench.core.errors import CheckpointError
     from vcebench.data.base import DatasetError
-    from vcebench.models.checkpoints import CheckpointError
     from vcebench.models.task_models import MissingModelError
     from vcebench.models.training.settings import RoleConfigError
     from vcebench.steps.explain import ShardError
@@ -37,7 +37,7 @@ def _set_every_func(parser, func) -> None:
 
 def test_cli_prints_a_user_error_as_one_line(monkeypatch, capsys):
     from vcebench import cli
-    from vcebench.models.checkpoints import CheckpointError
+    from vcebench.core.errors import CheckpointError
 
     def boom(args):
         raise CheckpointError("role 'classifier': weights.pt is missing")

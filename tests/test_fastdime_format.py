@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vcebench.config.tasks import Task
-from vcebench.models.checkpoints import CheckpointError
+from vcebench.core.errors import CheckpointError
 from vcebench.models.released.canonical import load_canonical
 from vcebench.models.released.fastdime_unet import FastDiMEUNet, UnsafePickleError, read_plain_pickle
 from vcebench.models.released.unet_ddpm import UNetDDPM

@@ -87,16 +87,16 @@ def test_params_parsed_once_per_job(cfg, monkeypatch):
     """resolve() parses the hyperparameters into the method's dataclass; build_method() reuses that object
     (a second parse of the same mapping was the old route); with_params() parses the changed mapping."""
     import methods
-    import methods.base
+    import methods.params
 
     calls = []
-    real = methods.base.parse_params
+    real = methods.params.parse_params
 
     def counting(cls, params, section, **kw):
         calls.append(section)
         return real(cls, params, section, **kw)
 
-    monkeypatch.setattr(methods.base, "parse_params", counting)
+    monkeypatch.setattr(methods.params, "parse_params", counting)
     monkeypatch.setattr(methods, "parse_params", counting)
     s = RunSettings.resolve(cfg, "synthfaces_smile", "fire")
     m = s.build_method()

@@ -19,6 +19,11 @@ class ConfigError(UserError, ValueError):
     """A problem with the user's configuration; the message says which key and what to do."""
 
 
+class CheckpointError(UserError, ValueError):
+    """A checkpoint that cannot be loaded for a role; the message names role, path and mismatch (raised by
+    ``vcebench.models`` when weights are loaded, and by the config check of a block of released weights)."""
+
+
 class DiskFullError(UserError, OSError):
     """No space left where a file was being written; the message names the file and, where known, the space
     it needed and the space left (``vcebench.core.io.disk_space`` raises it)."""

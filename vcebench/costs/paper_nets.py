@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..models.base import BinaryHead, freeze
-from ..models.released.guided_unet import DEFAULT_CHANNEL_MULT
+from ..models.released.guided_flags import DEFAULT_CHANNEL_MULT
 
 
 @dataclass(frozen=True)

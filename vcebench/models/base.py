@@ -24,10 +24,7 @@ from typing import Protocol
 import torch
 from torch import Tensor, nn
 
-from ..registry.roles import ROLES
-
-# the two ways a classifier's output reads as one binary query (config `models.<dataset>.classifier.head`)
-HEAD_KINDS = ("1logit", "2logit")
+from ..registry.roles import HEAD_KINDS, ROLES
 
 
 class BinaryHead(nn.Module):

@@ -22,17 +22,13 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from ..core.errors import UserError
+from ..core.errors import CheckpointError
 from ..core.io import atomic_path, tensor_bytes, write_json
 
 CHECKPOINT = "checkpoint.pt"
 
 
 FORMAT = "vcebench-synthetic-v1"
-
-
-class CheckpointError(UserError, ValueError):
-    """A checkpoint that cannot be loaded for a role; the message names role, path and mismatch."""
 
 
 def fingerprint(settings: dict) -> str:

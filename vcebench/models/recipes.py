@@ -14,31 +14,23 @@ from torch import Tensor
 
 from ..core.io import write_json
 from ..registry.roles import GENERATIVE
-from .generative.ddpm import DDPM_DEFAULTS, DiffusersDDPM, evaluate_ddpm
-from .generative.pmf import PMF_DEFAULTS, PixelMeanFlow, evaluate_pmf
-from .synthetic.classifier import CLASSIFIER_DEFAULTS, DATA_HALVES, train_classifier
-from .synthetic.face_identity import IDENTITY_DEFAULTS, train_identity
-from .synthetic.fid_features import FID_DEFAULTS, train_fid_features
-from .synthetic.nets import TRUNK_ARCHS, TRUNK_POOLS
-from .synthetic.oracle import ORACLE_DEFAULTS, train_oracle
-from .synthetic.perceptual import PERCEPTUAL_DEFAULTS, train_perceptual
-from .synthetic.simsiam import SIMSIAM_DEFAULTS, train_simsiam
+from .generative.ddpm import DiffusersDDPM, evaluate_ddpm
+from .generative.pmf import PixelMeanFlow, evaluate_pmf
+from .generative.settings import DDPM_DEFAULTS, PMF_DEFAULTS
+from .synthetic.classifier import train_classifier
+from .synthetic.face_identity import train_identity
+from .synthetic.fid_features import train_fid_features
+from .synthetic.oracle import train_oracle
+from .synthetic.perceptual import train_perceptual
+from .synthetic.settings import RECIPE_DEFAULTS
+from .synthetic.simsiam import train_simsiam
 from .training.loops import to_float_images
 
-TRAINERS = {
-    "classifier": (CLASSIFIER_DEFAULTS, train_classifier),
-    "oracle": (ORACLE_DEFAULTS, train_oracle),
-    "identity": (IDENTITY_DEFAULTS, train_identity),
-    "perceptual": (PERCEPTUAL_DEFAULTS, train_perceptual),
-    "simsiam": (SIMSIAM_DEFAULTS, train_simsiam),
-    "fid_features": (FID_DEFAULTS, train_fid_features),
-}
+# each small role's recipe: its defaults (``synthetic.settings.RECIPE_DEFAULTS``) and its trainer
+TRAINERS = {role: (RECIPE_DEFAULTS[role], train) for role, train in (
+    ("classifier", train_classifier), ("oracle", train_oracle), ("identity", train_identity),
+    ("perceptual", train_perceptual), ("simsiam", train_simsiam), ("fid_features", train_fid_features))}
 TRAINABLE = (*TRAINERS, *GENERATIVE)
-# The recipes' settings that name a choice (any role that has the key; the others' types are their defaults'):
-# checked when the config is loaded. `attributes` (null, all or a list of the dataset's labels) is checked against
-# the dataset (vcebench.protocol.settings).
-SETTING_CHOICES: dict[str, tuple[Any, ...]] = {"arch": TRUNK_ARCHS, "pool": TRUNK_POOLS,
-                                               "data_half": (*DATA_HALVES, None)}
 
 
 def evaluate_generative(role: str, model_dir: str | Path, val_images_uint8: Tensor,

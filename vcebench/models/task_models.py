@@ -17,9 +17,8 @@ from torch import Tensor, nn
 
 from ..config.load import ConfigError, check_keys
 from ..config.tasks import Task
-from ..core.errors import UserError
+from ..core.errors import CheckpointError, UserError
 from .base import ROLES, BinaryHead, TaskModels, freeze
-from .checkpoints import CheckpointError
 from .synthetic.load import load_trained_net
 from .synthetic.nets import AttributeClassifier
 from .synthetic.perceptual import FeatureDistance
@@ -110,7 +109,8 @@ def load_role(cfg: dict, task: Task, role: str, model_dir: str | Path = "resourc
                               f"canonical weights (format {spec.get('format')!r}; see docs/internals.md)")
         if not Path(w).exists():
             raise MissingModelError(f"role {role!r}: weights file {w} (config key `{key}.weights`) does not exist")
-        from .released.canonical import is_canonical, load_canonical
+        from .released.canonical import load_canonical
+        from .released.formats import is_canonical
         if not is_canonical(role, spec):
             return _load_generative(role, Path(w), canonical=True)
         return load_canonical(role, spec, task, key)

@@ -79,9 +79,9 @@ def respaced_log_snr(alphas_cumprod: np.ndarray, respacing: int) -> tuple[np.nda
 
 @functools.cache
 def _respaced_timesteps(num_train_timesteps: int, respacing: int) -> np.ndarray:
-    """``methods.ddpm.space_timesteps`` as a read-only array, once per (T, respacing) in a process: the
-    equal-compute search (:func:`respacing_for_steps`) asks for each respacing of the schedule in turn."""
-    from methods.ddpm import space_timesteps
+    """``vcebench.models.generative.schedule.space_timesteps`` as a read-only array, once per (T, respacing) in a
+    process: the equal-compute search (:func:`respacing_for_steps`) asks for each respacing of the schedule in turn."""
+    from ..models.generative.schedule import space_timesteps
 
     ts = np.asarray(space_timesteps(num_train_timesteps, respacing), dtype=np.int64)
     ts.flags.writeable = False
@@ -149,7 +149,7 @@ def ddpm_schedule(cfg: dict, dataset: str) -> tuple[np.ndarray, str]:
 
 
 def _ddpm_schedule(spec: dict, dataset: str) -> tuple[np.ndarray, str]:
-    from ..models.generative.ddpm import schedule_alphas_cumprod
+    from ..models.generative.schedule import schedule_alphas_cumprod
     from ..models.released.schedule import released_schedule
 
     weights = spec.get("weights")

@@ -189,7 +189,7 @@ class RunSettings(JobSettings):
         place of the tuned one; ``split``: the inputs' split, default the evaluation split). An unknown task
         or method, or a bad hyperparameter, is a one-line :class:`~vcebench.config.load.ConfigError`."""
         from methods import params_class
-        from methods.base import parse_params
+        from methods.params import parse_params
 
         from .noise import resolve_method
 
@@ -214,7 +214,7 @@ class RunSettings(JobSettings):
         """The settings :meth:`to_json` wrote (a ``run`` record), the hyperparameters parsed and range-checked
         again by the method's dataclass: a job runs the record's values, never the config files'."""
         from methods import params_class
-        from methods.base import parse_params
+        from methods.params import parse_params
 
         from ..config.load import ConfigError
 
@@ -233,7 +233,7 @@ class RunSettings(JobSettings):
         """A copy with these hyperparameters changed (e.g. `vcebench profile compaction`'s ``compaction``);
         :attr:`protocol` stays the record of the resolved settings."""
         from methods import params_class
-        from methods.base import parse_params
+        from methods.params import parse_params
 
         params = {**self.params, **changes}
         parsed = parse_params(params_class(self.method), dict(params), section=self.method,

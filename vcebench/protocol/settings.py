@@ -4,11 +4,15 @@ The JSON schema (``config/schema.yaml``) leaves ``method_defaults``, ``variants`
 ``params`` and the ``models`` blocks free-form; their keys and types are defined by the code:
 
 - methods: the hyperparameter dataclass of each method (``methods.params_class``, parsed by
-  ``methods.base.parse_params``), including its ``validate`` ranges;
-- trained synthetic roles: the code defaults (``vcebench.models.recipes.TRAINERS``; a setting's type is
-  its default's type);
-- ``ddpm`` / ``pmf``: ``DDPM_SETTINGS`` / ``PMF_SETTINGS`` / ``UNET_SETTINGS`` (key -> type);
-- canonical weights (``weights:``): ``vcebench.models.released.canonical.check_spec`` (the format's keys and checks).
+  ``methods.params.parse_params``), including its ``validate`` ranges;
+- trained synthetic roles: the code defaults (``vcebench.models.synthetic.settings.RECIPE_DEFAULTS``; a setting's
+  type is its default's type);
+- ``ddpm`` / ``pmf``: ``DDPM_SETTINGS`` / ``PMF_SETTINGS`` / ``UNET_SETTINGS`` (key -> type,
+  ``vcebench.models.generative.settings``);
+- canonical weights (``weights:``): ``vcebench.models.released.formats.check_spec`` (the format's keys and checks).
+
+Every table read here is torch-free (as are the methods' dataclasses, ``methods.params``): the check runs in every
+``snakemake`` call and starts no torch.
 
 :func:`check_settings` runs in the Snakefile (``snakemake -n`` fails before any job runs) and in
 every CLI verb that runs a method or a network (:func:`load_settings`). A bad key, type or range is a
@@ -168,7 +172,7 @@ def _parse_resolved(cfg: dict, task, method: str) -> None:
     """``method``'s protocol-resolved settings on ``task`` parsed by its dataclass (its ranges); a range error
     names the config key that set the value."""
     from methods import params_class
-    from methods.base import parse_params
+    from methods.params import parse_params
 
     from .noise import resolve_method
 
@@ -255,26 +259,25 @@ def _typed_settings(section: str, spec: dict, types: dict[str, Any], strict_keys
 
 def role_setting_types(role: str) -> dict[str, Any] | None:
     """Key -> type of the training settings of a trained role (None: not a trainable role): its default's type,
-    or the choices of a setting that names one (``recipes.SETTING_CHOICES``)."""
-    from ..models.recipes import SETTING_CHOICES, TRAINERS
+    or the choices of a setting that names one (``synthetic.settings.SETTING_CHOICES``)."""
+    from ..models.generative.settings import DDPM_SETTINGS, PMF_SETTINGS
+    from ..models.synthetic.settings import RECIPE_DEFAULTS, SETTING_CHOICES
 
     if role == "ddpm":
-        from ..models.generative.ddpm import DDPM_SETTINGS
         return DDPM_SETTINGS
     if role == "pmf":
-        from ..models.generative.pmf import PMF_SETTINGS
         return PMF_SETTINGS
-    if role in TRAINERS:
+    if role in RECIPE_DEFAULTS:
         return {k: Literal[SETTING_CHOICES[k]] if k in SETTING_CHOICES else _type_of_default(v)
-                for k, v in TRAINERS[role][0].items()}
+                for k, v in RECIPE_DEFAULTS[role].items()}
     return None
 
 
 def check_model_settings(cfg: dict) -> None:
     """Every ``models.<dataset>.<role>`` block: training settings (keys, types, ranges) or canonical
-    weights (``canonical.check_spec``)."""
-    from ..models.generative.unet import UNET_SETTINGS
-    from ..models.released.canonical import check_spec, is_canonical
+    weights (``formats.check_spec``)."""
+    from ..models.generative.settings import UNET_SETTINGS
+    from ..models.released.formats import check_spec, is_canonical
     from ..registry.roles import ROLES
 
     for ds, roles in (cfg.get("models") or {}).items():
@@ -306,11 +309,11 @@ def check_model_settings(cfg: dict) -> None:
 
 
 def _check_attributes(cfg: dict, ds: str, section: str, spec: dict) -> None:
-    """A trained role's ``attributes`` as its training reads them (``classifier.resolve_attributes``): null (the
+    """A trained role's ``attributes`` as its training reads them (``synthetic.settings.resolve_attributes``): null (the
     query attributes of the dataset's tasks), ``all``, or a list of the dataset's labels; a wrong one changes the
     role's recipe, so it must fail here, not when the network is trained."""
     from .. import registry
-    from ..models.synthetic.classifier import resolve_attributes
+    from ..models.synthetic.settings import resolve_attributes
 
     if "attributes" not in spec or spec["attributes"] is None or ds not in registry.DATASET_SPECS:
         return
@@ -320,9 +323,10 @@ def _check_attributes(cfg: dict, ds: str, section: str, spec: dict) -> None:
 
 
 def _check_fm_warmup(section: str, spec: dict) -> None:
-    """The pmf's flow-matching warm start leaves MeanFlow steps (``pmf.flow_matching_steps``): a preset that lowers
-    ``steps`` below an inherited ``fm_warmup_steps`` fails when the config is loaded, not after training."""
-    from ..models.generative.pmf import PMF_DEFAULTS, flow_matching_steps
+    """The pmf's flow-matching warm start leaves MeanFlow steps (``generative.settings.flow_matching_steps``): a
+    preset that lowers ``steps`` below an inherited ``fm_warmup_steps`` fails when the config is loaded, not after
+    training."""
+    from ..models.generative.settings import PMF_DEFAULTS, flow_matching_steps
     from ..models.training.settings import RoleConfigError
 
     try:
@@ -335,15 +339,15 @@ def _check_resolution(cfg: dict, ds: str, role: str, spec: dict) -> None:
     """A trained network of ``ds`` takes its images' size: ``datasets.<ds>.resolution`` is a multiple of what it
     downsamples by (the ddpm / pmf UNet: 2 per level; the perceptual autoencoder: 4), or training would stop
     after the data is rendered."""
-    from ..models.generative.unet import unet_downsampling
-    from ..models.synthetic.nets import AutoEncoder
+    from ..models.generative.settings import unet_downsampling
+    from ..models.synthetic.settings import AUTOENCODER_DOWNSAMPLING
 
     resolution = ((cfg.get("datasets") or {}).get(ds) or {}).get("resolution")
     if role in ("ddpm", "pmf") and (spec.get("unet") or {}).get("block_out_channels"):
         boc = spec["unet"]["block_out_channels"]
         factor, why = unet_downsampling(boc), f"`models.{ds}.{role}.unet.block_out_channels` has {len(boc)} levels"
     elif role == "perceptual":
-        factor, why = AutoEncoder.DOWNSAMPLING, f"the `models.{ds}.perceptual` autoencoder downsamples by it"
+        factor, why = AUTOENCODER_DOWNSAMPLING, f"the `models.{ds}.perceptual` autoencoder downsamples by it"
     else:
         return
     if isinstance(resolution, int) and resolution % factor:

@@ -6,6 +6,9 @@ ROLES = ("classifier", "ddpm", "pmf", "perceptual", "oracle", "identity", "simsi
 # the order `vcebench train` lists them and the workflow trains them: the judges first, the generative roles last
 TRAINING_ORDER = ("classifier", "oracle", "identity", "perceptual", "simsiam", "fid_features", "ddpm", "pmf")
 
+# the two ways a classifier's output reads as one binary query (config `models.<dataset>.classifier.head`,
+# ``vcebench.models.base.BinaryHead``)
+HEAD_KINDS = ("1logit", "2logit")
 GENERATIVE = ("ddpm", "pmf")  # trained by ``training.train_generative`` (any device, several processes); bf16 applies
 # oracle after the classifier (transfer); ddpm after the FID features; pmf after all three: its quality gate
 GATE_ROLES = {"oracle": ("classifier",), "ddpm": ("fid_features",), "pmf": ("classifier", "fid_features", "ddpm")}

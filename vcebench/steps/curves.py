@@ -45,8 +45,9 @@ from ..models.generative.ddpm import sample_ddpm, train_ddpm, tweedie_at
 from ..models.generative.pmf import build_pmf, evaluate_pmf, train_pmf
 from ..models.generative.quality import batched, gate, generative_quality, with_fire_t
 from ..models.task_models import role_spec
-from ..models.training.generative import TRAIN_DEFAULTS, snapshot_path
+from ..models.training.generative import snapshot_path
 from ..models.training.loops import to_float_images
+from ..models.training.settings import TRAIN_DEFAULTS
 from .train import generative_references, loss_networks
 
 PRIMARY = {"ddpm": "tweedie_t0.4_fid", "pmf": "predict_clean_t0.4_fid"}

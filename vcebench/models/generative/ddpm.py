@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,24 +23,14 @@ from torch import Tensor, nn
 from ...core.io import disk_space, tensor_bytes, write_json
 from ..checkpoints import remove_checkpoint, replace_dir
 from ..training.distributed import Shard
-from ..training.generative import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, train_generative
+from ..training.generative import GenerativeLoss, train_generative
 from ..training.loops import to_float_images
 from ..training.settings import check_role_keys, require
 from .levels import EVAL_T_FLOW
 from .quality import batched, generative_quality, save_grid
+from .schedule import ddpm_scheduler, scheduler_alphas_cumprod
+from .settings import DDPM_DEFAULTS, DDPM_KEYS, DIFFUSERS_FORMAT
 from .unet import build_unet, unet_kwargs
-
-DDPM_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "num_train_timesteps": int, "beta_start": float,
-                                 "beta_end": float, "beta_schedule": str, "eval_images": int, "sample_steps": int,
-                                 "n_samples": int}
-DDPM_KEYS = set(DDPM_SETTINGS)
-# The format of the folders train_ddpm writes (``config.json``), and of a ddpm block's ``weights`` without ``format``
-DIFFUSERS_FORMAT = "diffusers"
-# The ``ddpm`` recipe's defaults, for the keys a ``models.<dataset>.ddpm`` block may leave out (the training loop's
-# from ``training.TRAIN_DEFAULTS``); ``unet``, ``num_train_timesteps``, ``steps``, ``batch_size`` and ``lr`` are
-# required. Linear betas 2e-4..0.04: DiME's CelebA schedule for T = 500 (the module docstring).
-DDPM_DEFAULTS: dict[str, Any] = {**TRAIN_DEFAULTS, "beta_start": 2e-4, "beta_end": 0.04, "beta_schedule": "linear",
-                                 "eval_images": 256, "n_samples": 64, "sample_steps": 50}
 
 
 class EpsDDPM(nn.Module):
@@ -95,7 +84,8 @@ class DiffusersDDPM(EpsDDPM):
             raise ValueError(f"ddpm: unsupported scheduler prediction_type {self.prediction_type!r}")
         self.learned_variance = (scheduler.config.get("variance_type") == "learned_range"
                                  and self.prediction_type == "epsilon")
-        self.register_buffer("alphas_cumprod", _alphas_cumprod64(scheduler), persistent=False)
+        self.register_buffer("alphas_cumprod", torch.from_numpy(scheduler_alphas_cumprod(scheduler)),
+                             persistent=False)
 
     def eps_var(self, z: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
         out = self.unet(z, t).sample
@@ -149,46 +139,11 @@ class DiffusersDDPM(EpsDDPM):
         return cls(unet, scheduler).eval()
 
 
-def _alphas_cumprod64(scheduler: Any) -> Tensor:
-    c = scheduler.config
-    if c.get("trained_betas") is None and c.beta_schedule == "linear":
-        betas = torch.linspace(c.beta_start, c.beta_end, c.num_train_timesteps, dtype=torch.float64)
-    else:
-        betas = scheduler.betas.double()
-    return torch.cumprod(1.0 - betas, dim=0)
-
-
-def _scheduler(cfg: dict) -> Any:
-    """The scheduler of a ``ddpm`` block (keys it leaves out: :data:`DDPM_DEFAULTS`)."""
-    from diffusers import DDPMScheduler
-
-    cfg = {**DDPM_DEFAULTS, **cfg}
-    return DDPMScheduler(num_train_timesteps=int(require(cfg, "num_train_timesteps", "ddpm")),
-                         beta_start=float(cfg["beta_start"]), beta_end=float(cfg["beta_end"]),
-                         beta_schedule=str(cfg["beta_schedule"]), prediction_type="epsilon",
-                         clip_sample=True, variance_type="fixed_small")
-
-
-def schedule_alphas_cumprod(cfg: dict | None = None, scheduler_dir: str | Path | None = None) -> np.ndarray:
-    """float64 ``alphas_cumprod`` of a ``models.<dataset>.ddpm`` config block, or of a diffusers
-    ``scheduler/`` folder, without building the network (the same numbers as ``DiffusersDDPM.alphas_cumprod``)."""
-    if scheduler_dir is not None:
-        from diffusers import DDPMScheduler
-
-        return _alphas_cumprod64(DDPMScheduler.from_pretrained(Path(scheduler_dir), local_files_only=True)).numpy()
-    cfg = {**DDPM_DEFAULTS, **(cfg or {})}
-    if str(cfg["beta_schedule"]) == "linear":  # _alphas_cumprod64's numbers, without diffusers
-        betas = torch.linspace(float(cfg["beta_start"]), float(cfg["beta_end"]),
-                               int(require(cfg, "num_train_timesteps", "ddpm")), dtype=torch.float64)
-        return torch.cumprod(1.0 - betas, dim=0).numpy()
-    return _alphas_cumprod64(_scheduler(cfg)).numpy()
-
-
 def build_ddpm(cfg: dict, channels: int, resolution: int) -> DiffusersDDPM:
     """A fresh (untrained) DDPM from a ``models.<dataset>.ddpm`` config block."""
     check_role_keys(cfg, "ddpm", DDPM_KEYS)
     unet = build_unet(unet_kwargs(require(cfg, "unet", "ddpm"), channels, resolution, False, "ddpm"))
-    return DiffusersDDPM(unet, _scheduler(cfg))
+    return DiffusersDDPM(unet, ddpm_scheduler(cfg))
 
 
 def matched_timestep(alphas_cumprod: Tensor, t_flow: float) -> int:

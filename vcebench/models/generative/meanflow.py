@@ -11,7 +11,6 @@ where said); the network and the rest of the recipe: ``pmf.py``.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -19,15 +18,7 @@ from torch import Tensor, nn
 from ...registry.roles import LOSS_ROLES
 from ..training.distributed import Shard, full_precision, unwrap
 from ..training.settings import RoleConfigError
-
-# The defaults of the ``pmf`` recipe's keys that shape the objective (part of ``pmf.PMF_DEFAULTS``, for the keys a
-# ``models.<dataset>.pmf`` block may leave out).
-MEANFLOW_DEFAULTS: dict[str, Any] = {
-    "jvp": "fd", "fd_eps": 1e-3, "p_fm": 0.5, "p_r0": 0.4, "t_mean": 0.0, "t_std": 1.0, "p_t_uniform": 0.1,
-    "p_t1": 0.05, "adaptive_p": 1.0, "adaptive_eps": 0.01,
-    # pMF's losses on the one-step prediction (:class:`ImageLoss`): 0 = off (the shipped recipes); pMF: 0.4, 0.1
-    "perceptual_weight": 0.0, "features_weight": 0.0, "perceptual_max_t": 0.8,
-}
+from .settings import MEANFLOW_DEFAULTS
 
 
 def sample_tr(n: int, g: torch.Generator, cfg: dict, flow_matching_only: bool) -> tuple[Tensor, Tensor]:

@@ -26,7 +26,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -36,12 +36,12 @@ from torch import Tensor, nn
 from ...core.io import atomic_path, tensor_bytes, write_json
 from ..checkpoints import remove_checkpoint
 from ..training.distributed import Shard
-from ..training.generative import TRAIN_DEFAULTS, TRAIN_SETTINGS, GenerativeLoss, train_generative
+from ..training.generative import GenerativeLoss, train_generative
 from ..training.loops import to_float_images
 from ..training.settings import RoleConfigError, check_role_keys, require
 from .ddpm import matched_timestep
 from .levels import EVAL_T_FLOW
-from .meanflow import MEANFLOW_DEFAULTS, image_loss, jvp_used, meanflow_compute, meanflow_draw
+from .meanflow import image_loss, jvp_used, meanflow_compute, meanflow_draw
 from .quality import (
     batched,
     gate,
@@ -52,36 +52,8 @@ from .quality import (
     with_fire_t,
     write_pmf_grids,
 )
+from .settings import PMF_DEFAULTS, PMF_KEYS, flow_matching_steps
 from .unet import build_unet, unet_kwargs, use_explicit_groupnorm
-
-PMF_SETTINGS: dict[str, Any] = {**TRAIN_SETTINGS, "unet": dict, "jvp": Literal["fd", "exact"], "fd_eps": float,
-                                "fm_warmup": float, "fm_warmup_steps": int | None,
-                                "p_fm": float, "p_r0": float, "t_mean": float, "t_std": float,
-                                "p_t_uniform": float, "p_t1": float, "adaptive_p": float, "adaptive_eps": float,
-                                "t_clip": float, "time_scale": float, "precond": Literal["edm", "none"],
-                                "sigma_data": float, "eval_images": int, "n_samples": int,
-                                "perceptual_weight": float, "features_weight": float, "perceptual_max_t": float}
-PMF_KEYS = set(PMF_SETTINGS)
-# The ``pmf`` recipe's defaults, for the keys a ``models.<dataset>.pmf`` block may leave out (the training loop's
-# from ``training.TRAIN_DEFAULTS``); ``unet``, ``steps``, ``batch_size`` and ``lr`` are required.
-PMF_DEFAULTS: dict[str, Any] = {
-    **TRAIN_DEFAULTS, **MEANFLOW_DEFAULTS, "fm_warmup": 0.2, "fm_warmup_steps": None, "t_clip": 0.05,
-    "time_scale": 50.0, "precond": "edm", "sigma_data": 0.5, "eval_images": 256, "n_samples": 64,
-}
-
-
-def flow_matching_steps(settings: dict, steps: int) -> int:
-    """The flow-matching-only steps (r = t) that start a ``steps``-step run: ``fm_warmup_steps`` when set, else
-    the ``fm_warmup`` share of ``steps``. A warm start as long as the run would leave it no MeanFlow step (a
-    preset that lowers ``steps`` below an inherited ``fm_warmup_steps``): a :class:`RoleConfigError`."""
-    explicit = settings.get("fm_warmup_steps")
-    warm = int(float(settings["fm_warmup"]) * steps) if explicit is None else int(explicit)
-    if warm >= steps:
-        key = "fm_warmup" if explicit is None else "fm_warmup_steps"
-        raise RoleConfigError(f"`models.<dataset>.pmf.{key}` leaves no MeanFlow step: {warm} flow-matching steps "
-                              f"of {steps} (set `fm_warmup_steps` below `steps`)")
-    return warm
-
 
 # A saved pmf folder's ``config.json`` ``architecture`` without these keys (written before they were recorded) was
 # trained with these values: the folder format's defaults, not the recipe's (no preconditioning then: "none").

@@ -8,26 +8,11 @@ Their training loop is ``vcebench.models.training.generative.train_generative``.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 
 from ..training.settings import RoleConfigError, require
-
-# Settings of the generative roles, key -> type: what `vcebench.protocol.settings` checks (and coerces) when the
-# config is loaded, and the allowed keys of each block.
-UNET_SETTINGS: dict[str, Any] = {"block_out_channels": tuple[int, ...], "layers_per_block": int,
-                                 "norm_num_groups": int, "attention": bool, "dropout": float}
-UNET_KEYS = set(UNET_SETTINGS)
-# The defaults of a role's ``unet:`` block (``block_out_channels`` is required).
-UNET_DEFAULTS: dict[str, Any] = {"layers_per_block": 1, "norm_num_groups": 8, "attention": False, "dropout": 0.0}
-
-
-def unet_downsampling(block_out_channels) -> int:
-    """How much the UNet of ``block_out_channels`` downsamples (2 per level below the first): the image
-    resolution must be a multiple of it."""
-    return 2 ** (len(block_out_channels) - 1)
+from .settings import UNET_DEFAULTS, UNET_KEYS, unet_downsampling
 
 
 def unet_kwargs(unet_cfg: dict, channels: int, resolution: int, h_conditioned: bool, role: str) -> dict:

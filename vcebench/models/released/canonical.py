@@ -1,4 +1,3 @@
-# over 400 lines: every released format in one place: its loader next to its entry in LOADERS and check_spec
 """Canonical (paper-setting) weights from user paths, in the formats the reference code ships.
 
 Never downloads; every ``.pth`` goes through ``torch.load(weights_only=True)``.
@@ -45,18 +44,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from ...config.load import ConfigError, check_keys, coerce_value
 from ...config.tasks import Task
-from ..base import HEAD_KINDS, BinaryHead
-from ..checkpoints import CheckpointError, load_state_strict, uninitialised
-from ..generative.ddpm import DIFFUSERS_FORMAT
+from ...core.errors import CheckpointError
+from ..base import BinaryHead
+from ..checkpoints import load_state_strict, uninitialised
 from ..synthetic.nets import AttributeClassifier
 from .canonical_nets import (
     ACEOracle,
@@ -71,9 +68,9 @@ from .canonical_nets import (
     vgg19_features,
 )
 from .fastdime_unet import TIMESTEPS, FastDiMEUNet, UnsafePickleError, read_plain_pickle
-from .guided_unet import CONFIG_FLAG_KEYS, GuidedUNet, guided_flags
-from .torch_module import KEYS as TORCH_MODULE_KEYS
-from .torch_module import check_torch_module, load_torch_module
+from .formats import FORMAT_DEFAULTS, check_spec, guided_block_flags
+from .guided_unet import GuidedUNet
+from .torch_module import load_torch_module
 from .unet_ddpm import UNetDDPM
 
 CELEBA_ATTRIBUTES = [
@@ -85,16 +82,6 @@ CELEBA_ATTRIBUTES = [
     "Wearing_Necklace", "Wearing_Necktie", "Young",
 ]
 Loaded = tuple[nn.Module, str]
-LPIPS_NETS = ("vgg", "alex")  # the lpips format's backbones (`net`)
-# The keys every canonical block may hold, with their types (checked when the config is loaded, whether or not the
-# run uses the block): `weights` a path (null: not set yet; whether it exists is checked when a task needs it).
-SPEC_TYPES: dict[str, Any] = {"weights": str | None, "format": str, "head": Literal[HEAD_KINDS], "num_outputs": int,
-                              "index": int | None, "attribute_names": tuple[str, ...] | None,
-                              "net": Literal[LPIPS_NETS], "name": str | None}
-SPEC_KEYS = set(SPEC_TYPES)
-# What a canonical block may leave out, per format (merged by load_canonical): DiME's CelebA classifier has 40
-# sigmoid logits (``head: 1logit``); LPIPS' default backbone is VGG.
-FORMAT_DEFAULTS: dict[str, dict[str, Any]] = {"dime_densenet121": {"head": "1logit"}, "lpips": {"net": "vgg"}}
 
 
 def torch_load(role: str, path: str | Path) -> Any:
@@ -272,7 +259,7 @@ def _load_lpips(role: str, spec: dict, path: Path, task: Task, key: str, name: s
 def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
     """A guided-diffusion (improved-diffusion) UNet state dict (DiME / ACE / FastDiME / MaskDiME ``.pt``)."""
 
-    flags = _guided_flags(role, spec, key)
+    flags = guided_block_flags(role, spec, key)
     try:
         unet = uninitialised(lambda: GuidedUNet(**flags))  # ~100 M parameters that the checkpoint overwrites
     except (ValueError, TypeError) as e:
@@ -289,20 +276,6 @@ def _load_guided_diffusion(role: str, spec: dict, path: Path, task: Task, key: s
             f"{', learned sigma' if f['learn_sigma'] else ''}{', fp16' if f['use_fp16'] else ''}")
     model.name = f"{name or 'guided-diffusion UNet'} ({desc}, {path.name})"
     return model, model.name
-
-
-def _guided_flags(role: str, spec: dict, key: str) -> dict[str, Any]:
-    """The UNet flags of a ``guided_diffusion`` block: its flag keys and its pasted ``model_flags`` string
-    (``guided_unet.guided_flags``); a ConfigError names the config key."""
-
-    text = spec.get("model_flags")
-    if text is not None and not isinstance(text, str):
-        raise ConfigError(f"config key `{key}.model_flags` must be a string of --flag value pairs (DiME's "
-                          f"MODEL_FLAGS), got {text!r}")
-    try:
-        return guided_flags({k: v for k, v in spec.items() if k in CONFIG_FLAG_KEYS}, text)
-    except ValueError as e:
-        raise ConfigError(f"config key `{key}{'.model_flags' if text is not None else ''}`: {e}") from None
 
 
 def _load_fastdime_chexpert(role: str, spec: dict, path: Path, task: Task, key: str, name: str | None) -> Loaded:
@@ -335,72 +308,19 @@ def _load_torch_module(role: str, spec: dict, path: Path, task: Task, key: str, 
     return load_torch_module(role, spec, path, key, name)
 
 
-@dataclass(frozen=True)
-class Format:
-    """One checkpoint layout: the roles it serves, its loader, its extra config keys and a check of its
-    block that needs no file (``check(role, spec, key)``, run when the config is loaded)."""
-
-    roles: tuple[str, ...]
-    load: Callable[..., Loaded]
-    keys: frozenset[str] = frozenset()
-    check: Callable[[str, dict, str], Any] | None = None
-
-
-def _guided_keys() -> frozenset[str]:
-    return CONFIG_FLAG_KEYS | {"model_flags"}
-
-
-LOADERS: dict[str, Format] = {
-    "dime_densenet121": Format(("classifier", "oracle"), _load_dime_densenet121),
-    "ace_oracle_resnet50": Format(("oracle",), _load_ace_oracle_resnet50),
-    "facenet_vggface2": Format(("identity",), _load_facenet_vggface2),
-    "simsiam_official": Format(("simsiam",), _load_simsiam_official),
-    "pytorch_fid_inception": Format(("fid_features",), _load_pytorch_fid_inception),
-    "vgg19_dime": Format(("perceptual",), _load_vgg19_dime),
-    "lpips": Format(("perceptual",), _load_lpips),
-    "guided_diffusion": Format(("ddpm",), _load_guided_diffusion, _guided_keys(), _guided_flags),
-    "fastdime_chexpert": Format(("ddpm",), _load_fastdime_chexpert),
-    "torch_module": Format(("classifier", "pmf", "ddpm"), _load_torch_module, TORCH_MODULE_KEYS, check_torch_module),
+# format -> its loader (the formats' roles, keys and checks: ``formats.FORMAT_SPECS``)
+LOADERS: dict[str, Callable[..., Loaded]] = {
+    "dime_densenet121": _load_dime_densenet121,
+    "ace_oracle_resnet50": _load_ace_oracle_resnet50,
+    "facenet_vggface2": _load_facenet_vggface2,
+    "simsiam_official": _load_simsiam_official,
+    "pytorch_fid_inception": _load_pytorch_fid_inception,
+    "vgg19_dime": _load_vgg19_dime,
+    "lpips": _load_lpips,
+    "guided_diffusion": _load_guided_diffusion,
+    "fastdime_chexpert": _load_fastdime_chexpert,
+    "torch_module": _load_torch_module,
 }
-# role -> its canonical formats
-FORMATS: dict[str, tuple[str, ...]] = {role: tuple(f for f, spec in LOADERS.items() if role in spec.roles)
-                                       for spec in LOADERS.values() for role in spec.roles}
-
-
-def is_canonical(role: str, spec: dict) -> bool:
-    """Whether the ``weights`` of a role's block are read by this module (not a pmf folder written by
-    vcebench, or a ddpm diffusers folder: ``task_models``' generative loaders)."""
-    if role == "pmf":
-        return spec.get("format") is not None
-    if role == "ddpm":
-        return spec.get("format", DIFFUSERS_FORMAT) != DIFFUSERS_FORMAT  # no format: a diffusers folder
-    return True
-
-
-def check_spec(role: str, spec: dict, key: str) -> None:
-    """The block of canonical weights of ``role`` at config key ``key``: format, keys, their types
-    (:data:`SPEC_TYPES`) and ranges, and the format's own check (run when the config is loaded, and again by
-    :func:`load_canonical`)."""
-    fmt = spec.get("format")
-    if fmt not in FORMATS.get(role, ()):
-        raise CheckpointError(f"role {role!r}: config key `{key}.format` is {fmt!r}; supported for this role: "
-                              f"{', '.join(FORMATS.get(role, ())) or 'none (train it instead)'}")
-    check_keys(key, spec, SPEC_KEYS | LOADERS[fmt].keys)
-    values = {k: coerce_value(v, SPEC_TYPES[k], f"{key}.{k}") for k, v in spec.items() if k in SPEC_TYPES}
-    n_out, index = values.get("num_outputs"), values.get("index")
-    if n_out is not None and n_out < 1:
-        raise ConfigError(f"config key `{key}.num_outputs` must be >= 1, got {n_out!r}")
-    if index is not None and not 0 <= index < (n_out or index + 1):
-        raise ConfigError(f"config key `{key}.index` must be an output of the network (0 to "
-                          f"{'num_outputs - 1' if n_out is None else n_out - 1}), got {index!r}")
-    names = values.get("attribute_names")
-    if names is not None and len(set(names)) != len(names):
-        raise ConfigError(f"config key `{key}.attribute_names` names an output twice: {list(names)}")
-    if names is not None and n_out is not None and len(names) != n_out:
-        raise ConfigError(f"config key `{key}.attribute_names` names {len(names)} outputs, `{key}.num_outputs` "
-                          f"is {n_out}")
-    if LOADERS[fmt].check is not None:
-        LOADERS[fmt].check(role, spec, key)
 
 
 def load_canonical(role: str, spec: dict, task: Task, key: str) -> Loaded:
@@ -408,4 +328,4 @@ def load_canonical(role: str, spec: dict, task: Task, key: str) -> Loaded:
     check_spec(role, spec, key)
     fmt = spec["format"]
     spec = {**FORMAT_DEFAULTS.get(fmt, {}), **spec}
-    return LOADERS[fmt].load(role, spec, Path(spec["weights"]), task, key, spec.get("name"))
+    return LOADERS[fmt](role, spec, Path(spec["weights"]), task, key, spec.get("name"))

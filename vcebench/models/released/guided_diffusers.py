@@ -7,7 +7,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .guided_unet import FLAG_KEYS, AttentionBlock, Downsample, GuidedUNet, ResBlock, resolve_flags
+from .guided_flags import FLAG_KEYS, resolve_flags
+from .guided_unet import AttentionBlock, Downsample, GuidedUNet, ResBlock
 
 
 def diffusers_config(flags: dict[str, Any]) -> dict[str, Any]:

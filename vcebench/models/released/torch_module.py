@@ -37,80 +37,15 @@ import torch
 from torch import Tensor, nn
 
 from ...config.load import ConfigError
+from ...core.errors import CheckpointError
 from ..base import BinaryHead
-from ..checkpoints import CheckpointError, load_state_strict
+from ..checkpoints import load_state_strict
 from ..generative.ddpm import EpsDDPM
 from ..generative.pmf import per_sample_times
-from .guided_unet import betas_for
+from .formats import TORCH_MODULE_DEFAULTS
+from .schedule import alphas_cumprod_for
 
-OUTPUTS = {"classifier": ("logits",), "pmf": ("x", "u"), "ddpm": ("eps",)}
-INPUTS = {"pmf": ("z", "t", "r", "h", "y"), "ddpm": ("z", "t", "y")}
-ROLE_KEYS = {"classifier": {"head", "index"}, "pmf": {"inputs", "class_label", "time_scale", "const"},
-             "ddpm": {"inputs", "class_label", "diffusion_steps", "noise_schedule", "learn_sigma", "const"}}
-KEYS = frozenset({"class", "kwargs", "state_dict", "output"}.union(*ROLE_KEYS.values()))
-# What a block may leave out of its role's keys: a 2-logit classifier (column 0 of a 1-logit one); t, r and h
-# unscaled (a ddpm's t always: time_scale is not one of its keys); guided-diffusion's linear schedule, no learned
-# sigma.
-TORCH_MODULE_DEFAULTS: dict[str, Any] = {"head": "2logit", "index": 0, "time_scale": 1.0, "noise_schedule": "linear",
-                                         "learn_sigma": False}
 T_CLIP = 0.05  # pMF: u = (z - x) / max(t, 0.05)
-
-
-def check_torch_module(role: str, spec: dict, key: str) -> None:
-    """The block of a ``torch_module`` network, without importing or reading anything: the class path's
-    form, the role's keys and its declared call convention. Raises a ConfigError naming the key."""
-    cls = spec.get("class")
-    if not isinstance(cls, str) or cls.count(":") != 1 or not all(cls.split(":")):
-        raise ConfigError(f"config key `{key}.class` must be \"package.module:Name\" (the class that defines the "
-                          f"network, importable in this environment), got {cls!r}")
-    wrong = sorted((set(spec) & KEYS) - {"class", "kwargs", "state_dict", "output"} - ROLE_KEYS[role])
-    if wrong:
-        raise ConfigError(f"config key `{key}.{wrong[0]}` does not apply to a torch_module {role}; its keys: "
-                          f"class, kwargs, state_dict, output, {', '.join(sorted(ROLE_KEYS[role]))}")
-    if not isinstance(spec.get("kwargs", {}), dict):
-        raise ConfigError(f"config key `{key}.kwargs` must be a mapping of constructor arguments, "
-                          f"got {spec['kwargs']!r}")
-    if spec.get("state_dict") is not None and not isinstance(spec["state_dict"], str):
-        raise ConfigError(f"config key `{key}.state_dict` must be the checkpoint key holding the state dict "
-                          f"(e.g. ema, model, state_dict) or null (the file is the state dict), "
-                          f"got {spec['state_dict']!r}")
-    if spec.get("output") not in OUTPUTS[role]:
-        raise ConfigError(f"config key `{key}.output` declares what the {role} network returns: one of "
-                          f"{', '.join(OUTPUTS[role])}, got {spec.get('output')!r}")
-    if role == "classifier":
-        head = {**TORCH_MODULE_DEFAULTS, **spec}["head"]
-        if head not in ("1logit", "2logit"):
-            raise ConfigError(f"config key `{key}.head` must be 1logit or 2logit, got {head!r}")
-        return
-    const = _check_const(role, spec.get("const", {}), key)
-    inputs = spec.get("inputs")
-    if (not isinstance(inputs, list) or not inputs or inputs[0] != "z" or len(set(inputs)) != len(inputs)
-            or not set(inputs) <= set(INPUTS[role]) | set(const)):
-        raise ConfigError(f"config key `{key}.inputs` lists the forward's positional arguments in order: z first, "
-                          f"then any of {', '.join(INPUTS[role][1:])} (and of `{key}.const`) once each, "
-                          f"got {inputs!r}")
-    if ("y" in inputs) != ("class_label" in spec):
-        raise ConfigError(f"config key `{key}.class_label` (the label passed as y, e.g. the null class) must be "
-                          f"set exactly when `{key}.inputs` has y")
-    if "class_label" in spec and (isinstance(spec["class_label"], bool) or not isinstance(spec["class_label"], int)):
-        raise ConfigError(f"config key `{key}.class_label` must be an integer, got {spec['class_label']!r}")
-    if role == "ddpm" and not isinstance(spec.get("diffusion_steps"), int):
-        raise ConfigError(f"config key `{key}.diffusion_steps` (the training schedule's steps) must be set to an "
-                          f"integer, got {spec.get('diffusion_steps')!r}")
-
-
-def _check_const(role: str, const: object, key: str) -> dict:
-    """``const``: a mapping of argument names (none of the role's ``inputs``) to numbers."""
-    if not isinstance(const, dict):
-        raise ConfigError(f"config key `{key}.const` must be a mapping of the forward's constant arguments to "
-                          f"numbers (e.g. {{omega: 1.0, t_min: 0.0, t_max: 1.0}}), got {const!r}")
-    for name, value in const.items():
-        if not isinstance(name, str) or not name.isidentifier() or name in INPUTS[role]:
-            raise ConfigError(f"config key `{key}.const` names {name!r}: an argument name other than "
-                              f"{', '.join(INPUTS[role])} (those come from the sampler)")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"config key `{key}.const.{name}` must be a number, got {value!r}")
-    return const
 
 
 def import_class(spec: dict, key: str) -> type:
@@ -252,7 +187,7 @@ class ModuleDDPM(EpsDDPM):
         super().__init__()
         self.call, self.name = call, name
         self.num_train_timesteps, self.learned_variance = int(steps), bool(learn_sigma)
-        self.register_buffer("alphas_cumprod", torch.cumprod(1.0 - betas_for(schedule, int(steps)), dim=0),
+        self.register_buffer("alphas_cumprod", torch.from_numpy(alphas_cumprod_for(schedule, int(steps))),
                              persistent=False)
 
     def eps_var(self, z: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:

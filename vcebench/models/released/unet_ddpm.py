@@ -7,7 +7,8 @@ from torch import Tensor, nn
 
 from ..generative.ddpm import DiffusersDDPM, EpsDDPM
 from .guided_diffusers import to_diffusers
-from .guided_unet import GuidedUNet, betas_for
+from .guided_unet import GuidedUNet
+from .schedule import alphas_cumprod_for
 
 
 class UNetDDPM(EpsDDPM):
@@ -27,8 +28,9 @@ class UNetDDPM(EpsDDPM):
         self.unet, self.name = unet, name
         self.num_train_timesteps = int(num_train_timesteps)
         self.learned_variance = unet.out_channels == 2 * unet.in_channels
-        betas = betas_for(noise_schedule, self.num_train_timesteps)
-        self.register_buffer("alphas_cumprod", torch.cumprod(1.0 - betas, dim=0), persistent=False)
+        self.register_buffer("alphas_cumprod", torch.from_numpy(alphas_cumprod_for(noise_schedule,
+                                                                                    self.num_train_timesteps)),
+                             persistent=False)
 
     def eps_var(self, z: Tensor, t: Tensor) -> tuple[Tensor, Tensor | None]:
         out = self.unet(z, t)

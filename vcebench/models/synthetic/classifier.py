@@ -22,31 +22,9 @@ from ..shipping.truth_checks import Counterfactuals, truth_agreement
 from ..training.loops import count_params, identity_halves, loss_summary, train_loop
 from .augment import augment
 from .nets import SyntheticNet
+from .settings import DATA_HALVES, resolve_attributes
 
-CLASSIFIER_DEFAULTS: dict[str, Any] = {
-    "arch": "vgg", "width": 16, "blocks": 1, "pool": "avgmax", "attributes": None, "data_half": "A", "steps": 1500,
-    "batch": 64, "lr": 6e-3, "weight_decay": 5e-4, "seed": 11, "noise": 0.1, "blur": 0.5, "shift": 1,
-    "flip": True,
-}
 GATE_ACCURACY = 0.97
-# the training rows a role uses (`data_half`, :func:`select_rows`): identity half A or B, or all of them
-DATA_HALVES = ("A", "B", "all")
-
-
-def resolve_attributes(spec: Any, available: list[str], task_attributes: list[str], key: str) -> list[str]:
-    """``null`` -> the query attributes of the tasks on this dataset; ``all`` -> every attribute; or a list."""
-    if spec is None:
-        names = list(task_attributes)
-    elif spec == "all":
-        names = list(available)
-    elif isinstance(spec, list):
-        names = list(spec)
-    else:
-        raise ConfigError(f"config key `{key}` must be null, 'all' or a list of attribute names, got {spec!r}")
-    unknown = [a for a in names if a not in available]
-    if unknown or not names:
-        raise ConfigError(f"config key `{key}`: unknown attribute(s) {unknown} (dataset has {available})")
-    return names
 
 
 def select_rows(split: Any, half: str | None, seed: int = 0) -> Tensor:

@@ -21,11 +21,6 @@ from ..training.loops import count_params, loss_summary, train_loop
 from .augment import augment
 from .nets import SyntheticNet
 
-IDENTITY_DEFAULTS: dict[str, Any] = {
-    "arch": "vgg", "width": 16, "blocks": 1, "pool": "avg", "embed_dim": 64, "steps": 900, "batch": 64, "lr": 3e-3,
-    "weight_decay": 5e-4, "seed": 31, "margin": 0.25, "scale": 16.0, "noise": 0.1, "blur": 0.5, "shift": 1,
-    "flip": True, "cf_views": 0.0,
-}
 GATE_VERIFICATION = 0.95
 GATE_TRUTH_FVA = 0.95  # the true counterfactual of a query attribute is the same face (FVA threshold 0.5)
 

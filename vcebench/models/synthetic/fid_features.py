@@ -23,13 +23,7 @@ from ...core.frechet import feature_frechet_distance as frechet_distance
 from ...core.io import from_uint8
 from ..checkpoints import save_trained
 from .augment import gaussian_blur
-from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
-
-FID_DEFAULTS: dict[str, Any] = {
-    **CLASSIFIER_DEFAULTS, "arch": "vgg", "pool": "avg", "width": 24, "embed_dim": 128, "attributes": "all",
-    "data_half": "all", "seed": 51,
-    "steps": 700, "noise": 0.0, "blur": 0.0, "max_blur": 1.5, "max_noise": 0.2,
-}
+from .classifier import fit_attributes
 
 
 class DegradationHead(nn.Module):

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from torch import nn
 
+from ...core.errors import CheckpointError
 from ..base import freeze
-from ..checkpoints import CheckpointError, load_state_strict, read_trained
+from ..checkpoints import load_state_strict, read_trained
 from .nets import AutoEncoder, SimSiamNet, SyntheticNet
 from .perceptual import EncoderOnly
 

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .settings import AUTOENCODER_DOWNSAMPLING, TRUNK_ARCHS, TRUNK_POOLS
+
 Arch = Literal["resnet", "vgg"]
 
 
@@ -106,11 +108,6 @@ class VGGTrunk(nn.Module):
         return global_pool(self.feature_maps(x)[-1], self.pool)
 
 
-# the trunks and poolings of the small networks (a recipe's `arch` / `pool`; checked when the config is loaded)
-TRUNK_ARCHS = ("resnet", "vgg")
-TRUNK_POOLS = ("avg", "avgmax")
-
-
 def build_trunk(arch: str, in_channels: int, width: int, blocks: int = 1, pool: str = "avg") -> nn.Module:
     if pool not in TRUNK_POOLS:
         raise ValueError(f"unknown pooling {pool!r}; known: {', '.join(TRUNK_POOLS)}")
@@ -171,7 +168,7 @@ class SimSiamNet(nn.Module):
 class AutoEncoder(nn.Module):
     """Conv encoder (3 scales) + mirrored decoder; the encoder's maps feed the perceptual distance."""
 
-    DOWNSAMPLING = 4  # two stride-2 stages: the decoder gives back the input's size only for multiples of it
+    DOWNSAMPLING = AUTOENCODER_DOWNSAMPLING  # two stride-2 stages
 
     def __init__(self, in_channels: int, width: int = 16):
         super().__init__()

@@ -22,14 +22,8 @@ from ...core.io import from_uint8
 from ..checkpoints import save_trained
 from ..shipping.truth_checks import Counterfactuals, truth_agreement
 from .augment import pgd
-from .classifier import CLASSIFIER_DEFAULTS, fit_attributes
+from .classifier import fit_attributes
 
-ORACLE_DEFAULTS: dict[str, Any] = {
-    **CLASSIFIER_DEFAULTS, "arch": "resnet", "width": 12, "attributes": "all", "data_half": "B", "seed": 23,
-    "steps": 1000,
-    "adv_eps": 0.04, "adv_steps": 1, "adv_frac": 0.25, "adv_start": 0.0,
-    "fool_eps": [0.03, 0.06, 0.12], "fool_steps": 10, "fool_n": 400,
-}
 GATE_MEAN_ACCURACY = 0.95
 GATE_FOOLED = 0.20
 GATE_TRUTH = 0.95  # the oracle reads the true counterfactual as the other class on >= 95 % of test inputs

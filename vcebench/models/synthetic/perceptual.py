@@ -23,10 +23,6 @@ from ..training.loops import count_params, loss_summary, train_loop
 from .augment import augment, gaussian_blur
 from .nets import AutoEncoder, normalize_channels, sequential_maps
 
-PERCEPTUAL_DEFAULTS: dict[str, Any] = {
-    "width": 16, "steps": 300, "batch": 64, "lr": 3e-3, "weight_decay": 0.0, "seed": 41, "noise": 0.2, "blur": 1.0,
-}
-
 
 class FeatureDistance(nn.Module):
     """LPIPS-style distance on the feature maps of ``backbone.feature_maps(x)`` (a list of N x C x H x W)."""

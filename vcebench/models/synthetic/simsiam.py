@@ -22,12 +22,6 @@ from ..training.loops import count_params, loss_summary, train_loop
 from .augment import augment
 from .nets import SimSiamNet
 
-SIMSIAM_DEFAULTS: dict[str, Any] = {
-    "arch": "vgg", "width": 16, "blocks": 1, "dim": 128, "pred_dim": 32, "steps": 500, "batch": 64,
-    "lr": 0.05, "weight_decay": 1e-4, "seed": 62, "min_scale": 0.5, "noise": 0.1, "blur": 1.0, "jitter": 0.3,
-    "cf_views": 0.0,
-}
-
 
 def random_resized_crop(x: Tensor, min_scale: float) -> Tensor:
     """Per-sample crop of area fraction U(min_scale, 1) at a random position, resized back (bilinear)."""
