@@ -115,6 +115,22 @@ def test_the_workflows_config_check_starts_no_torch(preset, tmp_path):
         assert source.startswith("models.celeba.ddpm (guided_diffusion") and "linear betas, T = 500" in source
 
 
+def test_a_dry_run_of_the_whole_dag_starts_no_torch(tmp_path):
+    """`snakemake -n` builds the regression preset's whole DAG (every job's settings resolved for its rule's params,
+    the noise rule on the DDPM's schedule, the evaluation splits) and never imports torch: the DAG build of every
+    `snakemake` call, a user's or a test's, costs no torch start (about 2.5 s of CPU)."""
+    import shutil
+
+    snakemake = shutil.which("snakemake", path=str(Path(sys.executable).parent))
+    r = subprocess.run([sys.executable, "-X", "importtime", snakemake, "-n", "--cores", "1", "--configfile",
+                        str(ROOT / "config" / "presets" / "regression.yaml"), "--config",
+                        f"workdir={tmp_path / 'w'}"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "regression" in r.stdout  # the DAG was built
+    torch_lines = [ln for ln in r.stderr.splitlines() if ln.startswith("import time:") and ln.endswith("| torch")]
+    assert not torch_lines, "the DAG build imported torch"
+
+
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     """A small synthfaces config, 12 test inputs, the shipped networks of FiRe, and `vcebench explain`'s

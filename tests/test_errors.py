@@ -7,8 +7,7 @@ from vcebench.core.errors import ConfigError, UserError
 
 def _user_error_classes():
     from metrics.base import InsufficientSamples, MetricError
-    from vcebench.core.errors import CheckpointError
-    from vcebench.data.base import DatasetError
+    from vcebench.core.errors import CheckpointError, DatasetError
     from vcebench.models.task_models import MissingModelError
     from vcebench.models.training.settings import RoleConfigError
     from vcebench.steps.explain import ShardError

@@ -24,6 +24,11 @@ class CheckpointError(UserError, ValueError):
     ``vcebench.models`` when weights are loaded, and by the config check of a block of released weights)."""
 
 
+class DatasetError(UserError, ValueError):
+    """A missing / malformed dataset; the message names the config key, the path, what was expected
+    and where the data comes from (raised by ``vcebench.data``)."""
+
+
 class DiskFullError(UserError, OSError):
     """No space left where a file was being written; the message names the file and, where known, the space
     it needed and the space left (``vcebench.core.io.disk_space`` raises it)."""

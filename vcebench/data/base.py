@@ -14,15 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..core.errors import UserError
+from ..core.errors import DatasetError
 from ..core.io import atomic_path, from_uint8, load_npz, save_npz
 
 SPLIT_NAMES = ("train", "val", "test")
-
-
-class DatasetError(UserError, ValueError):
-    """A missing / malformed dataset; the message names the config key, the path, what was expected
-    and where the data comes from."""
 
 
 IndexLike = torch.Tensor | np.ndarray | Sequence[int] | slice | int

@@ -30,8 +30,9 @@ import numpy as np
 import torch
 
 from .. import registry
+from ..core.errors import DatasetError
 from ..core.rng import sample_seed
-from .base import DatasetError, Split
+from .base import Split
 from .real import file_number, find_file, make_reader, read_lines, read_pm1_table, require_root
 
 CELEBA_ATTRIBUTES = registry.get_dataset_spec("celeba").attributes  # vcebench/registry/builtin_specs.py

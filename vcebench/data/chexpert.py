@@ -20,8 +20,9 @@ import pandas as pd
 import torch
 
 from .. import registry
+from ..core.errors import DatasetError
 from ..core.rng import sample_seed
-from .base import DatasetError, Split
+from .base import Split
 from .real import make_reader, require_root, source
 
 CHEXPERT_ATTRIBUTES = registry.get_dataset_spec("chexpert").attributes  # vcebench/registry/builtin_specs.py

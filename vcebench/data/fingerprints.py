@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import registry
+from ..core.errors import DatasetError
 from ..core.io import sha256, write_json
-from .base import DatasetError
 
 # Where the first-seen hashes are recorded (relative to the working directory, as the workflow's resources/).
 DEFAULT_RECORD = Path("resources/data/fingerprints.json")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .. import registry
-from .base import DatasetError
+from ..core.errors import DatasetError
 
 
 def source(dataset: str) -> str:

@@ -1,4 +1,5 @@
-"""Dataset names -> loaders: ``load_split``, ``get_synthetic``, ``eval_split_name``, ``attribute_names``.
+"""Dataset names -> loaders: ``load_split``, ``get_synthetic`` (the splits and labels a dataset declares:
+``specs.py``).
 
 Each dataset is declared once (``vcebench.registry.DatasetSpec``, vcebench/registry/builtin_specs.py): its
 loader, label names and splits are read from there."""
@@ -8,31 +9,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import registry
 from ..config.tasks import SYNTHETIC_DATASETS
-from .base import DatasetError, Split, load_cached_split
+from ..core.errors import DatasetError
+from .base import Split, load_cached_split
+from .specs import dataset_spec
 from .synthetic import SyntheticDataset
 
 _MEMO: dict[tuple, Split] = {}
 _MEMO_MAX = 6
 
 
-def _spec(name: str) -> registry.DatasetSpec:
-    """``registry.get_dataset_spec``, an unknown name raised as a DatasetError (what the data layer raises)."""
-    try:
-        return registry.get_dataset_spec(name)
-    except registry.RegistryError as e:
-        raise DatasetError(str(e)) from None
-
-
 def _dataset_cfg(cfg: dict, name: str) -> dict:
-    _spec(name)
+    dataset_spec(name)
     return dict((cfg.get("datasets") or {}).get(name) or {})
 
 
 def get_synthetic(cfg: dict, name: str) -> SyntheticDataset:
     """The renderer of synthetic dataset ``name`` configured by ``cfg["datasets"][name]``."""
-    dc, spec = _dataset_cfg(cfg, name), _spec(name)
+    dc, spec = _dataset_cfg(cfg, name), dataset_spec(name)
     if not spec.synthetic:
         raise DatasetError(f"dataset {name!r} is not synthetic (synthetic: {', '.join(SYNTHETIC_DATASETS)})")
     return spec.load()(dc)
@@ -63,22 +57,6 @@ def load_split(cfg: dict, name: str, split: str, data_dir: str | os.PathLike | N
                 _MEMO.pop(next(iter(_MEMO)))
             _MEMO[key] = ds.split(split)
         return _MEMO[key]
-    return _spec(name).load()(dc, split, seed=int(cfg["seed"]))
+    return dataset_spec(name).load()(dc, split, seed=int(cfg["seed"]))
 
 
-def eval_split_name(dataset: str) -> str:
-    """The split counterfactuals are evaluated on (``DatasetSpec.eval_split``): ``test``, or ``minival`` for
-    CelebA (the seeded 1000 of the validation partition, as in DiME/ACE)."""
-    return _spec(dataset).eval_split
-
-
-def tune_split_name(dataset: str) -> str:
-    """The split `vcebench tune` picks settings on, never the evaluation split (``DatasetSpec.tune_split``):
-    ``val``, or ``tune`` for CelebA (the validation partition without ``minival``)."""
-    return _spec(dataset).tune_split
-
-
-def attribute_names(dataset: str, cfg: dict | None = None) -> list[str]:
-    """The label columns of ``dataset`` (``DatasetSpec.attributes``; CelebA's 40 names for both real face
-    datasets)."""
-    return list(_spec(dataset).attributes)

@@ -22,10 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from ..core.errors import DatasetError
 from ..core.io import quantize
 from ..core.rng import sample_seed
 from .attributes import AttributeNetwork, format_matrix
-from .base import SPLIT_NAMES, DatasetError, Split
+from .base import SPLIT_NAMES, Split
 
 SPLIT_FRACTIONS = (0.7, 0.1, 0.2)
 
