@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import registry
 from ..core.errors import ConfigError
-from ..core.merge import deep_merge
+from ..core.merge import merge_into
 
 # the datasets of vcebench.registry.DATASETS, by what they are
 SYNTHETIC_DATASETS = tuple(d for d, (_, synthetic) in registry.DATASETS.items() if synthetic)
@@ -171,7 +171,7 @@ def method_params(cfg: dict, task: Task, method: str, candidate: dict[str, Any] 
     """
     params: dict[str, Any] = {}
     for _, over in method_layers(cfg, task, method, candidate):
-        params = deep_merge(params, over)
+        merge_into(params, over)
     return params
 
 
