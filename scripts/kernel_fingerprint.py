@@ -2,6 +2,7 @@
 
     python scripts/kernel_fingerprint.py --out docs/kernels/<kind>.json           # under the default pin (avx2)
     python scripts/kernel_fingerprint.py --compare docs/kernels/authenticamd-amd-epyc.json
+    python scripts/kernel_fingerprint.py --fingerprint a.json --compare b.json     # two saved files, no probe run
 
 The same commit gives other tables on another kind of CPU (docs/internals.md, "Identical numbers on every
 machine"); this says which library does it. Each probe runs one operation on fixed inputs (2 threads, the
@@ -115,24 +116,35 @@ def network_probes(networks: Path) -> dict[str, str]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, help="write the fingerprint here (JSON)")
-    ap.add_argument("--compare", type=Path, action="append", default=[],
-                    help="another machine's fingerprint file: print the probes that differ")
-    ap.add_argument("--config", action="append", help="config files whose `cpu_isa` applies (default config.yaml)")
-    ap.add_argument("--networks", type=Path, default=ROOT / "networks" / "ref1",
-                    help="the shipped set whose synthfaces classifier and DDPM are probed (default networks/ref1)")
-    args = ap.parse_args()
-    isa = isa_from_config_files(args.config)
+def fingerprint(isa: str, networks: Path) -> dict:
+    """This machine's fingerprint under the kernel pin ``isa`` (set here, before torch starts)."""
     pin_environment(isa)
     import torch
 
     from vcebench.config.kernels import record
 
     torch.set_num_threads(2)
-    result = {"cpu": cpu_kind(), "kernels": record(), "torch": torch.__version__, "threads": 2,
-              "probes": probes(args.networks)}
+    return {"cpu": cpu_kind(), "kernels": record(), "torch": torch.__version__, "threads": 2,
+            "probes": probes(networks)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, help="write the fingerprint here (JSON)")
+    ap.add_argument("--compare", type=Path, action="append", default=[],
+                    help="another machine's fingerprint file: print the probes that differ")
+    ap.add_argument("--config", action="append", help="config files whose `cpu_isa` applies (default config.yaml)")
+    ap.add_argument("--fingerprint", type=Path, default=None,
+                    help="compare this saved fingerprint (another run's --out) instead of probing this machine")
+    ap.add_argument("--networks", type=Path, default=ROOT / "networks" / "ref1",
+                    help="the shipped set whose synthfaces classifier and DDPM are probed (default networks/ref1)")
+    args = ap.parse_args()
+    if args.fingerprint is not None:
+        result = json.loads(args.fingerprint.read_text())
+        isa = result["kernels"].get("cpu_isa")
+    else:
+        isa = isa_from_config_files(args.config)
+        result = fingerprint(isa, args.networks)
     text = json.dumps(result, indent=1) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +156,8 @@ def main() -> int:
         other = json.loads(other_file.read_text())
         mine, theirs = result["probes"], other["probes"]
         differ = sorted(k for k in mine.keys() & theirs.keys() if mine[k] != theirs[k])
-        print(f"{other_file} ({other['cpu']}, {other['kernels'].get('cpu_isa')}, torch {other['torch']}) vs this CPU "
+        print(f"{other_file} ({other['cpu']}, {other['kernels'].get('cpu_isa')}, torch {other['torch']}) vs "
+              f"{args.fingerprint or 'this CPU'} "
               f"({result['cpu']}, {isa}, torch {result['torch']}): "
               f"{len(differ)} of {len(mine.keys() & theirs.keys())} probes differ" + (": " if differ else ""))
         if other["torch"] != result["torch"]:

@@ -128,5 +128,7 @@ def test_kernel_fingerprint_repeats_and_names_what_differs(tmp_path):
     data["probes"]["sdpa"] = "0" * 16
     other = tmp_path / "b.json"
     other.write_text(json.dumps(data))
-    diff = subprocess.run([sys.executable, script, "--compare", str(other)], env=env, capture_output=True, text=True)
+    # the comparison itself, of two saved files (no probe runs): it names the one probe that differs
+    diff = subprocess.run([sys.executable, script, "--fingerprint", str(first), "--compare", str(other)], env=env,
+                          capture_output=True, text=True)
     assert diff.returncode == 1 and diff.stdout.strip().endswith("sdpa") and "1 of" in diff.stdout

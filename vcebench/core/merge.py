@@ -14,11 +14,14 @@ def deep_merge(base: dict, override: dict) -> dict:
 
 
 def merge_into(out: dict, override: dict) -> dict:
-    """:func:`deep_merge` in place: ``override`` (copied, never shared) laid over ``out``, which the caller owns;
-    returns ``out``. One copy of each value instead of a copy of the whole base per nesting level."""
+    """:func:`deep_merge` into ``out``, which the caller owns: ``override`` (copied, never shared) laid over it;
+    returns ``out``. A nested mapping on the way is replaced by a shallow copy before it changes (copy on write):
+    YAML anchors make one mapping appear under several keys (``variants.ace.snr_p2`` and ``variants.fire.snr_p2``),
+    and only the key the override names may change. One copy per changed mapping instead of a deep copy of the
+    whole base per nesting level."""
     for k, v in (override or {}).items():
         if isinstance(v, dict) and isinstance(out.get(k), dict):
-            merge_into(out[k], v)
+            out[k] = merge_into(dict(out[k]), v)
         else:
             out[k] = copy.deepcopy(v)
     return out
