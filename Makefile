@@ -8,7 +8,7 @@ TORCH ?= torch==2.14.1 torchvision==0.29.1
 # Elsewhere `make install LOCK=` installs pyproject.toml's ranges instead.
 LOCK ?= requirements.lock
 # pytest-xdist processes of `make test` (each test file runs whole in one of them)
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 
 .PHONY: install benchmark quick test regression regression-strict regression-seeds reference paper speed networks clean
 

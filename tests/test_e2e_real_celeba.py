@@ -1,6 +1,7 @@
 """End to end on CelebA's released formats (tests/e2e_real.py): a fake CelebA in the official layout, DiME's
 DenseNet-121, ACE's oracle, facenet, pytorch-fid's Inception, VGG19 and guided-diffusion's DDPM with random weights,
-a PMF trained by vcebench, then `snakemake results/celeba_smile.csv` through every method to the table."""
+a PMF trained by vcebench, then `snakemake results/celeba_smile.csv` through FiRe, DiME, FastDiME-2 and -2+
+(tests/e2e_real.py: METHODS) to the table."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tests.e2e_real import run_task
 from tests.fakes import make_celeba, make_released_weights
 
 
-# ~21 jobs (about 2 minutes on 2 idle cores: every job pays a few seconds of imports, the configuration check and
+# ~17 jobs (under 2 minutes on 2 idle cores: every job pays a few seconds of imports, the configuration check and
 # the full-size released networks); part of the CI suite.
 def test_celeba_smile_runs_from_released_formats_to_the_table(tmp_path):
     data = make_celeba(tmp_path / "celeba", n=24)

@@ -1,7 +1,7 @@
 """End to end on CheXpert's released formats (tests/e2e_real.py): a fake CheXpert in the official layout, DiME's
 one-output DenseNet-121 classifier and oracle, SimSiam, pytorch-fid's Inception, VGG19 and FastDiME_Med's DDPM
-folder with random weights, a PMF trained by vcebench, then `snakemake results/chexpert_pacemaker.csv` through every
-method to the table."""
+folder with random weights, a PMF trained by vcebench, then `snakemake results/chexpert_pacemaker.csv` through FiRe,
+DiME, FastDiME and MaskDiME (tests/e2e_real.py: METHODS) to the table."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tests.e2e_real import run_task
 from tests.fakes import make_chexpert, make_released_weights
 
 
-# ~21 jobs (about 2 minutes on 2 idle cores); part of the CI suite.
+# ~17 jobs (under 2 minutes on 2 idle cores); part of the CI suite.
 def test_chexpert_pacemaker_runs_from_released_formats_to_the_table(tmp_path):
     root, pacemaker = make_chexpert(tmp_path / "chexpert", n_patients=30)
     models = make_released_weights(tmp_path / "weights", "xray")

@@ -5,7 +5,6 @@ Logic lives here (importable, tested), not in the rule files (docs/style.md).
 
 from __future__ import annotations
 
-import copy
 import os
 import shlex
 import subprocess
@@ -32,6 +31,7 @@ from .config.tasks import (  # noqa: F401 (Snakefile)
     task_for_dataset,
     task_methods,
 )
+from .core.merge import copy_tree
 from .protocol.resolve import (  # noqa: F401 (Snakefile)
     CONFIG_SNAPSHOT,
     config_snapshot,
@@ -83,7 +83,7 @@ def check_config(cfg: dict, configfiles: list, basedir: str | Path = ".") -> dic
     (:func:`jobs_config`). ``cfg``: Snakemake's config (coerced in place); returns it."""
     from .protocol.settings import check_settings
 
-    given = copy.deepcopy(cfg)
+    given = copy_tree(cfg)
     check_config_files(configfiles)
     if cfg.get("networks") in ("null", "none"):  # `--config networks=null`: Snakemake reads it as the string
         cfg["networks"] = None

@@ -8,7 +8,6 @@ later files are deep-merged over earlier ones, then validated against
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 import sys
@@ -20,7 +19,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import yaml
 
 from ..core.errors import ConfigError, settings_errors  # noqa: F401 (the config's errors, imported from here too)
-from ..core.merge import deep_merge
+from ..core.merge import copy_tree, deep_merge
 
 DEFAULT_CONFIG = Path("config/config.yaml")
 # libyaml's parser where PyYAML was built with it (the same safe tags and resolvers, ~10x faster): every job
@@ -35,7 +34,7 @@ def read_yaml(path: str | Path) -> Any:
     parsed again (the DAG build reads the config, the schema and the tuned files more than once); the caller gets
     its own copy."""
     path = Path(path)
-    return copy.deepcopy(_parse_yaml(str(path), path.read_text()))
+    return copy_tree(_parse_yaml(str(path), path.read_text()))
 
 
 @functools.lru_cache(maxsize=32)
