@@ -33,7 +33,8 @@ quick: install  ## CI-size run of the same DAG
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake --cores $(CORES) --configfile config/presets/quick.yaml
 
 test: install  ## the test suite (CPU): TEST_WORKERS pytest-xdist workers, a test file at a time each (README: the time)
-	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
+	PATH=$(abspath $(BIN)):$$PATH $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder
 
 regression: install  ## the regression preset (shipped networks, 64 inputs per task) against results/reference/regression
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/snakemake regression --cores $(CORES) --forcerun regression \

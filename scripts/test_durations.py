@@ -1,8 +1,8 @@
 """The seconds each test file takes, from a pytest JUnit report: `tests/durations.json`, which tests/conftest.py
-reads to hand the longest files to `make test`'s workers first (longest processing time first: the two workers
+reads to hand the longest files to `make test`'s workers first (longest processing time first: the workers
 finish together instead of one waiting on a long file it was handed last).
 
-    .venv/bin/python -m pytest -q -m "not slow" -n 2 --dist loadfile --junitxml=/tmp/junit.xml
+    .venv/bin/python -m pytest -q -m "not slow" -n 3 --dist loadfile --no-loadscope-reorder --junitxml=/tmp/junit.xml
     .venv/bin/python scripts/test_durations.py /tmp/junit.xml --out tests/durations.json
 
 Only the order of the files changes; a file missing from the list runs after the listed ones, in its usual place.

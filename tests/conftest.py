@@ -30,8 +30,9 @@ def cfg():
 
 def pytest_collection_modifyitems(config, items):
     """The longest test files first (tests/durations.json, scripts/test_durations.py): `make test`'s workers take a
-    file at a time in this order, so the long ones start at once and the short ones fill in at the end. The tests
-    of a file keep their order; a file without a measured time keeps its place after the measured ones."""
+    file at a time in this order (`--no-loadscope-reorder`: xdist would otherwise sort the files by their number of
+    tests), so the long ones start at once and the short ones fill in at the end. The tests of a file keep their
+    order; a file without a measured time keeps its place after the measured ones."""
     import json
     from pathlib import Path
 

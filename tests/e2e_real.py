@@ -1,7 +1,8 @@
 """End to end on the real formats (tests/test_e2e_real_celeba.py, tests/test_e2e_real_chexpert.py): a fake CelebA /
 CheXpert in the official layout, random-weight checkpoints in every released format the task loads, a PMF trained
-by vcebench, then `snakemake results/<task>.csv` through FiRe and the DiME family (:data:`METHODS`) to the table. One
-test file per task, so that `make test`'s workers (`--dist loadfile`: a file whole in one worker) run the two pipelines side by side."""
+by vcebench, then `snakemake results/<task>.csv` through FiRe and the DiME family (:data:`METHODS`) to the
+table. One test file per task, so that `make test`'s workers (`--dist loadfile`: a file whole in one worker) run
+the two pipelines side by side."""
 
 from __future__ import annotations
 
