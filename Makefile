@@ -7,7 +7,8 @@ TORCH ?= torch==2.14.1 torchvision==0.29.1
 # The tested versions of every dependency with their sha256 (CPython 3.11 on x86_64 Linux; scripts/lock.py makes it).
 # Elsewhere `make install LOCK=` installs pyproject.toml's ranges instead.
 LOCK ?= requirements.lock
-# pytest-xdist processes of `make test` (each test file runs whole in one of them)
+# pytest-xdist processes of `make test` (each test file runs whole in one of them; 3 on 2 cores keep both busy
+# while a whole-pipeline test waits on its snakemake jobs)
 TEST_WORKERS ?= 3
 
 .PHONY: install benchmark quick test regression regression-strict regression-seeds reference paper speed networks clean
