@@ -1,5 +1,6 @@
-"""Bad inputs and faults (issue 15), one test per item: each must be refused with a clear, one-line
-error naming what to fix, or fail only the sample it concerns, never run silently on wrong data.
+"""Bad inputs and faults (issue 15), one test per item (over 400 lines: the items stay together, as the list):
+each must be refused with a clear, one-line error naming what to fix, or fail only the sample it concerns, never
+run silently on wrong data.
 
 1. config values and paths reach rule shells quoted (a clone under a path with spaces and `$(...)`);
 2. method and model settings are checked (keys, types, ranges; numeric strings coerced) when the config
