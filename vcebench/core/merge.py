@@ -30,7 +30,7 @@ def merge_into(out: dict, override: dict) -> dict:
 
 def copy_tree(node):
     """A copy of a parsed config tree that shares no mapping or list with ``node``: its dicts and lists rebuilt,
-    immutable leaves (str, numbers, bool, None, dates) kept, anything else ``copy.deepcopy``'d. About 5x faster
+    immutable leaves (str, numbers, bool, None, bytes) kept, anything else ``copy.deepcopy``'d. About 5x faster
     than ``copy.deepcopy`` (no memo: every job and every DAG check copies the config several times). A mapping
     that YAML anchors put under two keys comes back as two mappings, as an anchor reads (a copy of the value)."""
     t = type(node)
