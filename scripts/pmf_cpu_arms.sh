@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue #61's CPU path: each set's shipped faces pmf continued to the DDPM's budget (25,600 steps in all) with pMF's
 # perceptual loss (config/presets/pmf_ablation/ft_long_perceptual.yaml), ref1 and ref2 side by side, one thread
-# each, niced, in the background; a resume state every 100 steps. On 2 idle cores an arm is ~3.3 s per step.
+# each, niced, in the background; a resume state every 100 steps. On 2 idle cores an arm is ~2.2 s per step.
 #   bash scripts/pmf_cpu_arms.sh start   restore the committed states (training-states/pmf-ablation) where runs/ has
 #                                        none, render the data and install the gate's networks, start both arms
 #   bash scripts/pmf_cpu_arms.sh status  each arm's last logged step

@@ -181,3 +181,59 @@ def test_a_recipe_names_the_weights_it_continues_by_content_not_by_path(tmp_path
     check_recipe({"models": {"ds": {"pmf": moved}}}, "ds", "pmf", tmp_path)
     with pytest.raises(ConfigError, match="init_sha256"):
         check_recipe({"models": {"ds": {"pmf": other}}}, "ds", "pmf", tmp_path)
+
+
+TINY_PMF = {"unet": {"block_out_channels": [8, 8], "layers_per_block": 1, "norm_num_groups": 4}, "steps": 3,
+            "batch_size": 2, "fm_warmup_steps": 1, "lr_schedule": "cosine"}
+
+
+def _trained_folder(folder, spec, weights: bytes):
+    """A stand-in for a trained pmf folder: what ship reads (config.json's recipe, metrics.json) and opaque weights."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"config": spec}))
+    (folder / "metrics.json").write_text(json.dumps({"training": {"steps": spec["steps"]}}))
+    (folder / "model.safetensors").write_bytes(weights)
+
+
+def test_a_continued_recipe_ships_its_start_its_history_and_its_budget_in_all(cfg, tmp_path):
+    """Shipping a run that continued the set's network (init_from / init_sha256): the start's weights ship beside
+    it (start.safetensors, hashed by the card), the card's history names the network it replaced (its card's and
+    weights' sha256, its budget), and the budget adds the start's steps, images and FLOPs to its own. A config
+    that names the start where it now is installs the new network; a start found nowhere is an error."""
+    from vcebench.core.io import sha256
+    from vcebench.models.shipping.cards import START, install_shipped
+
+    nets = tmp_path / "networks"
+    c1 = deep_merge(cfg, {"models": {"synthfaces": {"pmf": TINY_PMF}}})
+    _trained_folder(tmp_path / "m1/synthfaces/pmf", c1["models"]["synthfaces"]["pmf"], b"weights A")
+    first = ship(c1, tmp_path / "m1", nets, "t", "machine A", roles=["synthfaces/pmf"])[0]
+    assert "history" not in first and first["budget"]["steps"] == 3 and "start" not in first["budget"]
+    assert [m["steps"] for m in first["budget"]["flops_per_step"]] == [1, 2]  # flow matching, then MeanFlow
+    old_card, sha_a = sha256(nets / "synthfaces/pmf/card.json"), sha256(nets / "synthfaces/pmf/model.safetensors")
+
+    cont = {"init_from": str(nets / "synthfaces/pmf/model.safetensors"), "init_sha256": sha_a, "steps": 2,
+            "fm_warmup_steps": 0}
+    c2 = deep_merge(c1, {"models": {"synthfaces": {"pmf": cont}}})
+    _trained_folder(tmp_path / "m2/synthfaces/pmf", c2["models"]["synthfaces"]["pmf"], b"weights B")
+    card = ship(c2, tmp_path / "m2", nets, "t", "machine B", roles=["synthfaces/pmf"])[0]
+    assert card["files"][START] == sha_a and (nets / "synthfaces/pmf" / START).read_bytes() == b"weights A"
+    [h] = card["history"]
+    assert h["card_sha256"] == old_card and h["files"]["model.safetensors"] == sha_a and h["where"] == "machine A"
+    b = card["budget"]
+    assert b["start"] == first["budget"] and b["total"]["steps"] == 5
+    assert b["total"]["images"] == 10 and b["total"]["flops"] == first["budget"]["flops"] + b["flops"]
+    md = (nets / "synthfaces/pmf/card.md").read_text()
+    assert "in all: **5 steps" in md and old_card in md
+
+    # re-measured and shipped again (same weights): the history does not grow
+    again = ship(c2, nets, tmp_path / "again", "t", None, roles=["synthfaces/pmf"])
+    assert len(again[0]["history"]) == 1
+    # the config names the start where it now lives: the same recipe, installed
+    moved = deep_merge(c2, {"models": {"synthfaces": {"pmf": {"init_from": str(nets / "synthfaces/pmf" / START)}}}})
+    assert install_shipped(moved, "synthfaces", "pmf", nets, tmp_path / "inst", progress=False) is not None
+    # a start whose weights are nowhere: refused before anything is written
+    lost = deep_merge(c2, {"models": {"synthfaces": {"pmf": {"init_sha256": "ef" * 32}}}})
+    _trained_folder(tmp_path / "m3/synthfaces/pmf", lost["models"]["synthfaces"]["pmf"], b"weights C")
+    with pytest.raises(ConfigError, match="none of"):
+        ship(lost, tmp_path / "m3", nets, "t", "machine C", roles=["synthfaces/pmf"])
+    assert read_card(nets, "synthfaces", "pmf") == card

@@ -78,6 +78,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--roles", nargs="+", default=None,
                    help="only these roles (ROLE of every dataset, or DATASET/ROLE)")
     add_config_arg(s)
+    s = add_subverb(subs, "budget", run_budget, "count the training budget (steps x batch, FLOPs) of a shipped "
+                    "set's generators and write it into their cards")
+    s.add_argument("--models", required=True, help="a shipped set, e.g. networks/ref1 (<models>/<dataset>/<role>/)")
+    add_config_arg(s)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -116,6 +120,19 @@ def run_ship(args: argparse.Namespace) -> int:
     for c in cards:
         print(f"{args.out}/{c['dataset']}/{c['role']}: {len(c['files'])} files, {c['size_bytes'] / 1e6:.2f} MB")
     print(f"{len(cards)} networks, {sum(c['size_bytes'] for c in cards) / 1e6:.1f} MB")
+    return 0
+
+
+def run_budget(args: argparse.Namespace) -> int:
+    """Each generator's budget: steps x batch, and FLOPs from one counted step of each mode of its objective
+    (forward and backward, ``vcebench.models.training.budget``), its start's added for a continued recipe."""
+    from ..config.load import load_config
+    from ..core.runtime import setup_torch
+    from ..steps.networks import budgets_text, count_budgets
+
+    cfg = load_config(args.config)
+    setup_torch(cfg["threads"], "cpu")
+    print(budgets_text(count_budgets(cfg, args.models)), end="")
     return 0
 
 

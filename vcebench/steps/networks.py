@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.load import ConfigError
-from ..models.shipping.cards import same_recipe_keys, write_card
+from ..models.shipping.cards import START, replaced_entry, same_recipe_keys, start_entry, write_card
 
 SKIP_PARTS = ("checkpoint", "snapshots")
 QUALITY_KEYS = ("gates", "truth_vs_regenerate", "test_accuracy", "test_mean_accuracy", "truth", "verification",
@@ -85,6 +85,47 @@ def trained_info(metrics: dict[str, Any], where: str) -> dict[str, Any]:
     return {"where": where, **{k: t[k] for k in keys if t.get(k) is not None}}
 
 
+# the names of a generative objective's modes in a budget (``GenerativeLoss.mode``)
+MODE_NAMES = {"ddpm": {0: "epsilon loss"}, "pmf": {True: "flow matching (r = t)", False: "MeanFlow"}}
+GENERATIVE_ROLES = tuple(MODE_NAMES)
+
+
+def generative_budget(cfg: dict, dataset: str, role: str, model_dir: str | Path) -> dict[str, Any]:
+    """The training budget of the config's ``dataset``/``role`` recipe (``ddpm`` or ``pmf``): steps x batch and
+    FLOPs, one step of each of its objective's modes counted (``vcebench.costs.budget``). The networks
+    a pmf's losses train against are read from ``model_dir`` (their weights do not change the count)."""
+    import torch
+
+    from ..config.tasks import get_task, task_for_dataset
+    from ..costs.budget import run_budget
+    from ..data.registry import get_synthetic
+    from ..models.generative.ddpm import build_ddpm, ddpm_objective
+    from ..models.generative.meanflow import image_loss
+    from ..models.generative.pmf import build_pmf, pmf_objective
+    from ..models.generative.settings import PMF_DEFAULTS, flow_matching_steps
+    from ..models.training.settings import require
+    from .train import loss_networks
+
+    spec = cfg["models"][dataset][role]
+    steps, bs = int(require(spec, "steps", role)), int(require(spec, "batch_size", role))
+    ds = get_synthetic(cfg, dataset)
+    x = torch.zeros((bs, ds.channels, ds.resolution, ds.resolution))
+    torch.manual_seed(0)
+    if role == "ddpm":
+        ddpm = build_ddpm(spec, ds.channels, ds.resolution)
+        model, loss_fn = ddpm.unet, ddpm_objective(ddpm)
+    elif role == "pmf":
+        settings = {**PMF_DEFAULTS, **spec}
+        task = get_task(cfg, task_for_dataset(cfg, dataset))
+        model = build_pmf(spec, ds.channels, ds.resolution)
+        loss_fn = pmf_objective(settings, flow_matching_steps(settings, steps),
+                                image_loss(spec, loss_networks(cfg, task, role, Path(model_dir))))
+    else:
+        raise ConfigError(f"a training budget is counted for the generative roles ({', '.join(GENERATIVE_ROLES)}), "
+                          f"not {role!r}")
+    return run_budget(model, loss_fn, steps, x, MODE_NAMES[role])
+
+
 def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: str | None,
          curves: str | Path | None = None, roles: list[str] | None = None) -> list[dict[str, Any]]:
     """Copy every trained ``models/<dataset>/<role>`` (of the config's synthetic datasets) into
@@ -111,13 +152,104 @@ def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: s
             for f in sorted(src.rglob("*")):
                 if f.is_file() and not any(p in SKIP_PARTS for p in f.relative_to(src).parts):
                     copy_file(f, tmp / f.relative_to(src))
+            spec = cfg["models"][ds][role]
+            if spec.get("init_sha256"):  # a continued run ships the weights it started from beside its own
+                copy_file(_start_weights(spec, src, dst), tmp / START)
+            history = _history(src, dst, tmp)
+            budget = None
+            if role in GENERATIVE_ROLES:
+                budget = with_start(generative_budget(cfg, ds, role, models), spec, history, dst)
             card = write_card(tmp, cfg, ds, role, set_name, trained_info(metrics, where or _shipped_where(src)),
-                              quality, curve)
+                              quality, curve, budget, history)
             if dst.exists():
                 shutil.rmtree(dst)
             tmp.rename(dst)
             cards.append(card)
     return cards
+
+
+def count_budgets(cfg: dict, networks: str | Path) -> list[dict[str, Any]]:
+    """Count the training budget of every shipped generator of ``networks`` (``<set>/<dataset>/<ddpm|pmf>``)
+    and write it into its card (``card.json`` and ``card.md``; the files the card hashes are unchanged);
+    returns the cards. The config's recipe must be the card's (what is counted is the config's)."""
+    from ..config.tasks import SYNTHETIC_DATASETS
+    from ..models.shipping.cards import read_card, recipe_differences, rewrite_card
+
+    cards = []
+    for ds in SYNTHETIC_DATASETS:
+        for role in GENERATIVE_ROLES:
+            card = read_card(networks, ds, role)
+            if card is None:
+                continue
+            diff = recipe_differences(card, cfg, ds, role)
+            if diff:
+                raise ConfigError(f"{networks}/{ds}/{role}: the config's recipe is not the card's "
+                                  f"({'; '.join(diff[:3])}): count it with the config it was shipped with")
+            folder = Path(networks) / ds / role
+            card["budget"] = with_start(generative_budget(cfg, ds, role, networks), cfg["models"][ds][role],
+                                        card.get("history", []), folder)
+            rewrite_card(folder, card)
+            cards.append(card)
+    return cards
+
+
+def budgets_text(cards: list[dict[str, Any]]) -> str:
+    """What :func:`count_budgets` counted, for a reader: the generators' budgets side by side (the table
+    docs/networks.md carries) and the FLOP convention."""
+    from ..models.shipping.cards import budgets_table
+
+    return budgets_table(cards) + "\n" + (cards[0]["budget"]["convention"] if cards else "no shipped generator") + "\n"
+
+
+def with_start(budget: dict[str, Any], spec: dict[str, Any], history: list[dict[str, Any]],
+               dst: Path) -> dict[str, Any]:
+    """A run's ``budget`` with its start's (``spec``: its recipe; a continued recipe's start is the network of
+    ``history`` with its ``init_sha256`` weights): a start without a counted budget is an error."""
+    from ..costs.budget import total_budget
+
+    if not spec.get("init_sha256"):
+        return budget
+    start = start_entry(history, spec["init_sha256"])
+    if start is None or "budget" not in start:
+        why = "no network of its card history has them" if start is None else "their card has no budget"
+        raise ConfigError(f"{dst}: the recipe continues weights with sha256 {spec['init_sha256']}, and {why}: "
+                          f"count the budgets of the set it continues first (`vcebench models budget --models "
+                          f"{dst.parent.parent}`)")
+    return total_budget(budget, start["budget"])
+
+
+def _start_weights(spec: dict[str, Any], src: Path, dst: Path) -> Path:
+    """The file of the weights a continued recipe started from (``init_sha256``): where its run read them
+    (``config.json``), where the config names them, or the shipped network it replaces (``dst``)."""
+    from ..core.io import sha256
+
+    want = spec["init_sha256"]
+    places = [recorded_settings(src).get("init_from"), spec.get("init_from"), src / START, dst / START,
+              dst / "model.safetensors"]
+    for p in [Path(p) for p in places if p]:
+        if p.is_file() and sha256(p) == want:
+            return p
+    raise ConfigError(f"{src} continued weights with sha256 {want} (`init_sha256`), and none of "
+                      f"{', '.join(str(p) for p in places if p)} has them: ship it where its start is")
+
+
+def _history(src: Path, dst: Path, new: Path) -> list[dict[str, Any]]:
+    """The history of the card for ``new`` (``src`` shipped, about to replace ``dst``): ``dst``'s card's history
+    and ``dst``'s network itself when ``new`` has other weights; where ``dst`` has no card, ``src``'s history (a
+    shipped set re-measured into another folder)."""
+    import datetime
+
+    from ..core.io import sha256
+    from ..models.shipping.cards import CARD
+
+    if not (dst / CARD).is_file():
+        return list(json.loads((src / CARD).read_text()).get("history", [])) if (src / CARD).is_file() else []
+    old = json.loads((dst / CARD).read_text())
+    history = list(old.get("history", []))
+    weights = {f: d for f, d in old["files"].items() if f.endswith(".safetensors") and f != START}
+    if any(not (new / f).is_file() or sha256(new / f) != d for f, d in weights.items()):
+        history.append(replaced_entry(dst, datetime.date.today().isoformat()))
+    return history
 
 
 def _shipped_where(folder: Path) -> str:

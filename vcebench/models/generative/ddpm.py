@@ -211,6 +211,25 @@ def evaluate_ddpm(ddpm: DiffusersDDPM, val: Tensor, seed: int, n_samples: int = 
     return m, samples
 
 
+def ddpm_objective(ddpm: DiffusersDDPM) -> GenerativeLoss:
+    """The epsilon loss (Ho et al. 2020, Eq. 14) of ``ddpm.unet``: a uniform train timestep and a Gaussian noise
+    per image, the noised image ``sqrt(abar) x + sqrt(1 - abar) eps``, the squared error of the predicted noise."""
+    abar = ddpm.alphas_cumprod.float()
+    T = ddpm.num_train_timesteps
+
+    def draw(x: Tensor, g: torch.Generator, step: int) -> tuple[Tensor, ...]:
+        t = torch.randint(0, T, (x.shape[0],), generator=g)
+        eps = torch.randn(x.shape, generator=g)
+        return x, t, eps, abar[t].reshape(-1, 1, 1, 1)
+
+    def compute(unet: nn.Module, drawn: tuple[Tensor, ...], mode: object) -> Tensor:
+        x, t, eps, a = drawn
+        z = a.sqrt() * x + (1 - a).sqrt() * eps
+        return F.mse_loss(unet(z, t).sample.float(), eps)
+
+    return GenerativeLoss(draw, compute)
+
+
 def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
                val_images_uint8: Tensor | None = None, progress: bool = True,
                feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
@@ -227,20 +246,8 @@ def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: 
     channels, res = x_check.shape[1], x_check.shape[-1]
     torch.manual_seed(seed)
     ddpm = build_ddpm(cfg_role, channels, res)
-    abar = ddpm.alphas_cumprod.float()
     T = ddpm.num_train_timesteps
-
-    def draw(x: Tensor, g: torch.Generator, step: int) -> tuple[Tensor, ...]:
-        t = torch.randint(0, T, (x.shape[0],), generator=g)
-        eps = torch.randn(x.shape, generator=g)
-        return x, t, eps, abar[t].reshape(-1, 1, 1, 1)
-
-    def compute(unet: nn.Module, drawn: tuple[Tensor, ...], mode: object) -> Tensor:
-        x, t, eps, a = drawn
-        z = a.sqrt() * x + (1 - a).sqrt() * eps
-        return F.mse_loss(unet(z, t).sample.float(), eps)
-
-    shadow, stats = train_generative(ddpm.unet, GenerativeLoss(draw, compute), cfg_role, train_images_uint8,
+    shadow, stats = train_generative(ddpm.unet, ddpm_objective(ddpm), cfg_role, train_images_uint8,
                                      out_dir, seed, "ddpm", progress,
                                      shard=shard, snapshots=snapshots, trunk_dir=trunk_dir)
     if shard is not None and not shard.writer:

@@ -236,6 +236,21 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = PM
     return m, grids
 
 
+def pmf_objective(settings: dict, warm: int, images_loss: nn.Module | None) -> GenerativeLoss:
+    """The MeanFlow loss of a pmf recipe (``settings``: the role's block over ``PMF_DEFAULTS``): flow matching
+    only (r = t) for the first ``warm`` steps, then MeanFlow; pMF's losses on the one-step prediction when
+    ``images_loss`` is given (:func:`meanflow.image_loss`). Its mode is True during the warm start."""
+
+    def draw(x: Tensor, g: torch.Generator, step: int) -> tuple[Tensor, ...]:
+        return meanflow_draw(x, g, settings, flow_matching_only=step < warm)
+
+    def compute(model: nn.Module, drawn: tuple[Tensor, ...], flow_matching_only: bool) -> tuple[Tensor, Tensor]:
+        loss, per_sample = meanflow_compute(model, drawn, settings, flow_matching_only, images_loss)
+        return loss, per_sample.mean() / drawn[0][0].numel()  # logged: unweighted squared error of u per pixel
+
+    return GenerativeLoss(draw, compute, mode=lambda step: step < warm)
+
+
 def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
               val_images_uint8: Tensor | None = None, progress: bool = True, reference_ddpm: Any = None,
               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
@@ -269,15 +284,7 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     if trunk_dir is not None and settings["fm_warmup_steps"] is None:
         raise RoleConfigError("a pmf trained on a shared trunk needs `models.<dataset>.pmf.fm_warmup_steps`: "
                               "`fm_warmup`, a share of the budget, differs between the budgets")
-
-    def draw(x: Tensor, g: torch.Generator, step: int) -> tuple[Tensor, ...]:
-        return meanflow_draw(x, g, settings, flow_matching_only=step < warm)
-
-    def compute(model: nn.Module, drawn: tuple[Tensor, ...], flow_matching_only: bool) -> tuple[Tensor, Tensor]:
-        loss, per_sample = meanflow_compute(model, drawn, settings, flow_matching_only, images_loss)
-        return loss, per_sample.mean() / drawn[0][0].numel()  # logged: unweighted squared error of u per pixel
-
-    loss_fn = GenerativeLoss(draw, compute, mode=lambda step: step < warm)  # mode: the flow-matching warm start
+    loss_fn = pmf_objective(settings, warm, images_loss)
     shadow, stats = train_generative(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress,
                                      shard=shard, snapshots=snapshots, trunk_dir=trunk_dir)
     if shard is not None and not shard.writer:

@@ -23,6 +23,9 @@ from ...core.io import copy_file, sha256, write_text
 from ...registry.roles import LOSS_ROLES
 
 CARD = "card.json"
+# the weights a continued recipe (``init_from`` / ``init_sha256``) started from, shipped beside its own: a recipe
+# that continues a shipped network names this file in its set's folder
+START = "start.safetensors"
 NOT_COPIED = ("card.json", "card.md")
 
 
@@ -106,20 +109,87 @@ def install(networks: str | Path, dataset: str, role: str, card: dict[str, Any],
 
 def write_card(folder: str | Path, cfg: dict, dataset: str, role: str, set_name: str,
                trained: dict[str, Any], quality: dict[str, Any] | None = None,
-               curve: dict[str, Any] | None = None) -> dict[str, Any]:
+               curve: dict[str, Any] | None = None, budget: dict[str, Any] | None = None,
+               history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write ``card.json`` and ``card.md`` for the trained network in ``folder`` (every file but the cards
-    hashed), with the config's recipe (which must be the one it was trained with: ``config.json``)."""
+    hashed), with the config's recipe (which must be the one it was trained with: ``config.json``).
+    ``budget``: its training budget (``vcebench.models.training.budget``); ``history``: the networks it replaced
+    (:func:`replaced_entry`), oldest first."""
     folder = Path(folder)
     files = {str(p.relative_to(folder)): sha256(p) for p in sorted(folder.rglob("*"))
              if p.is_file() and p.name not in NOT_COPIED}
     card = {"set": set_name, "dataset": dataset, "role": role, "recipe": recipe(cfg, dataset, role),
-            "trained": trained, "quality": quality or {}, "curve": curve, "files": files,
-            "size_bytes": sum((folder / f).stat().st_size for f in files)}
+            "trained": trained, **({"budget": budget} if budget else {}), "quality": quality or {}, "curve": curve,
+            "files": files, "size_bytes": sum((folder / f).stat().st_size for f in files),
+            **({"history": history} if history else {})}
+    rewrite_card(folder, card)
+    return card
+
+
+def rewrite_card(folder: str | Path, card: dict[str, Any]) -> None:
+    """Write ``card`` as ``folder``'s ``card.json`` and ``card.md`` (the files it hashes are not touched)."""
     from ...core.io import write_json
 
-    write_json(folder / CARD, card)
-    write_text(folder / "card.md", card_markdown(card))
-    return card
+    write_json(Path(folder) / CARD, card)
+    write_text(Path(folder) / "card.md", card_markdown(card))
+
+
+def replaced_entry(folder: str | Path, when: str) -> dict[str, Any] | None:
+    """What a card's history keeps of the network shipped in ``folder`` when another replaces it (None: none
+    shipped there): its card's sha256, its files' hashes, its budget, where it trained, its quality gate."""
+    p = Path(folder) / CARD
+    if not p.is_file():
+        return None
+    old = json.loads(p.read_text())
+    gate = (old.get("quality") or {}).get("quality_gate")
+    return {"replaced": when, "card_sha256": sha256(p), "files": old["files"],
+            "steps": ((old.get("recipe") or {}).get("settings") or {}).get("steps"),
+            "where": (old.get("trained") or {}).get("where"), **({"budget": old["budget"]} if "budget" in old else {}),
+            **({"quality_gate": {k: gate[k] for k in ("passed", "failed", "fid_pmf", "fid_tweedie") if k in gate}}
+               if gate else {})}
+
+
+def start_entry(history: list[dict[str, Any]], weights_sha256: str) -> dict[str, Any] | None:
+    """The latest network of ``history`` whose weights file has ``weights_sha256`` (a continued run's start)."""
+    return next((h for h in reversed(history) if weights_sha256 in h["files"].values()), None)
+
+
+def _flops(v: float) -> str:
+    return f"{v / 1e15:.2f} PFLOP" if v >= 1e14 else f"{v / 1e9:.1f} GFLOP"
+
+
+def budget_lines(budget: dict[str, Any]) -> list[str]:
+    """A card's budget for a reader: this run, the weights it started from, in all."""
+    modes = ", ".join(f"{m['steps']:,} {m['mode']} steps at {_flops(m['flops'])}" for m in budget["flops_per_step"])
+    out = [f"- this run: {budget['steps']:,} steps x batch {budget['batch_size']} = {budget['images']:,} images, "
+           f"{_flops(budget['flops'])} ({modes})"]
+    if "start" in budget:
+        st = budget["start"].get("total", budget["start"])
+        t = budget["total"]
+        out += [f"- its start (the weights it continued): {st['steps']:,} steps, {st['images']:,} images, "
+                f"{_flops(st['flops'])}",
+                f"- in all: **{t['steps']:,} steps, {t['images']:,} images, {_flops(t['flops'])}**"]
+    return out + [f"- FLOPs: {budget['convention']}"]
+
+
+def budgets_table(cards: list[dict[str, Any]]) -> str:
+    """The generators' budgets side by side (a markdown table, one row per card with a budget): steps x batch,
+    images seen and FLOPs, this run's and, for a continued one, in all."""
+    rows = ["| generator | steps x batch | images | FLOPs per step | training FLOPs |", "|---|---|---:|---|---:|"]
+    for c in cards:
+        b = c.get("budget")
+        if not b:
+            continue
+        per = " / ".join(f"{_flops(m['flops'])} ({m['mode']}, {m['steps']:,})" for m in b["flops_per_step"])
+        run = f"{b['steps']:,} x {b['batch_size']}"
+        images, flops = f"{b['images'] / 1e6:.2f} M", _flops(b["flops"])
+        if "total" in b:
+            t = b["total"]
+            run += f" more ({t['steps']:,} in all)"
+            images += f" ({t['images'] / 1e6:.2f} M in all)"
+            flops += f" ({_flops(t['flops'])} in all)"
+        rows.append(f"| {c['dataset']} {c['role']} | {run} | {images} | {per} | {flops} |")
+    return "\n".join(rows) + "\n"
 
 
 def card_markdown(card: dict[str, Any]) -> str:
@@ -131,12 +201,21 @@ def card_markdown(card: dict[str, Any]) -> str:
              "Dataset settings: `" + json.dumps(card["recipe"]["data"], sort_keys=True) + "`", "",
              "## Training", ""]
     lines += [f"- {k}: {v}" for k, v in card["trained"].items()]
+    if card.get("budget"):
+        lines += ["", "## Budget", ""] + budget_lines(card["budget"])
     if card.get("quality"):
         lines += ["", "## Quality (measured on the files below)", ""]
         lines += [f"- {k}: {json.dumps(v) if isinstance(v, dict | list) else v}" for k, v in card["quality"].items()]
     if card.get("curve"):
         lines += ["", "## Training curve", "", card["curve"].get("markdown", "")]
     lines += ["", "## Files (sha256)", ""] + [f"- `{f}` `{h}`" for f, h in card["files"].items()]
+    if card.get("history"):
+        lines += ["", "## History (the networks this one replaced, oldest first)", ""]
+        lines += [f"- replaced {h['replaced']}: {h.get('steps')} steps, trained {h.get('where')}; card.json "
+                  f"`{h['card_sha256']}`; " + "; ".join(f"`{f}` `{d}`" for f, d in h["files"].items()
+                                                         if f.endswith(".safetensors"))
+                  + (f"; its gate: {json.dumps(h['quality_gate'])}" if h.get("quality_gate") else "")
+                  for h in card["history"]]
     return "\n".join(lines) + "\n"
 
 
