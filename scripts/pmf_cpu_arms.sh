@@ -9,6 +9,10 @@
 #                                        (about 10 MB per arm; commit it at most once a day)
 #   bash scripts/pmf_cpu_arms.sh score   once an arm has finished: score it (vcebench models curve --score-only,
 #                                        the gate's numbers) and print the ablation table of its set
+#   bash scripts/pmf_cpu_arms.sh ship S  ship set S's finished arm as its faces pmf (scripts/ship_cpu_networks.sh:
+#                                        `models check` on the whole set, then a new card; the replaced network ships
+#                                        beside it as start.safetensors and is named in the card's history). The
+#                                        config's faces pmf recipe must be the arm's first (docs/networks.md)
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -18,7 +22,7 @@ RUNS=runs/pmf-ablation
 KEEP=training-states/pmf-ablation
 export EXTRA=config/presets/pmf_ablation/one_thread.yaml OMP_NUM_THREADS=1
 [ -d .venv ] && PATH="$ROOT/.venv/bin:$PATH"
-case "${1:?usage: scripts/pmf_cpu_arms.sh start|status|save|score}" in
+case "${1:?usage: scripts/pmf_cpu_arms.sh start|status|save|score|ship SET}" in
   start)
     mkdir -p "$RUNS"
     [ -d "$KEEP" ] && RUNS=$RUNS KEEP=$KEEP bash scripts/training_states.sh restore
@@ -41,5 +45,15 @@ case "${1:?usage: scripts/pmf_cpu_arms.sh start|status|save|score}" in
     for set in $SETS; do
       SET=$set bash scripts/pmf_ablation.sh "$ARM" --score-only && SET=$set bash scripts/pmf_ablation.sh table
     done ;;
-  *) echo "usage: scripts/pmf_cpu_arms.sh start|status|save|score" >&2; exit 2 ;;
+  ship)
+    set=${2:?usage: scripts/pmf_cpu_arms.sh ship ref1|ref2}
+    arm=$RUNS/$set/$ARM
+    [ -f "$arm/train-012800/metrics.json" ] || { echo "$arm has not finished (bash scripts/pmf_cpu_arms.sh status)" >&2; exit 1; }
+    [ -f "$arm/curve.json" ] || { echo "$arm is not scored: bash scripts/pmf_cpu_arms.sh score" >&2; exit 1; }
+    curves=$RUNS/$set/curves/synthfaces/pmf; mkdir -p "$curves"; cp "$arm/curve.json" "$curves/"
+    unset EXTRA
+    FROM=$arm/train-012800 CURVES=$RUNS/$set/curves \
+      WHERE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), one thread of 2 cores, niced, the set's shipped 12,800-step pmf continued 12,800 steps (scripts/pmf_cpu_arms.sh, 2026-12-03 to $(date -u +%F))" \
+      bash scripts/ship_cpu_networks.sh "$set" synthfaces/pmf ;;
+  *) echo "usage: scripts/pmf_cpu_arms.sh start|status|save|score|ship SET" >&2; exit 2 ;;
 esac

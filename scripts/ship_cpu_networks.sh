@@ -10,6 +10,8 @@
 # `vcebench models ship` writes it back into networks/SET/ with new cards (the judges keep their weights: their
 # metrics.json gets the new regenerate level). A budget not trained yet, or a run trained with another recipe,
 # stops it before anything in networks/SET changes.
+# FROM=<run folder> with one DATASET/ROLE: ship that run instead (e.g. a continued arm of scripts/pmf_cpu_arms.sh);
+# CURVES=<folder>: the training curves, <folder>/DATASET/ROLE/curve.json (default the runs' own).
 set -eu
 SET=${1:?usage: scripts/ship_cpu_networks.sh ref1|ref2 [DATASET/ROLE ...]}; shift
 PAIRS=${*:-synthfaces/ddpm synthfaces/pmf synthxray/ddpm synthxray/pmf}
@@ -35,6 +37,10 @@ for pair in $PAIRS; do
   esac
   steps=$(.venv/bin/python scripts/recipe_steps.py "$ds" "$role" "${CONFIGS[@]}")
   run=$RUNS/$ds/$role/train-$(printf %06d "$steps")
+  if [ -n "${FROM:-}" ]; then
+    [ "$(echo $PAIRS | wc -w)" = 1 ] || { echo "FROM ships one run: name one DATASET/ROLE" >&2; exit 2; }
+    run=$FROM
+  fi
   [ -f "$run/metrics.json" ] || { echo "$run is not trained (the config's $ds/$role steps: $steps): run" \
     "scripts/cpu_networks.sh $SET $ds/$role first" >&2; exit 1; }
   rm -rf "${MODELS:?}.tmp/$ds/$role"; cp -r "$run" "$MODELS.tmp/$ds/$role"  # ship leaves its snapshots out
@@ -47,7 +53,7 @@ DATA=(); [ -d resources/data/synthfaces ] && DATA=(--data-root resources/data)
 TORCH=$(.venv/bin/python -c 'import torch; print(torch.__version__)')
 # WHERE=<text>: where the generators were trained, when not all on this machine (e.g. a GPU's first steps)
 WHERE=${WHERE:-"$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, torch $TORCH (CPU), 1 thread, cpu_isa native, $(date -u +%F), scripts/cpu_networks.sh"}
-.venv/bin/vcebench models ship --models "$MODELS" --set "$SET" --out "$OUT" --curves "$RUNS" \
+.venv/bin/vcebench models ship --models "$MODELS" --set "$SET" --out "$OUT" --curves "${CURVES:-$RUNS}" \
   --roles $PAIRS --where "$WHERE" "${CONFIGS[@]}"
 # the judges: their weights and where they trained unchanged (their cards say it), their metrics.json re-measured
 .venv/bin/vcebench models ship --models "$MODELS" --set "$SET" --out "$OUT" \
