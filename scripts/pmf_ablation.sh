@@ -59,15 +59,20 @@ import json, sys
 from pathlib import Path
 
 out, arms = Path(sys.argv[1]), sys.argv[2:]
-cols = [("predict_clean_t0.2_fid", "FID t0.2"), ("ddpm_tweedie_t0.2_fid", "Tweedie t0.2"),
-        ("predict_clean_t0.4_fid", "FID t0.4"), ("ddpm_tweedie_t0.4_fid", "Tweedie t0.4"),
-        ("gate_mse_ratio_vs_tweedie", "MSE / Tweedie t0.4"), ("sample_fid", "1-step sample FID")]
-rows, found = [], {}
+last = {}
 for arm in arms:
     p = out / arm / "curve.json"
-    if not p.is_file() or not json.loads(p.read_text()).get("rows"):
-        continue
-    curve = json.loads(p.read_text())
+    if p.is_file() and json.loads(p.read_text()).get("rows"):
+        last[arm] = json.loads(p.read_text())
+# every flow time an arm was scored at (0.2, 0.4 and each task's FiRe level): the PMF's one-step FID and the
+# DDPM's Tweedie FID side by side
+levels = sorted({k[len("predict_clean_t"):-len("_fid")] for c in last.values() for k in c["rows"][-1]
+                 if k.startswith("predict_clean_t") and k.endswith("_fid")}, key=float)
+cols = [c for t in levels for c in ((f"predict_clean_t{t}_fid", f"FID t{float(t):.3g}"),
+                                    (f"ddpm_tweedie_t{t}_fid", f"Tweedie t{float(t):.3g}"))]
+cols += [("gate_mse_ratio_vs_tweedie", "MSE / Tweedie t0.4"), ("sample_fid", "1-step sample FID")]
+rows, found = [], {}
+for arm, curve in last.items():
     r = curve["rows"][-1]
     found[arm] = {"step": r["step"], "n_val": curve["scoring"]["n_val"], **r}
     kept = "; ".join(f"{a} {v['pmf']:.3f} vs {v['tweedie']:.3f} (t {v['t']:.3g})"

@@ -223,7 +223,11 @@ def test_score_pmf_records_the_gate_as_training_measures_it():
     assert g["checks"] == ["mse_within_2x", "label_kept_vs_tweedie", "fid_lower"]
     assert row["gate_passed"] == g["passed"] and row["gate_failed"] == g["failed"]
     assert row["gate_label_kept_at_fire_t"] == g["label_kept_at_fire_t"]
-    assert set(row["gate_label_kept_at_fire_t"]) == {"Bright"} and "predict_clean_t0.3_fid" not in row
+    assert set(row["gate_label_kept_at_fire_t"]) == {"Bright"}
+    # the FIDs at the FiRe level too (the gate at FiRe's operating noise, issue #61), as the evaluation measured them
+    for t in ("0.2", "0.3", "0.4"):
+        assert row[f"predict_clean_t{t}_fid"] == ev["predict_clean"][f"t{t}"]["fid"]
+        assert row[f"ddpm_tweedie_t{t}_fid"] == ev["predict_clean"][f"t{t}"]["ddpm_tweedie"]["fid"]
     assert "gate_passed" not in score_pmf(pmf, val, feats, (0.4,), 8, 0)  # no DDPM: no gate
     md = to_markdown({"dataset": "d", "role": "pmf", "recipe": {"steps": 8, "batch_size": 4},
                       "scoring": {"n_val": 16, "n_samples": 8}, "rows": [{"step": 8, **row}],

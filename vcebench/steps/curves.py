@@ -142,7 +142,7 @@ def score_pmf(pmf, val: Tensor, feature_fn, t_flow: Sequence[float], n_samples: 
     ev, _ = evaluate_pmf(pmf, val, seed, n_samples=2, feature_fn=feature_fn, ddpm=reference_ddpm,
                          t_flow=t_eval, classifiers=classifiers)
     row: dict[str, Any] = {}
-    for t in t_flow:
+    for t in t_eval:  # the curve's levels and each task's FiRe level (the gate's)
         e = ev["predict_clean"][f"t{t:g}"]
         row[f"predict_clean_t{t:g}_fid"], row[f"predict_clean_t{t:g}_mse"] = e.get("fid"), e["mse"]
         if "ddpm_tweedie" in e:
