@@ -18,7 +18,12 @@ from .bootstrap import Resamples, Samples, weighted_means
 
 
 class FlipRate:
-    """FR: % of inputs in ``subset`` (default all) with ``f(cf) == y'``."""
+    """FR: % of inputs in ``subset`` (default all) with ``f(cf) == y'``.
+
+    With two classes it also counts which class the classifier reads each input and each counterfactual as
+    (``record["classifier_reads"]``, into metrics.json): a row whose counterfactuals all read as one class
+    whatever their input's class regenerates the image rather than edits it, and its FR is then the share of
+    inputs of the other class (``vcebench.report.validity.regenerating_rows``)."""
 
     name = "FR"
     roles = ("classifier",)
@@ -29,12 +34,28 @@ class FlipRate:
         self.total = 0
         self.samples = Samples()
         self.n: dict[str, int] = {}
+        self.reads = {"inputs": np.zeros(2, np.int64), "counterfactuals": np.zeros(2, np.int64)}
+        self.binary = True
 
     def update(self, batch: EvalBatch) -> None:
         keep = batch.subset(self.subset)
         self.hits += int(batch.flipped[keep].sum())
         self.total += int(keep.sum())
         self.samples.add(batch.sample_id[keep], batch.flipped[keep])
+        target, flipped = batch.target[keep].long(), batch.flipped[keep].bool()
+        if self.binary and bool(((target == 0) | (target == 1)).all()):
+            read = torch.where(flipped, target, 1 - target)  # f(cf): y' where it flipped, else f(x) = 1 - y'
+            self.reads["inputs"] += np.bincount((1 - target).cpu().numpy(), minlength=2)
+            self.reads["counterfactuals"] += np.bincount(read.cpu().numpy(), minlength=2)
+        else:
+            self.binary = False
+
+    @property
+    def record(self) -> dict:
+        """How many inputs and counterfactuals the classifier reads as class 0 / 1 (two classes only)."""
+        if not self.binary or not self.total:
+            return {}
+        return {"classifier_reads": {k: [int(c) for c in v] for k, v in self.reads.items()}}
 
     def compute(self) -> dict[str, float]:
         require(self.total, 1, "FR", self.subset)

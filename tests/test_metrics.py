@@ -298,3 +298,19 @@ def test_cout_matches_reference_transcription_with_sparse_edits():
     cf[4] = x[4] + torch.rand(3, 12, 12, generator=g, dtype=torch.float64) * 0.3  # dense edit
     expect = _cout_reference_transcription(x, cf, net)
     np.testing.assert_allclose(cout_scores(x, cf, net).numpy(), expect.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_flip_rate_counts_the_class_the_classifier_reads_each_input_and_counterfactual_as():
+    """f(x) = 1 - y'; f(cf) = y' where it flipped, else f(x). A regeneration reads every counterfactual as one
+    class whatever the input: the inputs of the other class flip, the rest cannot."""
+    x = torch.zeros(5, 1, 2, 2)
+    fr = FlipRate()
+    run_metrics([fr], [batch(x, x, target=[1, 1, 0, 0, 0], flipped=[True, True, False, False, True])])
+    assert fr.record == {"classifier_reads": {"inputs": [2, 3], "counterfactuals": [1, 4]}}
+    regen = FlipRate()
+    out = run_metrics([regen], [batch(x[:4], x[:4], target=[1, 1, 0, 0], flipped=[True, True, False, False])])
+    assert regen.record["classifier_reads"] == {"inputs": [2, 2], "counterfactuals": [0, 4]}
+    assert out["metrics"]["FR"] == 50.0  # the share of inputs of the other class, no flip of anything
+    many = FlipRate()
+    run_metrics([many], [batch(x[:2], x[:2], target=[2, 0], flipped=[True, False])])
+    assert many.record == {}  # more than two classes: not counted

@@ -305,3 +305,36 @@ def test_report_pairs_cli_writes_each_tasks_pairs_then_their_summary(tmp_path, c
     capsys.readouterr()
     assert main(["report", "pairs", "--out-dir", str(tmp_path)]) == 2  # neither --task nor --summary
     assert "--task TASK or --summary" in capsys.readouterr().err
+
+
+def test_a_row_that_regenerates_is_marked_and_never_ranked(tmp_path):
+    """A row whose counterfactuals the classifier reads all as one class whatever their input (metrics.json's
+    ``classifier_reads``) regenerates rather than edits: left out of the pairs and the marks, its label marked ‡
+    with the reason in the footer. Planted: the same tree without the counts ranks it (FiRe, L1's best)."""
+    from vcebench.report import validity
+
+    methods = _write_tree(tmp_path, _values(0))
+    p = tmp_path / TASK / "fire" / "metrics.json"
+    meta = json.loads(p.read_text())
+    p.write_text(json.dumps({**meta, "classifier_reads": {"inputs": [N // 2, N - N // 2],
+                                                          "counterfactuals": [0, N]}}))
+    metas = report.load_metrics_json(tmp_path, TASK, methods)
+    regen = validity.regenerating_rows(metas)
+    assert list(regen) == ["fire"]
+    df, higher = _table(tmp_path, methods)
+    table, marks, _ = pairs.task_pairs(tmp_path, TASK, df, higher, regen)
+    assert "fire" not in set(table["a"]) | set(table["b"])
+    fire_row = df.index[df["method"] == "fire"][0]
+    assert all(fire_row not in col for col in marks.values())
+    md = report.to_markdown(df, higher, marks=marks, flagged=regen,
+                            footer=validity.regeneration_lines(regen, "Pacemaker"))
+    assert f"| FiRe {report.tables.ROW_MARK} |" in md
+    assert f"{report.tables.ROW_MARK} FiRe regenerates rather than edits" in md and f"all {N} of" in md
+    assert r"FiRe$^\ddagger$" in report.to_latex(df, higher, flagged=regen)
+    # a row whose counterfactuals read as both classes, or whose inputs are all one class, is no regeneration
+    assert validity.regenerating_rows({"a": {"classifier_reads": {"inputs": [5, 5], "counterfactuals": [1, 9]}},
+                                       "b": {"classifier_reads": {"inputs": [0, 10], "counterfactuals": [10, 0]}},
+                                       "c": {}}) == {}
+    # planted: without the counts FiRe is ranked and marked best on L1
+    _, marks0, _ = pairs.task_pairs(tmp_path, TASK, df, higher)
+    assert marks0["L1"].get(fire_row) == "best"

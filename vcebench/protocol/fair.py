@@ -79,6 +79,13 @@ PAPER: dict[tuple, PaperValue] = {
     ("*", "ace", "dilation"): PaperValue(15, "kernel", 128, _ACE + " --sampling_dilation 15"),
     ("*", "ace", "attack_step"): PaperValue(1.0, "strength", None, _ACE + " --attack_step 1 (/255)"),
     ("*", "ace", "dist_weight"): PaperValue(0.001, "strength", None, _ACE + " --dist_l1 0.001"),
+    # the papers' budgets: the guided updates of one trajectory (a paper row's; the calibrated rows run 15)
+    ("*", "fire", "paper_updates"): PaperValue(15, "other", None, _FIRE + ": K = 15"),
+    ("celeba", "ddpm", "paper_updates"): PaperValue(60, "other", None, _DIME + ": 60 guided steps, the start 60 of "
+                                                    "200 respaced steps, each scale of its retries in turn"),
+    ("chexpert", "ddpm", "paper_updates"): PaperValue(400, "other", None, _MED + ": 400 guided steps, the start 400 "
+                                                      "of 1000"),
+    ("*", "ace", "paper_updates"): PaperValue(50, "other", None, _ACE + " --attack_iterations 50"),
     # FastDiME_Med exactly as its code runs (domain chexpert_med, falling back to chexpert; the fair2 switch)
     ("chexpert_med", "ddpm", "guidance_form"): PaperValue(
         "med", "other", None, _MEDC + " models/diffusion.py:313-325 (nn.L1Loss per pixel, .mean(1)), 601-612 (BCE "
@@ -137,6 +144,13 @@ def paper_value(domain: str, method: str, param: str, attribute: str | None = No
     if domain in DOMAIN_FALLBACK:
         return paper_value(DOMAIN_FALLBACK[domain], method, param, attribute)
     raise KeyError(f"no paper value for {method}.{param} on {domain}")
+
+
+def paper_updates(dataset: str, method: str) -> int:
+    """The guided updates of one trajectory of ``method``'s paper (a paper row's budget, config
+    ``variants.<method>.paper`` and ``tasks.<task>.params.<method>_paper``) on ``dataset``'s domain."""
+    domain = DOMAIN[dataset][0] if dataset in DOMAIN else dataset
+    return int(paper_value(domain, method, "paper_updates").value)
 
 
 def carried(pv: PaperValue, resolution: int) -> Any:

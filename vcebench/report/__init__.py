@@ -16,9 +16,20 @@ from .footer import load_metrics_json, load_profiles, resolution_lines, task_foo
 from .pareto import pareto_figures, pareto_front
 from .regression import regression_check, regression_markdown
 from .tables import load_task_table, method_label, to_latex, to_markdown, write_task_tables, write_text
-from .validity import attack_lines, check_attacks, check_columns, marked_columns, validity_lines, write_validity
+from .validity import (
+    attack_lines,
+    check_attacks,
+    check_columns,
+    marked_columns,
+    regenerating_rows,
+    regeneration_lines,
+    validity_lines,
+    write_validity,
+)
 
-__all__ = ["atomic_path", "attack_lines", "check_attacks", "check_columns", "load_metrics_json", "load_profiles",
-           "load_task_table", "marked_columns", "method_label", "pareto_figures", "pareto_front",
-           "regression_check", "regression_markdown", "resolution_lines", "task_footer", "to_latex", "to_markdown",
-           "validity_lines", "write_task_tables", "write_text", "write_validity"]
+__all__ = [
+    "atomic_path", "attack_lines", "check_attacks", "check_columns", "load_metrics_json", "load_profiles",
+    "load_task_table", "marked_columns", "method_label", "pareto_figures", "pareto_front", "regenerating_rows",
+    "regeneration_lines", "regression_check", "regression_markdown", "resolution_lines", "task_footer", "to_latex",
+    "to_markdown", "validity_lines", "write_task_tables", "write_text", "write_validity",
+]

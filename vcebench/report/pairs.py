@@ -25,6 +25,7 @@ the best"). Without a record for a ranked row, its table has no marks, never mar
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,11 +65,13 @@ def tested_columns(df: pd.DataFrame, higher: dict[str, bool]) -> list[str]:
     return [c for c in df.columns if higher.get(c) is not None and c not in registry.COST_COLUMNS]
 
 
-def ranked_rows(df: pd.DataFrame) -> list[str]:
-    """The table's ranked rows (every row but the reference rows, ``tasks.is_baseline``), in table order."""
+def ranked_rows(df: pd.DataFrame, unranked: Iterable[str] = ()) -> list[str]:
+    """The table's ranked rows (every row but the reference rows, ``tasks.is_baseline``, and ``unranked``: rows
+    that regenerate rather than edit, ``validity.regenerating_rows``), in table order."""
     from ..config.tasks import is_baseline
 
-    return [m for m in df["method"] if not is_baseline(m)]
+    skip = set(unranked)
+    return [m for m in df["method"] if not is_baseline(m) and m not in skip]
 
 
 def load_records(results: Path, task: str, methods: list[str]) -> dict[str, SampleRecord]:
@@ -170,10 +173,10 @@ def _pair(col: str, a: str, b: str, va: float, vb: float, ra: SampleRecord, rb: 
 
 
 def compare(df: pd.DataFrame, higher: dict[str, bool], records: dict[str, SampleRecord],
-            alpha: float = ALPHA) -> pd.DataFrame:
+            alpha: float = ALPHA, unranked: Iterable[str] = ()) -> pd.DataFrame:
     """Every pair of ranked rows with a record, in every ranked column where both have a value (:data:`PAIR_COLUMNS`;
     ``diff`` = a - b, ``better``: the row the corrected test finds better, empty when not separated)."""
-    rows = [m for m in ranked_rows(df) if m in records]
+    rows = [m for m in ranked_rows(df, unranked) if m in records]
     check_paired({m: records[m] for m in rows})
     values = df.set_index("method")
     out = []
@@ -190,11 +193,11 @@ def compare(df: pd.DataFrame, higher: dict[str, bool], records: dict[str, Sample
 
 
 def marks(df: pd.DataFrame, higher: dict[str, bool], pairs: pd.DataFrame,
-          records: dict[str, SampleRecord]) -> tuple[dict[str, dict[int, str]], MarkNote]:
+          records: dict[str, SampleRecord], unranked: Iterable[str] = ()) -> tuple[dict[str, dict[int, str]], MarkNote]:
     """Column -> {row index: 'best' | 'tied'} from the corrected tests (``'best'``: bold, better than every other
     ranked row; ``'tied'``: underlined, the best point value and the rows no test separates from it), and the
     note that says what they rest on (:func:`vcebench.report.footer.marks_line`)."""
-    ranked = ranked_rows(df)
+    ranked = ranked_rows(df, unranked)
     note = MarkNote(no_record=[m for m in ranked if m not in records])
     out: dict[str, dict[int, str]] = {}
     for col in tested_columns(df, higher):
@@ -263,15 +266,16 @@ def _fmt_p(p: float) -> str:
     return "--" if pd.isna(p) else f"{p:.3g}" if p >= 1e-3 else f"{p:.1e}"
 
 
-def task_pairs(results: Path, task: str, df: pd.DataFrame,
-               higher: dict[str, bool]) -> tuple[pd.DataFrame, dict[str, dict[int, str]], MarkNote]:
-    """The comparisons of a task's table, its marks and their note, from the rows' ``samples.npz``."""
+def task_pairs(results: Path, task: str, df: pd.DataFrame, higher: dict[str, bool],
+               unranked: Iterable[str] = ()) -> tuple[pd.DataFrame, dict[str, dict[int, str]], MarkNote]:
+    """The comparisons of a task's table, its marks and their note, from the rows' ``samples.npz`` (``unranked``:
+    rows left out of both, see :func:`ranked_rows`)."""
     try:
         records = load_records(results, task, list(df["method"]))
     except RecordError as e:
         raise PairingError(str(e)) from None
-    pairs = compare(df, higher, records)
-    mk, note = marks(df, higher, pairs, records)
+    pairs = compare(df, higher, records, unranked=unranked)
+    mk, note = marks(df, higher, pairs, records, unranked)
     return pairs, mk, note
 
 

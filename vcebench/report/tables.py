@@ -26,6 +26,9 @@ CSV_FLOAT_FORMAT = "%.6g"
 Marks = dict[str, dict[int, str]]
 # on the header of a column that cannot rank this task's methods as its direction says (vcebench.report.validity)
 HEADER_MARK = "†"
+# after the label of a row that is never ranked for what it does to the image (vcebench.report.validity: a
+# regeneration); its footer sentence says why
+ROW_MARK = "‡"
 # Headers of the columns that are no metric's (a metric's come from its registration, registry.column_labels).
 PRETTY = {"sec_per_cf": "s/CF", "tflops_per_cf": "TFLOPs/CF", "nfe_per_cf": "NFE/CF", "peak_mem_mb": "Mem (MB)",
           "mean_steps": "steps", "log_snr": "log-SNR"}
@@ -142,20 +145,20 @@ def direction_arrow(col: str, higher: dict[str, bool], tex: bool) -> str:
 
 
 def to_markdown(df: pd.DataFrame, higher: dict[str, bool], title: str = "", footer: list[str] | None = None,
-                marked: Iterable[str] = (), marks: Marks | None = None) -> str:
+                marked: Iterable[str] = (), marks: Marks | None = None, flagged: Iterable[str] = ()) -> str:
     """The table (``marks``, column -> {row index: 'best' | 'tied'} from :func:`.pairs.marks`: 'best' **bold**,
     'tied' underlined; none: no marks; a cell with a bootstrap interval reads ``value ± half-width``) and its
-    footer lines (default: the n of each row); the ``marked`` columns' headers carry ``†`` (their footer sentence
-    says why: :mod:`vcebench.report.validity`)."""
+    footer lines (default: the n of each row); the ``marked`` columns' headers carry ``†`` and the ``flagged``
+    rows' labels ``‡`` (their footer sentences say why: :mod:`vcebench.report.validity`)."""
     cols = display_columns(df)
-    marked = set(marked)
+    marked, flagged = set(marked), set(flagged)
     head = ["Method"] + [f"{_md_math(column_label(c))}{direction_arrow(c, higher, False)}"
                          f"{HEADER_MARK if c in marked else ''}" for c in cols[1:]]
     lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |",
                                                         "|" + "---|" * len(head)]
     marks = marks or {}
     for i, row in df.iterrows():
-        label = method_label(row["method"])
+        label = method_label(row["method"]) + (f" {ROW_MARK}" if row["method"] in flagged else "")
         cells = [f"*{label}*" if _is_baseline(row) else label]
         for c in cols[1:]:
             s = format_value(row[c])
@@ -190,13 +193,15 @@ def _tex_escape(s: str) -> str:
 
 
 def to_latex(df: pd.DataFrame, higher: dict[str, bool], caption: str = "", label: str = "",
-             footer: list[str] | None = None, marked: Iterable[str] = (), marks: Marks | None = None) -> str:
+             footer: list[str] | None = None, marked: Iterable[str] = (), marks: Marks | None = None,
+             flagged: Iterable[str] = ()) -> str:
     """A booktabs table: ``marks`` as in :func:`to_markdown` ('best' bold, 'tied' underlined), arrows from each
     metric's direction, a cell with a bootstrap interval as ``value $\\pm$ half-width``, ``$^\\dagger$`` on the
-    ``marked`` columns' headers; ``footer`` lines go below it as a table note."""
+    ``marked`` columns' headers, ``$^\\ddagger$`` after the ``flagged`` rows' labels; ``footer`` lines go below
+    it as a table note."""
     cols = display_columns(df)
     marks = marks or {}
-    marked = set(marked)
+    marked, flagged = set(marked), set(flagged)
     head = ["Method"] + [column_label(c) if "$" in column_label(c) else _tex_escape(column_label(c))
                          for c in cols[1:]]
     head = [h + direction_arrow(c, higher, True) + (r"$^\dagger$" if c in marked else "")
@@ -209,7 +214,7 @@ def to_latex(df: pd.DataFrame, higher: dict[str, bool], caption: str = "", label
     out += [r"\begin{tabular}{l" + "c" * (len(cols) - 1) + "}", r"\toprule", " & ".join(head) + r" \\",
             r"\midrule"]
     for i, row in df.iterrows():
-        cells = [_tex_escape(method_label(row["method"]))]
+        cells = [_tex_escape(method_label(row["method"])) + (r"$^\ddagger$" if row["method"] in flagged else "")]
         for c in cols[1:]:
             s = format_value(row[c])
             mk = marks.get(c, {}).get(i)
@@ -234,16 +239,19 @@ def _md_to_text(s: str) -> str:
 def _tex_note(s: str) -> str:
     """A footer line as LaTeX text: escaped, with its few symbols in math mode."""
     out = _tex_escape(_md_to_text(s)).replace("#", r"\#")
-    for sym, tex in ((HEADER_MARK, r"$^\dagger$"), ("±", r"$\pm$"), ("≥", r"$\geq$"), ("≤", r"$\leq$"),
+    for sym, tex in ((HEADER_MARK, r"$^\dagger$"), (ROW_MARK, r"$^\ddagger$"),
+                     ("±", r"$\pm$"), ("≥", r"$\geq$"), ("≤", r"$\leq$"),
                      ("×", r"$\times$"), ("→", r"$\to$")):
         out = out.replace(sym, tex)
     return out
 
 
 def write_task_tables(df: pd.DataFrame, higher: dict[str, bool], out_dir: Path, task: str,
-                      footer: list[str] | None = None, marked: Iterable[str] = (), marks: Marks | None = None) -> None:
+                      footer: list[str] | None = None, marked: Iterable[str] = (), marks: Marks | None = None,
+                      flagged: Iterable[str] = ()) -> None:
     with atomic_path(out_dir / f"{task}.csv") as tmp:
         df.to_csv(tmp, index=False, float_format=CSV_FLOAT_FORMAT)
-    write_text(out_dir / f"{task}.md", to_markdown(df, higher, title=task, footer=footer, marked=marked, marks=marks))
+    kw = dict(footer=footer, marked=marked, marks=marks, flagged=flagged)
+    write_text(out_dir / f"{task}.md", to_markdown(df, higher, title=task, **kw))
     write_text(out_dir / f"{task}.tex", to_latex(df, higher, caption=f"vcebench results on {task}",
-                                                  label=f"tab:{task}", footer=footer, marked=marked, marks=marks))
+                                                  label=f"tab:{task}", **kw))

@@ -15,6 +15,11 @@ truth's value, not the direction: their signed distances (row - truth) go to the
 says so. The record (:func:`validity_record`) is written beside the table as ``<task>_validity.json`` by
 `vcebench report task`: a method's own metrics.json is written before the other rows exist.
 
+A row whose counterfactuals the classifier reads all as one class, whatever their inputs' classes, regenerates the
+image rather than edits it (:func:`regenerating_rows`, from the counts metrics.json's ``classifier_reads`` keeps):
+its FR is the share of inputs of the other class, not a flip. It is never ranked: its label carries ``‡``
+(``tables.ROW_MARK``) and one footer sentence says so (:func:`regeneration_lines`).
+
 A ranked row that is known to be no counterfactual (``registry.MethodSpec.attack``: the pixel-space attack)
 gets one footer sentence (:func:`attack_lines`): the columns that tell it from the truth (its value worse than
 the truth's beyond the intervals; for :data:`READ_AS_DISTANCE`, its interval and the truth's apart), and the
@@ -33,7 +38,7 @@ import pandas as pd
 from .. import registry
 from ..config.tasks import is_attack, is_baseline, is_truth
 from ..core.io import write_json
-from .tables import HEADER_MARK, display_columns, format_value, method_label
+from .tables import HEADER_MARK, ROW_MARK, display_columns, format_value, method_label
 
 READ_AS_DISTANCE = ("FR_oracle", "MNAC", "CD")
 
@@ -156,6 +161,35 @@ def attack_lines(attacks: dict[str, list[AttackCheck]], checks: dict[str, Column
             s += (f"; ranked first by {', '.join(first)}: {'this column' if len(first) == 1 else 'these columns'} "
                   f"cannot tell an attack from a counterfactual")
         lines.append(s + ".")
+    return lines
+
+
+def regenerating_rows(metas: dict[str, dict]) -> dict[str, dict]:
+    """``{method: reads}`` of the rows whose counterfactuals the classifier reads all as one class while their
+    inputs are of both (``metas``: each row's metrics.json; ``reads``: its ``classifier_reads``, the counts of
+    inputs and of counterfactuals read as class 0 / 1)."""
+    out = {}
+    for m, meta in metas.items():
+        reads = (meta or {}).get("classifier_reads")
+        if not reads:
+            continue
+        inputs, cfs = reads["inputs"], reads["counterfactuals"]
+        if min(inputs) > 0 and min(cfs) == 0:
+            out[m] = reads
+    return out
+
+
+def regeneration_lines(rows: dict[str, dict], attribute: str) -> list[str]:
+    """The footer: one sentence per regenerating row (:func:`regenerating_rows`)."""
+    lines = []
+    for m, reads in rows.items():
+        inputs, cfs = reads["inputs"], reads["counterfactuals"]
+        cls = attribute if cfs[1] > 0 else f"not {attribute}"
+        other = inputs[0] if cfs[1] > 0 else inputs[1]
+        lines.append(f"{ROW_MARK} {method_label(m)} regenerates rather than edits: the classifier reads all "
+                     f"{sum(cfs)} of its counterfactuals as {cls}, whatever their input ({inputs[1]} inputs read "
+                     f"as {attribute}, {inputs[0]} not), so its FR is the share of inputs of the other class "
+                     f"({other} of {sum(inputs)}), not a flip; it is not ranked.")
     return lines
 
 

@@ -15,7 +15,8 @@ def pairs_report(cfg: dict, task_name: str, methods: list[str], results: Path, o
 
     task = get_task(cfg, task_name)
     df, higher = report.load_task_table(results, task_name, methods, task.kind, task.synthetic)
-    table, _, _ = pairs.task_pairs(results, task_name, df, higher)
+    unranked = report.regenerating_rows(report.load_metrics_json(results, task_name, methods))
+    table, _, _ = pairs.task_pairs(results, task_name, df, higher, unranked)
     pairs.write_pairs(out_dir, task_name, table)
     return Path(out_dir) / f"{task_name}_pairs.md"
 

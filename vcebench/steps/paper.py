@@ -84,13 +84,16 @@ def paper_tables(cfg: dict, results: Path, out: Path) -> str:
             metas = report.load_metrics_json(results, t, compared)
             footer = report.task_footer(df, metas, profiles=report.load_profiles(results, t, compared))
             footer += report.resolution_lines(metas, task.dataset, task.attribute)
+            regen = report.regenerating_rows(metas)  # marked ‡ with the reason, as in the task tables
+            footer += report.regeneration_lines(regen, task.attribute)
             rep = paper_numbers.reported(t)
             if rep:
                 extra = pd.DataFrame([{"method": f"{m} (reported)", **v} for m, v in rep.items()])
                 df = pd.concat([df, extra], ignore_index=True)
                 footer.append(REPORTED_LINE)
-            md.append(report.to_markdown(df, higher, title=f"{title}: {t}", footer=footer))
-            tex.append(report.to_latex(df, higher, caption=f"{title}: {t}", label=f"tab:{t}", footer=footer))
+            md.append(report.to_markdown(df, higher, title=f"{title}: {t}", footer=footer, flagged=regen))
+            tex.append(report.to_latex(df, higher, caption=f"{title}: {t}", label=f"tab:{t}", footer=footer,
+                                       flagged=regen))
     ablation_task = faces[0] if faces else (cfg["run_tasks"] or [None])[0]
     if ablation_task:
         task = get_task(cfg, ablation_task)

@@ -21,7 +21,8 @@ def task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir,
     task = get_task(cfg, task_name)
     df, higher = report.load_task_table(results, task_name, methods, task.kind, task.synthetic)
     metas = report.load_metrics_json(results, task_name, methods)
-    _, marks, note = pairs.task_pairs(results, task_name, df, higher)  # the marks of the paired tests
+    regen = report.regenerating_rows(metas)  # rows that regenerate rather than edit: marked, never ranked
+    _, marks, note = pairs.task_pairs(results, task_name, df, higher, regen)  # the marks of the paired tests
     footer = report.task_footer(df, metas, _tuned_file(cfg, task_name),
                                 _feature_dim(results / task_name / "fid_ref.npz"),
                                 profiles=report.load_profiles(results, task_name, methods), marks=note, task=task_name)
@@ -30,8 +31,9 @@ def task_report(cfg, task_name, methods, results: Path, out_dir: Path, data_dir,
     footer += report.validity_lines(checks, task_name, task.attribute)
     attacks = report.check_attacks(df, checks)  # how each column treats a row that is no counterfactual
     footer += report.attack_lines(attacks, checks)
+    footer += report.regeneration_lines(regen, task.attribute)
     report.write_task_tables(df, higher, out_dir, task_name, footer=footer, marked=report.marked_columns(checks),
-                             marks=marks)
+                             marks=marks, flagged=regen)
     report.write_validity(out_dir / f"{task_name}_validity.json", df, checks, task_name, attacks)
     costs = df[~df["method"].map(is_truth).astype(bool)]  # the truth row has no cost
     figures.efficiency_figure(out_dir / f"{task_name}_efficiency.png", costs, title=task_name)
