@@ -114,3 +114,22 @@ def test_the_sweep_table_lists_the_widenings():
                                                     "space": {"attack_step": [0.25, 16.0]}}])
     md = sweep_markdown({**tuned, "methods": {**tuned["methods"], "ace": ace}})
     assert "| ace | 32 | 17 | attack_step high | attack_step [0.25, 16.0] |" in md
+
+
+def test_a_pick_is_judged_against_the_space_its_widenings_left():
+    """A pick at the config's bound that a widening moved away is interior; one at the widened bound is listed,
+    with the number of widenings its method had. Planted: the same file without its widening record."""
+    from vcebench.protocol.space import final_space
+
+    cfg = load_config()
+    space = {"scales": {"range": [0.25, 4.0], "scale": "log", "relative": True}}
+    tuned = {"settings": {"dime": {"scales": [c * 4.0 for c in (8, 10, 15)]}}, "space": {"dime": space},
+             "methods": {"dime": {"widenings": [{"after_trials": 32, "sides": ["scales high"],
+                                                 "space": {"scales": [0.25, 16.0]}}]}}}
+    assert final_space(tuned, "dime")["scales"]["range"] == [0.25, 16.0] and space["scales"]["range"] == [0.25, 4.0]
+    assert edge_picks(cfg, "synthfaces_smile", tuned) == []
+    at_widened = {**tuned, "settings": {"dime": {"scales": [c * 16.0 for c in (8, 10, 15)]}}}
+    [e] = edge_picks(cfg, "synthfaces_smile", at_widened)
+    assert (e["param"], e["side"], e["bound"], e["widenings"]) == ("scales", "high", 16.0, 1)
+    planted = {**tuned, "methods": {"dime": {"widenings": []}}}
+    assert [e["bound"] for e in edge_picks(cfg, "synthfaces_smile", planted)] == [4.0]

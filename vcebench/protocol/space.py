@@ -198,35 +198,51 @@ def point_of(spec: dict, name: str, value: Any, untuned: dict[str, Any], method:
     return float(v) / float(b)
 
 
+def final_space(tuned: dict[str, Any], method: str) -> dict[str, dict]:
+    """The space ``method`` was searched in at the end of its sweep: the tuned file's ``space`` with the ranges of
+    its last widening of each parameter (``methods.<method>.widenings``)."""
+    space = {p: dict(spec) for p, spec in (tuned["space"].get(method) or {}).items()}
+    for w in ((tuned.get("methods") or {}).get(method) or {}).get("widenings") or []:
+        for p, rng in (w.get("space") or {}).items():
+            if p in space:
+                space[p]["range"] = list(rng)
+    return space
+
+
 def edge_picks(cfg: dict, task: str, tuned: dict[str, Any], edge: float = 0.05) -> list[dict[str, Any]]:
-    """Every committed pick of ``tuned`` (a tuned file) within ``edge`` of a bound of its space, soft or hard:
-    ``{task, method, param, side, value, bound, hard}`` (``value`` / ``bound`` on the spec's axis)."""
+    """Every committed pick of ``tuned`` (a tuned file) within ``edge`` of a bound of the space it was searched in
+    at the end (:func:`final_space`: its widenings applied), soft or hard: ``{task, method, param, side, value,
+    bound, hard, widenings}`` (``value`` / ``bound`` on the spec's axis; ``widenings``: how many its method had)."""
     from ..config.tasks import get_task, method_params
 
     out = []
     for method, settings in tuned["settings"].items():
-        space = tuned["space"].get(method) or {}
+        space = final_space(tuned, method)
         if not settings or not space:
             continue
         untuned = method_params(cfg, get_task(cfg, task), method, candidate={})
         point = {p: point_of(space[p], p, settings[p], untuned, method) for p in space if p in settings}
         sub = {p: space[p] for p in point}
+        n = len(((tuned.get("methods") or {}).get(method) or {}).get("widenings") or [])
         for p, side in near_edges(sub, point, edge):
             bound = float(sub[p]["range"][0 if side == "low" else 1])
             out.append({"task": task, "method": method, "param": p, "side": side, "value": round(point[p], 4),
-                        "bound": bound, "hard": hard_limit(sub[p], p, side, untuned, method)})
+                        "bound": bound, "hard": hard_limit(sub[p], p, side, untuned, method), "widenings": n})
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Prints the committed picks within 5 % of a bound of their space (every tuned task of the config)."""
+    """Prints the committed picks within 5 % of a bound of the space they were searched in (every tuned task of the
+    config)."""
     from ..config.load import DEFAULT_CONFIG, load_config, read_yaml, repo_root
 
     cfg = load_config(argv or None)
     root = repo_root((argv or [DEFAULT_CONFIG])[0])
     for task, meta in sorted((cfg.get("tuned") or {}).items()):
         for e in edge_picks(cfg, task, read_yaml(root / meta["file"])):
-            kind = "hard limit" if e["hard"] else "soft bound: the rule would widen it"
+            kind = ("hard limit" if e["hard"] else f"soft bound, after {e['widenings']} widening(s)"
+                    + (": the rule's last" if e["widenings"] >= int(cfg["tune"]["widen"]["max"]) else
+                       ": the rule would widen it"))
             print(f"{e['task']} {e['method']} {e['param']}: {e['value']} vs {e['side']} bound {e['bound']} ({kind})")
     return 0
 
