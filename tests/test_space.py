@@ -133,3 +133,22 @@ def test_a_pick_is_judged_against_the_space_its_widenings_left():
     assert (e["param"], e["side"], e["bound"], e["widenings"]) == ("scales", "high", 16.0, 1)
     planted = {**tuned, "methods": {"dime": {"widenings": []}}}
     assert [e["bound"] for e in edge_picks(cfg, "synthfaces_smile", planted)] == [4.0]
+
+
+def test_a_trial_to_be_promoted_at_a_bound_widens_it_not_only_the_best(monkeypatch):
+    """The pick is made among the promoted trials: one of them at a soft bound widens it, though the best search
+    trial is interior. Planted: checking the best alone (promote 1) widens nothing."""
+    import vcebench.protocol.space as space_mod
+
+    def rows(n):
+        edge = {"trial": 1, "point": {"log_snr_offset": 0.0, "eta": 3.9}, "metrics": {"KID": 0.2, "FR": 100.0}}
+        best = {"trial": 0, "point": {"log_snr_offset": 0.0, "eta": 1.0}, "metrics": {"KID": 0.1, "FR": 100.0}}
+        far = [{"trial": i, "point": {"log_snr_offset": 0.0, "eta": 1.2}, "metrics": {"KID": 1.0 + i, "FR": 100.0}}
+               for i in range(2, n)]
+        return [best, edge, *far]
+
+    monkeypatch.setattr(space_mod, "sequential_search", lambda evaluate, space, untuned, n_trials, **kw: rows(n_trials))
+    kw = dict(n_trials=6, rule=RULE, widen=WidenRule(edge=0.05, factor=2.0, extra_trials=2, max=1), method="fire")
+    _, widened = search_with_widening(None, SPACE, UNTUNED, promote=4, **kw)
+    assert [(w["trial"], w["sides"], w["space"]) for w in widened] == [(1, ["eta high"], {"eta": [0.25, 16.0]})]
+    assert search_with_widening(None, SPACE, UNTUNED, promote=1, **kw)[1] == []

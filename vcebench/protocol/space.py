@@ -161,27 +161,32 @@ def widen_side(spec: dict, name: str, side: str, factor: float, untuned: dict[st
 
 
 def search_with_widening(evaluate, space: dict[str, dict], untuned: dict[str, Any], *, n_trials: int,
-                         rule: dict[str, Any], widen: WidenRule, method: str,
+                         rule: dict[str, Any], widen: WidenRule, method: str, promote: int = 1,
                          **search) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """:func:`vcebench.protocol.search.sequential_search` under the widening rule: after the trials, the best by
-    ``rule`` is checked against the space's bounds; a soft bound it is near is widened and ``extra_trials``
-    more run in the same study, at most ``widen.max`` times. Returns (rows, widenings), each widening
-    ``{after_trials, trial, sides, space}`` (the trial that touched the bounds, the sides moved, the ranges
-    after). Resumable like the search: the widenings follow from the trials, which the study keeps."""
+    """:func:`vcebench.protocol.search.sequential_search` under the widening rule: after the trials, the best
+    ``promote`` by ``rule`` (the trials the pick is made among) are checked against the space's bounds; a soft
+    bound one of them is near is widened and ``extra_trials`` more run in the same study, at most ``widen.max``
+    times. Returns (rows, widenings), each widening ``{after_trials, trial, sides, space}`` (the first trial that
+    touched the bounds, the sides moved, the ranges after). Resumable like the search: the widenings follow from
+    the trials, which the study keeps."""
     total, widenings = n_trials, []
     while True:
         rows = sequential_search(evaluate, space, untuned, n_trials=total, rule=rule, method=method, **search)
         if not space or len(widenings) >= widen.max:
             return rows, widenings
-        best = rows[ranked(rows, rule)[0]]
-        sides = [(p, s) for p, s in near_edges(space, best["point"], widen.edge)
-                 if not hard_limit(space[p], p, s, untuned, method)]
+        sides, first = [], None
+        for i in ranked(rows, rule)[:max(1, promote)]:
+            near = [(p, s) for p, s in near_edges(space, rows[i]["point"], widen.edge)
+                    if not hard_limit(space[p], p, s, untuned, method) and (p, s) not in sides]
+            if near and first is None:
+                first = rows[i]["trial"]
+            sides += near
         if not sides:
             return rows, widenings
         space = dict(space)
         for p, s in sides:
             space[p] = widen_side(space[p], p, s, widen.factor, untuned, method)
-        widenings.append({"after_trials": total, "trial": best["trial"], "sides": [f"{p} {s}" for p, s in sides],
+        widenings.append({"after_trials": total, "trial": first, "sides": [f"{p} {s}" for p, s in sides],
                           "space": {p: list(space[p]["range"]) for p, _ in sides}})
         total += widen.extra_trials
 

@@ -254,7 +254,7 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
 
         trials, widenings = search_with_widening(
             evaluate, space, untuned, n_trials=n_trials if space else 1, rule=rule, widen=widen, method=name,
-            seed=seed, storage=f"sqlite:///{sw.work / name / 'search.db'}", settings_key=key, log=log)
+            promote=promote, seed=seed, storage=f"sqlite:///{sw.work / name / 'search.db'}", settings_key=key, log=log)
         rows = []
         for t in trials:  # a resumed trial's row comes from its cached file
             r = rows_by_trial.get(t["trial"]) or _sweep_row(small, name, t["trial"], t["overrides"], tag="trial")
