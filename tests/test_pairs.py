@@ -338,3 +338,25 @@ def test_a_row_that_regenerates_is_marked_and_never_ranked(tmp_path):
     # planted: without the counts FiRe is ranked and marked best on L1
     _, marks0, _ = pairs.task_pairs(tmp_path, TASK, df, higher)
     assert marks0["L1"].get(fire_row) == "best"
+
+
+def test_the_pairs_verdict_is_the_marks_and_a_docs_excerpt_can_cut_it(tmp_path):
+    """The verdict table at the top of <task>_pairs.md says, per row and column, what the table marks say (bold:
+    **best**, underlined: tied), from the pairs file alone; the docs cut it like a task table (table=1)."""
+    from vcebench.report.excerpt import table_excerpt
+    from vcebench.report.tables import method_label
+
+    methods = _write_tree(tmp_path, _values(0))
+    df, higher = _table(tmp_path, methods)
+    table, marks, _ = pairs.task_pairs(tmp_path, TASK, df, higher)
+    pairs.write_pairs(tmp_path, TASK, table)
+    md = (tmp_path / f"{TASK}_pairs.md").read_text()
+    assert md.index("## Verdict") < md.index("## L1")
+    cut = table_excerpt(md, ["fire", "dime", "maskdime", "ace"], ["L1", "FR"], table=1)
+    cells = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:4]] for ln in cut.splitlines()[2:]}
+    for i, m in df["method"].items():
+        if m == "input":
+            continue
+        want = [{"best": "**best**", "tied": "tied"}.get(marks[c].get(i), "") for c in ("L1", "FR")]
+        assert cells[method_label(m)] == want, m
+    assert cells["FiRe"] == ["**best**", "tied"] and cells["ACE"] == ["", ""]

@@ -215,16 +215,48 @@ def marks(df: pd.DataFrame, higher: dict[str, bool], pairs: pd.DataFrame,
     return out, note
 
 
+def best_group(values: dict[str, float], fam: pd.DataFrame, hib: bool) -> list[str]:
+    """The rows of one column that no corrected test puts below the best: the best point value's rows and every
+    row a test does not separate from one of them (``values``: row -> value; ``fam``: the column's pairs). One
+    row: it is better than every other ranked row (bold); several: tied (underlined)."""
+    best_v = max(values.values()) if hib else min(values.values())
+    best = [m for m, v in values.items() if v == best_v]
+    sep = {frozenset((a, b)) for a, b, s in zip(fam["a"], fam["b"], fam["separated"]) if s}
+    return [m for m in values if m in best or any(frozenset((m, b)) not in sep for b in best)]
+
+
 def _column_marks(df: pd.DataFrame, col: str, have: list, v: pd.Series, hib: bool, fam: pd.DataFrame) -> dict[int, str]:
     """The marks of one column (see :func:`marks`)."""
-    best_v = v[have].max() if hib else v[have].min()
-    best = [i for i in have if v[i] == best_v]
-    sep = {frozenset((a, b)) for a, b, s in zip(fam["a"], fam["b"], fam["separated"]) if s}
     name = df["method"]
-    group = [i for i in have if i in best or any(frozenset((name[i], name[j])) not in sep for j in best)]
-    if len(group) == 1:
-        return {group[0]: "best"}
-    return dict.fromkeys(group, "tied")
+    group = set(best_group({name[i]: float(v[i]) for i in have}, fam, hib))
+    rows = [i for i in have if name[i] in group]
+    if len(rows) == 1:
+        return {rows[0]: "best"}
+    return dict.fromkeys(rows, "tied")
+
+
+def verdict_markdown(pairs: pd.DataFrame) -> str:
+    """The verdict of the tests as a table (the first of ``<task>_pairs.md``): a row per ranked row, a column per
+    tested column, "**best**" where the row is better than every other ranked row at the corrected level, "tied"
+    where it is among the rows no test separates from the best point value, empty elsewhere: what the table marks
+    say, in the task tables' row and column labels (a docs excerpt can cut it: ``<task>_pairs.md table=1``)."""
+    from .. import registry
+    from .tables import column_label, direction_arrow, method_label
+
+    higher = registry.column_directions()
+    rows = list(dict.fromkeys([*pairs["a"], *pairs["b"]]))
+    cols = [c for c in dict.fromkeys(pairs["column"]) if higher.get(c) is not None]
+    cells: dict[str, dict[str, str]] = {m: {} for m in rows}
+    for col in cols:
+        fam = pairs[pairs["column"] == col]
+        values = {**dict(zip(fam["a"], fam["value_a"])), **dict(zip(fam["b"], fam["value_b"]))}
+        group = best_group({m: float(v) for m, v in values.items()}, fam, bool(higher[col]))
+        for m in group:
+            cells[m][col] = "**best**" if len(group) == 1 else "tied"
+    head = ["Method"] + [f"{column_label(c)}{direction_arrow(c, higher, False)}" for c in cols]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    out += ["| " + " | ".join([method_label(m)] + [cells[m].get(c, "") for c in cols]) + " |" for m in rows]
+    return "\n".join(out) + "\n"
 
 
 def pairs_markdown(task: str, pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
@@ -236,6 +268,10 @@ def pairs_markdown(task: str, pairs: pd.DataFrame, alpha: float = ALPHA) -> str:
              f"comparisons\"): Δ = a − b with its paired {LEVEL * 100:g} % percentile interval; p: exact McNemar on "
              f"the discordant inputs for 0 / 1 columns (FR, ...), else the paired bootstrap; p (Holm): corrected over "
              f"the pairs of the column; separated at {alpha} family-wise.", ""]
+    if not pairs.empty:
+        lines += ["## Verdict", "", "**best**: better than every other ranked row by the corrected tests; tied: "
+                  "among the rows no corrected test separates from the best point value (the marks of the task "
+                  "table).", "", verdict_markdown(pairs)]
     for col, fam in pairs.groupby("column", sort=False):
         lines += [f"## {col}", "", "| a | b | Δ (95 % CI) | test | p | p (Holm) | better |", "|---" * 7 + "|"]
         for r in fam.itertuples():
