@@ -157,3 +157,55 @@ def test_a_flop_counting_failure_keeps_the_counterfactuals(fake_world, tmp_path,
     assert len(load_npz(out)["sample_id"]) == 7 and t["seconds"] > 0
     assert t["flops_per_call"] == {} and "cannot trace" in t["flops_error"]
     assert "FLOPs per network call not counted" in capsys.readouterr().err
+
+
+def test_an_interrupted_shard_resumes_at_its_last_finished_batch(fake_world, tmp_path, monkeypatch):
+    """Each finished batch is saved beside the shard: after a failure in the third batch, the same job generates
+    only that batch and writes the counterfactuals an uninterrupted run writes; the saved batches go once the
+    shard is written. A batch saved under other settings is generated again. Planted: without the store every
+    batch is generated again."""
+    cfg, _ = fake_world
+    calls = []
+    real = RunSettings.build_method
+
+    def counting(fail_at=None):
+        def build(self):
+            method = real(self)
+
+            class Counted:
+                name, roles = method.name, method.roles
+
+                def __call__(self, *a, **k):
+                    calls.append(1)
+                    if fail_at is not None and len(calls) == fail_at:
+                        raise RuntimeError("killed")
+                    return method(*a, **k)
+            return Counted()
+        return build
+
+    settings = RunSettings.resolve(cfg, "synthfaces_smile", "fire")
+    plain = tmp_path / "plain/shard-0-of-1.npz"
+    explain_shard(settings, 0, 1, plain)
+    out = tmp_path / "run/shard-0-of-1.npz"
+    monkeypatch.setattr(RunSettings, "build_method", counting(fail_at=3))
+    with pytest.raises(RuntimeError, match="killed"):
+        explain_shard(settings, 0, 1, out)
+    assert len(list(out.with_suffix(".batches").glob("batch-*.pt"))) == 2 and not out.exists()
+    calls.clear()
+    monkeypatch.setattr(RunSettings, "build_method", counting())
+    explain_shard(settings, 0, 1, out)
+    assert len(calls) == 1  # the third batch only
+    a, b = load_npz(out), load_npz(plain)
+    for k in ("sample_id", "cf", "target", "pred", "flipped", "steps", "failed", "input_hash"):
+        np.testing.assert_array_equal(a[k], b[k])
+    assert not out.with_suffix(".batches").exists()
+    assert json.loads((tmp_path / "run/timing-0-of-1.json").read_text())["resumed_batches"] == 2
+    # saved under other settings (another seed): every batch again
+    calls.clear()
+    monkeypatch.setattr(RunSettings, "build_method", counting(fail_at=3))
+    with pytest.raises(RuntimeError):
+        explain_shard(settings, 0, 1, out)
+    calls.clear()
+    monkeypatch.setattr(RunSettings, "build_method", counting())
+    explain_shard(RunSettings.resolve({**cfg, "seed": 1}, "synthfaces_smile", "fire"), 0, 1, out)
+    assert len(calls) == 3

@@ -113,7 +113,79 @@ def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path,
         errors: dict[int, str] = {}
         return split.float_images(rows[idx], errors=errors), errors
 
-    return generate(method, load_images, ids, models, settings, out, device, provenance=provenance)
+    return generate(method, load_images, ids, models, settings, out, device, provenance=provenance,
+                    store=BatchStore(out, batch_key(settings, models)))
+
+
+class BatchStore:
+    """The finished batches of one shard job, each saved as it ends beside the shard
+    (``<shard>.batches/batch-<first position>.pt``, atomic), under a key of what decides its counterfactuals
+    (:func:`batch_key` and the batch's sample ids): the same job run again takes a saved batch instead of
+    generating it, so an interrupted long job (a paper row at its paper's budget: hours) resumes at its last
+    finished batch, with the same counterfactuals (each sample's noise is its own stream). A batch saved under
+    another key is generated again; the folder is removed once the shard is written."""
+
+    def __init__(self, out: Path, key: str):
+        self.dir, self.key = Path(out).with_suffix(".batches"), key
+        self.resumed = 0
+
+    def _path(self, start: int) -> Path:
+        return self.dir / f"batch-{start:07d}.pt"
+
+    def _key(self, ids: torch.Tensor) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.key.encode() + np.asarray(ids, np.int64).tobytes()).hexdigest()
+
+    def load(self, start: int, ids: torch.Tensor) -> dict | None:
+        """The saved batch at ``start`` with these ``ids`` under this key, else None (nothing, or stale)."""
+        import torch
+
+        p = self._path(start)
+        if not p.is_file():
+            return None
+        try:
+            saved = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 (a damaged file is generated again, never trusted)
+            print(f"vcebench explain: {p} unreadable ({type(e).__name__}): generating that batch again",
+                  file=sys.stderr)
+            return None
+        if saved.get("key") != self._key(ids):
+            return None
+        self.resumed += 1
+        return saved
+
+    def save(self, start: int, ids: torch.Tensor, batch: dict) -> None:
+        import torch
+
+        from ..core.io import atomic_path
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with atomic_path(self._path(start)) as tmp:
+            torch.save({**batch, "key": self._key(ids)}, tmp)
+
+    def clear(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def batch_key(settings: RunSettings, models) -> str:
+    """What decides a shard's counterfactuals besides its sample ids: the job's resolved settings (their sha256:
+    the method, its params, the seed, the batch size), the weights of every network it loaded, torch's version."""
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256(f"{settings.settings_sha256}\0{settings.seed}\0{settings.batch_size}\0"
+                       f"{torch.__version__}".encode())
+    for role in sorted(getattr(models, "names", {}) or {}):
+        net = getattr(models, role, None)
+        h.update(role.encode() + b"\0")
+        if isinstance(net, torch.nn.Module):
+            for k, v in sorted(net.state_dict().items()):
+                h.update(k.encode() + b"\0" + v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], row_ids: torch.Tensor,
@@ -159,7 +231,8 @@ def _shard_arrays(parts: list, ids: torch.Tensor, preds: list, targets: list, in
 
 
 def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettings, out: Path,
-             device: torch.device | str = "cpu", provenance: dict | None = None) -> dict:
+             device: torch.device | str = "cpu", provenance: dict | None = None,
+             store: BatchStore | None = None) -> dict:
     """Run ``method`` over ``ids`` in batches of ``settings.batch_size``; write the shard npz + timing json.
 
     Each sample's noise comes from its own stream (``vcebench.core.rng``) of ``settings.seed`` and
@@ -172,13 +245,15 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
     classifier output on the input (``FAIL_NONFINITE_INPUT_LOGITS``, ``pred`` = -1). ``input_hash``
     (``vcebench.core.io.input_fingerprint`` of the uint8 input and CF) lets ``vcebench evaluate`` check each
     row against the dataset. ``provenance`` (:func:`vcebench.protocol.provenance.job_record`) goes into the timing
-    record as it is. Returns the timing record.
+    record as it is. ``store``: each finished batch saved, and the saved ones of an interrupted run taken
+    (:class:`BatchStore`; the timing record says how many). Returns the timing record.
     """
     from ..core.runtime import noise_device
 
     run = run_batches(method, load_images, ids, models, batch_size=settings.batch_size, seed=settings.seed,
                       stream=settings.method, device=device,
-                      gen_device=noise_device(settings.runtime.cuda, device), desc=f"{method.name} {out.name}")
+                      gen_device=noise_device(settings.runtime.cuda, device), desc=f"{method.name} {out.name}",
+                      store=store)
     parts, preds, targets, inputs_u8, seconds, unreadable, memory = run
     bs = settings.batch_size
     record = {"seconds": seconds, "n": len(ids), "batch_size": bs, "method": method.name,
@@ -186,21 +261,28 @@ def generate(method, load_images, ids: torch.Tensor, models, settings: RunSettin
               **_run_record(models, parts, device), "unreadable": {str(k): v for k, v in unreadable.items()}}
     if provenance is not None:
         record["provenance"] = provenance
+    if store is not None and store.resumed:  # their seconds are the run's that made them; the peak is this run's
+        record["resumed_batches"] = store.resumed
     save_npz(out, **(_shard_arrays(parts, ids, preds, targets, inputs_u8) if parts else _empty_shard()))
     write_json(timing_path(out), record)
+    if store is not None:
+        store.clear()
     return record
 
 
 def run_batches(method, load_images, ids: torch.Tensor, models, *, batch_size: int, seed: int, stream: str,
                 device: torch.device | str = "cpu", gen_device: torch.device | str = "cpu", desc: str = "",
-                target: torch.Tensor | None = None, progress: bool = True) -> tuple:
+                target: torch.Tensor | None = None, progress: bool = True, store: BatchStore | None = None) -> tuple:
     """The generation loop of :func:`generate` (and of the Python API, ``vcebench.explain``): ``method`` over
     ``ids`` in batches, each sample's noise from stream ``stream`` of ``seed`` and its id. ``target``: the
     target class of every position of ``ids`` (None: 1 - the classifier's prediction). Returns (the batches'
     Counterfactuals with the failed rows filled in, predictions, targets, uint8 inputs, seconds of
-    generation, unreadable images by sample id, the PeakMemory record)."""
+    generation, unreadable images by sample id, the PeakMemory record). ``store`` (:class:`BatchStore`): each
+    finished batch saved; a batch it holds is taken, not generated."""
     import torch
     from tqdm import tqdm
+
+    from methods.base import Counterfactuals
 
     from ..core.rng import SampleGenerators
     from ..costs.measure import PeakMemory
@@ -211,6 +293,16 @@ def run_batches(method, load_images, ids: torch.Tensor, models, *, batch_size: i
     with PeakMemory(device, interval=0.01) as memory:
         for start in tqdm(range(0, len(ids), batch_size), desc=desc, unit="batch", disable=not progress):
             idx = torch.arange(start, min(start + batch_size, len(ids)))
+            saved = store.load(start, ids[idx]) if store is not None else None
+            if saved is not None:
+                parts.append(Counterfactuals(images=saved["images"], flipped=saved["flipped"], steps=saved["steps"],
+                                             info=saved["info"]))
+                preds.append(saved["pred"])
+                targets.append(saved["target"])
+                inputs_u8.append(saved["inputs_u8"].numpy())
+                seconds += float(saved["seconds"])
+                unreadable.update({int(k): v for k, v in saved["unreadable"].items()})
+                continue
             loaded = load_images(idx)
             x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
             x = x.to(device)
@@ -228,10 +320,17 @@ def run_batches(method, load_images, ids: torch.Tensor, models, *, batch_size: i
                             SampleGenerators(seed, ids[idx][sel], stream=stream, device=gen_device))
             if torch.cuda.is_available() and str(device).startswith("cuda"):
                 torch.cuda.synchronize()
-            seconds += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            seconds += dt
             parts.append(_with_failed_rows(cf, ok, reason, x))
             preds.append(pred)
             targets.append(tgt)
+            if store is not None:
+                done = parts[-1]
+                store.save(start, ids[idx], {
+                    "images": done.images, "flipped": done.flipped, "steps": done.steps, "info": done.info,
+                    "pred": pred, "target": tgt, "inputs_u8": torch.from_numpy(inputs_u8[-1]), "seconds": dt,
+                    "unreadable": {str(int(i)): unreadable[int(i)] for i in ids[idx] if int(i) in unreadable}})
     if unreadable:
         from methods.base import FAIL_UNREADABLE_INPUT
 
