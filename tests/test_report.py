@@ -224,6 +224,15 @@ def test_footer_warns_when_a_row_ran_a_generator_that_fails_its_gate(tmp_path):
     (line,) = gate_lines(profiles)
     assert line.startswith("**Warning** FiRe, FiRe (paper): the pmf fails its quality gate (failed: fid_lower")
     assert gate_lines({"fire": {"gates": {"pmf": {"passed": True, "failed": []}}, "flops_per_call": {"pmf": {}}}}) == []
+    # by how much, and on what budgets (#61's done-means: "PMF and DDPM at equal training steps; the PMF fails its
+    # gate by X")
+    numbers = {"pmf": {**failing["pmf"], "fid_pmf": 4.76, "fid_tweedie": 4.07, "steps": 25600, "ddpm_steps": 25600}}
+    (line,) = gate_lines({"fire": {"gates": numbers, "flops_per_call": {"pmf": {}}}})
+    assert "one-step FID 4.76 against the DDPM's Tweedie FID 4.07 at t 0.4: it fails its gate by 0.690, 17 %" in line
+    assert "PMF and DDPM at equal training steps (25,600)" in line
+    uneven = {"pmf": {**numbers["pmf"], "steps": 12800}}
+    assert "the PMF trained 12,800 steps, the DDPM 25,600" in gate_lines({"f": {"gates": uneven,
+                                                                            "flops_per_call": {"pmf": {}}}})[0]
     task, methods = _full_results(tmp_path)  # rows without gates in their profile: no warning
     df, _ = report.load_task_table(tmp_path, task, methods, "xray", synthetic=True)
     foot = report.task_footer(df, report.load_metrics_json(tmp_path, task, methods), None, 128,
@@ -260,8 +269,20 @@ def test_loaded_models_record_the_trained_generators_gate(tmp_path):
     d = tmp_path / "synthfaces" / "pmf"
     d.mkdir(parents=True)
     assert quality_gate_of(cfg, task, "pmf", tmp_path) is None  # no metrics.json
-    (d / "metrics.json").write_text(json.dumps({"quality_gate": {"passed": False, "failed": ["fid_lower"], "x": 1}}))
-    assert quality_gate_of(cfg, task, "pmf", tmp_path) == {"passed": False, "failed": ["fid_lower"]}
+    (d / "metrics.json").write_text(json.dumps({"quality_gate": {"passed": False, "failed": ["fid_lower"], "x": 1,
+                                                                 "fid_pmf": 4.7, "fid_tweedie": 4.0},
+                                                "training": {"steps": 12800}}))
+    assert quality_gate_of(cfg, task, "pmf", tmp_path) == {"passed": False, "failed": ["fid_lower"], "fid_pmf": 4.7,
+                                                           "fid_tweedie": 4.0, "steps": 12800}
+    # installed from a shipped card with a budget in all (a continued network): the card's steps; the DDPM's beside
+    card = tmp_path / "card.json"
+    card.write_text(json.dumps({"budget": {"steps": 12800, "total": {"steps": 25600}}}))
+    meta = json.loads((d / "metrics.json").read_text())
+    (d / "metrics.json").write_text(json.dumps({**meta, "shipped": {"card": str(card)}}))
+    (tmp_path / "synthfaces" / "ddpm").mkdir()
+    (tmp_path / "synthfaces" / "ddpm" / "metrics.json").write_text(json.dumps({"training": {"steps": 25600}}))
+    got = quality_gate_of(cfg, task, "pmf", tmp_path)
+    assert (got["steps"], got["ddpm_steps"]) == (25600, 25600)
     (d / "metrics.json").write_text("{not json")
     assert quality_gate_of(cfg, task, "pmf", tmp_path) is None
 

@@ -179,9 +179,30 @@ def load_task_models(cfg: dict, task: Task | str, roles: tuple[str, ...] | list[
     return models.to(device)
 
 
+# the numbers of a quality gate a table's footer quotes (the pmf's one-step FID against the DDPM's Tweedie FID)
+GATE_NUMBERS = ("fid_pmf", "fid_tweedie")
+
+
+def training_steps(model_dir: str | Path, dataset: str, role: str) -> int | None:
+    """The optimiser steps behind a trained (or installed) network, its start's included: the shipped card's
+    budget in all where the network was installed from one, else its ``metrics.json`` training steps."""
+    try:
+        metrics = json.loads((Path(model_dir) / dataset / role / "metrics.json").read_text())
+        card_path = (metrics.get("shipped") or {}).get("card")
+        budget = json.loads(Path(card_path).read_text()).get("budget") if card_path else None
+    except (OSError, ValueError):
+        return None
+    if budget:
+        return int(budget.get("total", budget)["steps"])
+    steps = (metrics.get("training") or {}).get("steps")
+    return None if steps is None else int(steps)
+
+
 def quality_gate_of(cfg: dict, task: Task, role: str, model_dir: str | Path = "resources/models") -> dict | None:
     """The quality gate a trained network's ``metrics.json`` records (``vcebench train pmf``, docs/protocol.md
-    section 5) as ``{"passed", "failed"}``; None for canonical weights and networks without one."""
+    section 5) as ``{"passed", "failed"}`` with its :data:`GATE_NUMBERS`, and for the pmf ``steps`` / ``ddpm_steps``
+    (:func:`training_steps`: whether the two generators had the same budget); None for canonical weights and
+    networks without one."""
     if "weights" in role_spec(cfg, task.dataset, role):
         return None
     sentinel = Path(model_dir) / task.dataset / role / "metrics.json"
@@ -191,7 +212,13 @@ def quality_gate_of(cfg: dict, task: Task, role: str, model_dir: str | Path = "r
         return None
     if not isinstance(gate, dict) or "passed" not in gate:
         return None
-    return {"passed": bool(gate["passed"]), "failed": list(gate.get("failed") or [])}
+    out = {"passed": bool(gate["passed"]), "failed": list(gate.get("failed") or []),
+           **{k: float(gate[k]) for k in GATE_NUMBERS if isinstance(gate.get(k), int | float)}}
+    if role == "pmf":
+        steps = {"steps": training_steps(model_dir, task.dataset, "pmf"),
+                 "ddpm_steps": training_steps(model_dir, task.dataset, "ddpm")}
+        out.update({k: v for k, v in steps.items() if v is not None})
+    return out
 
 
 def check_settings(role: str, dataset: str, spec: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
