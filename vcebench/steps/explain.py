@@ -37,6 +37,7 @@ import numpy as np
 from ..core.errors import UserError
 from ..core.io import load_npz, save_npz, to_uint8, write_json
 from ..registry import builtin_method_names  # noqa: F401 (the CLI's help names them)
+from .batches import BatchStore, batch_key
 
 if TYPE_CHECKING:
     import torch
@@ -115,77 +116,6 @@ def explain_shard(settings: RunSettings, shard: int, n_shards: int, out: Path,
 
     return generate(method, load_images, ids, models, settings, out, device, provenance=provenance,
                     store=BatchStore(out, batch_key(settings, models)))
-
-
-class BatchStore:
-    """The finished batches of one shard job, each saved as it ends beside the shard
-    (``<shard>.batches/batch-<first position>.pt``, atomic), under a key of what decides its counterfactuals
-    (:func:`batch_key` and the batch's sample ids): the same job run again takes a saved batch instead of
-    generating it, so an interrupted long job (a paper row at its paper's budget: hours) resumes at its last
-    finished batch, with the same counterfactuals (each sample's noise is its own stream). A batch saved under
-    another key is generated again; the folder is removed once the shard is written."""
-
-    def __init__(self, out: Path, key: str):
-        self.dir, self.key = Path(out).with_suffix(".batches"), key
-        self.resumed = 0
-
-    def _path(self, start: int) -> Path:
-        return self.dir / f"batch-{start:07d}.pt"
-
-    def _key(self, ids: torch.Tensor) -> str:
-        import hashlib
-
-        return hashlib.sha256(self.key.encode() + np.asarray(ids, np.int64).tobytes()).hexdigest()
-
-    def load(self, start: int, ids: torch.Tensor) -> dict | None:
-        """The saved batch at ``start`` with these ``ids`` under this key, else None (nothing, or stale)."""
-        import torch
-
-        p = self._path(start)
-        if not p.is_file():
-            return None
-        try:
-            saved = torch.load(p, map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 (a damaged file is generated again, never trusted)
-            print(f"vcebench explain: {p} unreadable ({type(e).__name__}): generating that batch again",
-                  file=sys.stderr)
-            return None
-        if saved.get("key") != self._key(ids):
-            return None
-        self.resumed += 1
-        return saved
-
-    def save(self, start: int, ids: torch.Tensor, batch: dict) -> None:
-        import torch
-
-        from ..core.io import atomic_path
-
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with atomic_path(self._path(start)) as tmp:
-            torch.save({**batch, "key": self._key(ids)}, tmp)
-
-    def clear(self) -> None:
-        import shutil
-
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def batch_key(settings: RunSettings, models) -> str:
-    """What decides a shard's counterfactuals besides its sample ids: the job's resolved settings (their sha256:
-    the method, its params, the seed, the batch size), the weights of every network it loaded, torch's version."""
-    import hashlib
-
-    import torch
-
-    h = hashlib.sha256(f"{settings.settings_sha256}\0{settings.seed}\0{settings.batch_size}\0"
-                       f"{torch.__version__}".encode())
-    for role in sorted(getattr(models, "names", {}) or {}):
-        net = getattr(models, role, None)
-        h.update(role.encode() + b"\0")
-        if isinstance(net, torch.nn.Module):
-            for k, v in sorted(net.state_dict().items()):
-                h.update(k.encode() + b"\0" + v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
 
 
 def _start_rows(x: torch.Tensor, logits: torch.Tensor, errors: dict[int, str], row_ids: torch.Tensor,
