@@ -184,7 +184,8 @@ def test_a_recipe_names_the_weights_it_continues_by_content_not_by_path(tmp_path
 
 
 TINY_PMF = {"unet": {"block_out_channels": [8, 8], "layers_per_block": 1, "norm_num_groups": 4}, "steps": 3,
-            "batch_size": 2, "fm_warmup_steps": 1, "lr_schedule": "cosine"}
+            "batch_size": 2, "fm_warmup_steps": 1, "lr_schedule": "cosine", "perceptual_weight": 0.0,
+            "init_from": None, "init_sha256": None}  # from scratch, whatever the config's faces recipe continues
 
 
 def _trained_folder(folder, spec, weights: bytes):
