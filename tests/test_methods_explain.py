@@ -209,3 +209,22 @@ def test_an_interrupted_shard_resumes_at_its_last_finished_batch(fake_world, tmp
     monkeypatch.setattr(RunSettings, "build_method", counting())
     explain_shard(RunSettings.resolve({**cfg, "seed": 1}, "synthfaces_smile", "fire"), 0, 1, out)
     assert len(calls) == 3
+
+
+def test_the_batch_key_reads_every_weight_of_every_network():
+    """The key of a shard's saved batches hashes every network's weights, 0-dim buffers (BatchNorm's batch counter)
+    and any dtype included: a changed weight changes it."""
+    from types import SimpleNamespace
+
+    from vcebench.steps.batches import batch_key
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))
+    models = SimpleNamespace(names={"classifier": "c"}, classifier=net)
+    settings = SimpleNamespace(settings_sha256="s", seed=0, batch_size=4)
+    a = batch_key(settings, models)
+    assert a == batch_key(settings, models)
+    with torch.no_grad():
+        net[0].weight[0, 0, 0, 0] += 1
+    assert batch_key(settings, models) != a
+    models.classifier = net.to(torch.bfloat16)
+    assert len(batch_key(settings, models)) == 64

@@ -82,5 +82,12 @@ def batch_key(settings: RunSettings, models) -> str:
         h.update(role.encode() + b"\0")
         if isinstance(net, torch.nn.Module):
             for k, v in sorted(net.state_dict().items()):
-                h.update(k.encode() + b"\0" + v.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+                h.update(k.encode() + b"\0" + raw_bytes(v))
     return h.hexdigest()
+
+
+def raw_bytes(v: torch.Tensor) -> bytes:
+    """A tensor's raw bytes, any dtype and shape (0-dim buffers such as BatchNorm's batch counter included)."""
+    import torch
+
+    return v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
