@@ -100,9 +100,7 @@ def generative_budget(cfg: dict, dataset: str, role: str, model_dir: str | Path)
     from ..costs.budget import run_budget
     from ..data.registry import get_synthetic
     from ..models.generative.ddpm import build_ddpm, ddpm_objective
-    from ..models.generative.meanflow import image_loss
-    from ..models.generative.pmf import build_pmf, pmf_objective
-    from ..models.generative.settings import PMF_DEFAULTS, flow_matching_steps
+    from ..models.generative.pmf import pmf_training
     from ..models.training.settings import require
     from .train import loss_networks
 
@@ -115,11 +113,9 @@ def generative_budget(cfg: dict, dataset: str, role: str, model_dir: str | Path)
         ddpm = build_ddpm(spec, ds.channels, ds.resolution)
         model, loss_fn = ddpm.unet, ddpm_objective(ddpm)
     elif role == "pmf":
-        settings = {**PMF_DEFAULTS, **spec}
         task = get_task(cfg, task_for_dataset(cfg, dataset))
-        model = build_pmf(spec, ds.channels, ds.resolution)
-        loss_fn = pmf_objective(settings, flow_matching_steps(settings, steps),
-                                image_loss(spec, loss_networks(cfg, task, role, Path(model_dir))))
+        model, loss_fn, _, _ = pmf_training(spec, ds.channels, ds.resolution,
+                                            loss_networks(cfg, task, role, Path(model_dir)))
     else:
         raise ConfigError(f"a training budget is counted for the generative roles ({', '.join(GENERATIVE_ROLES)}), "
                           f"not {role!r}")

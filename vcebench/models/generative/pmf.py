@@ -251,6 +251,22 @@ def pmf_objective(settings: dict, warm: int, images_loss: nn.Module | None) -> G
     return GenerativeLoss(draw, compute, mode=lambda step: step < warm)
 
 
+def pmf_training(cfg_role: dict, channels: int, resolution: int, loss_networks: dict[str, nn.Module] | None,
+                 device: Any = None) -> tuple[PixelMeanFlow, GenerativeLoss, nn.Module | None, int]:
+    """What a pmf recipe trains: (the fresh network, its objective, pMF's image losses or None, the flow-matching
+    warm-start steps), the network with the explicit GroupNorm ``jvp: exact`` needs, the losses on ``device``
+    (``train_pmf``; ``vcebench.steps.networks.generative_budget`` counts the same objective)."""
+    settings = {**PMF_DEFAULTS, **cfg_role}
+    pmf = build_pmf(cfg_role, channels, resolution)
+    if str(settings["jvp"]) == "exact":
+        use_explicit_groupnorm(pmf.net)
+    images_loss = image_loss(cfg_role, loss_networks)
+    if images_loss is not None and device is not None:
+        images_loss = images_loss.to(device)
+    warm = flow_matching_steps(settings, int(require(cfg_role, "steps", "pmf")))
+    return pmf, pmf_objective(settings, warm, images_loss), images_loss, warm
+
+
 def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,
               val_images_uint8: Tensor | None = None, progress: bool = True, reference_ddpm: Any = None,
               feature_fn: Callable[[Tensor], Tensor] | None = None, feature_name: str | None = None,
@@ -271,20 +287,13 @@ def train_pmf(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: i
     settings = {**PMF_DEFAULTS, **cfg_role}  # read here; cfg_role as given is what config.json records
     x_check = to_float_images(train_images_uint8[:1], "train_pmf: train_images_uint8")
     channels, res = x_check.shape[1], x_check.shape[-1]
-    torch.manual_seed(seed)
-    pmf = build_pmf(cfg_role, channels, res)
-    jvp_mode = str(settings["jvp"])
-    if jvp_mode == "exact":
-        use_explicit_groupnorm(pmf.net)
-    images_loss = image_loss(cfg_role, loss_networks)
-    if images_loss is not None and shard is not None:
-        images_loss = images_loss.to(shard.device)
-    steps = int(require(cfg_role, "steps", "pmf"))
-    warm = flow_matching_steps(settings, steps)
     if trunk_dir is not None and settings["fm_warmup_steps"] is None:
         raise RoleConfigError("a pmf trained on a shared trunk needs `models.<dataset>.pmf.fm_warmup_steps`: "
                               "`fm_warmup`, a share of the budget, differs between the budgets")
-    loss_fn = pmf_objective(settings, warm, images_loss)
+    torch.manual_seed(seed)
+    pmf, loss_fn, images_loss, warm = pmf_training(cfg_role, channels, res, loss_networks,
+                                                   None if shard is None else shard.device)
+    jvp_mode = str(settings["jvp"])
     shadow, stats = train_generative(pmf, loss_fn, cfg_role, train_images_uint8, out_dir, seed, "pmf", progress,
                                      shard=shard, snapshots=snapshots, trunk_dir=trunk_dir)
     if shard is not None and not shard.writer:
