@@ -70,24 +70,17 @@ class BatchStore:
 
 def batch_key(settings: RunSettings, models) -> str:
     """What decides a shard's counterfactuals besides its sample ids: the job's resolved settings (their sha256:
-    the method, its params, the seed, the batch size), the weights of every network it loaded, torch's version."""
+    the method, its params, the seed, the batch size), the weights of every network it loaded
+    (``checkpoints.weights_fingerprint``), torch's version."""
     import hashlib
+    import json
 
     import torch
 
-    h = hashlib.sha256(f"{settings.settings_sha256}\0{settings.seed}\0{settings.batch_size}\0"
-                       f"{torch.__version__}".encode())
-    for role in sorted(getattr(models, "names", {}) or {}):
-        net = getattr(models, role, None)
-        h.update(role.encode() + b"\0")
-        if isinstance(net, torch.nn.Module):
-            for k, v in sorted(net.state_dict().items()):
-                h.update(k.encode() + b"\0" + raw_bytes(v))
-    return h.hexdigest()
+    from ..models.checkpoints import weights_fingerprint
 
-
-def raw_bytes(v: torch.Tensor) -> bytes:
-    """A tensor's raw bytes, any dtype and shape (0-dim buffers such as BatchNorm's batch counter included)."""
-    import torch
-
-    return v.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    weights = {r: weights_fingerprint(getattr(models, r)) for r in sorted(getattr(models, "names", {}) or {})
+               if isinstance(getattr(models, r, None), torch.nn.Module)}
+    record = {"settings": settings.settings_sha256, "seed": settings.seed, "batch_size": settings.batch_size,
+              "torch": torch.__version__, "weights": weights}
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
