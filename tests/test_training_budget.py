@@ -25,9 +25,10 @@ def test_a_runs_flops_are_each_modes_counted_step_times_its_steps():
             loss = loss + 0 * extra
         return loss
 
-    loss_fn = GenerativeLoss(lambda x, g, step: (x,), compute, mode=lambda step: step >= 3)
+    loss_fn = GenerativeLoss(lambda x, g, step: (x,), compute, mode=lambda step: step >= 3,
+                             mode_names={False: "plain", True: "with a forward more"})
     w = model.weight.detach().clone()
-    b = run_budget(model, loss_fn, 8, torch.randn(B, d_in), {False: "plain", True: "with a forward more"})
+    b = run_budget(model, loss_fn, 8, torch.randn(B, d_in))
     unit = 2 * B * d_in * d_out
     assert b["flops_per_step"] == [{"mode": "plain", "steps": 3, "flops": 2 * unit},
                                    {"mode": "with a forward more", "steps": 5, "flops": 3 * unit}]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Hashable, Mapping
 from typing import Any
 
 import torch
@@ -34,17 +33,16 @@ def step_flops(model: nn.Module, loss_fn: GenerativeLoss, x: Tensor, step: int) 
     return count_flops(one_step)[1].total
 
 
-def run_budget(model: nn.Module, loss_fn: GenerativeLoss, steps: int, x: Tensor,
-               names: Mapping[Hashable, str] | None = None) -> dict[str, Any]:
+def run_budget(model: nn.Module, loss_fn: GenerativeLoss, steps: int, x: Tensor) -> dict[str, Any]:
     """The budget of a ``steps``-step run of ``loss_fn`` at the batch of ``x``: steps, batch, images seen, and
-    FLOPs (per step of each mode, named by ``names``, and in all)."""
+    FLOPs (per step of each mode, named by ``loss_fn.mode_names``, and in all)."""
     modes = Counter(loss_fn.mode(s) for s in range(steps))
     first = {m: next(s for s in range(steps) if loss_fn.mode(s) == m) for m in modes}
     per_mode = {m: step_flops(model, loss_fn, x, first[m]) for m in modes}
     bs = int(x.shape[0])
     return {"steps": int(steps), "batch_size": bs, "images": int(steps) * bs,
             "flops": int(sum(per_mode[m] * n for m, n in modes.items())),
-            "flops_per_step": [{"mode": (names or {}).get(m, str(m)), "steps": int(n), "flops": int(per_mode[m])}
+            "flops_per_step": [{"mode": loss_fn.mode_names.get(m, str(m)), "steps": int(n), "flops": int(per_mode[m])}
                                for m, n in sorted(modes.items(), key=lambda kv: first[kv[0]])],
             "convention": FLOP_CONVENTION + "; one training step = the loss's forward and backward"}
 

@@ -85,9 +85,7 @@ def trained_info(metrics: dict[str, Any], where: str) -> dict[str, Any]:
     return {"where": where, **{k: t[k] for k in keys if t.get(k) is not None}}
 
 
-# the names of a generative objective's modes in a budget (``GenerativeLoss.mode``)
-MODE_NAMES = {"ddpm": {0: "epsilon loss"}, "pmf": {True: "flow matching (r = t)", False: "MeanFlow"}}
-GENERATIVE_ROLES = tuple(MODE_NAMES)
+GENERATIVE_ROLES = ("ddpm", "pmf")  # the roles with a training budget (their objectives: ddpm_objective, pmf_training)
 
 
 def generative_budget(cfg: dict, dataset: str, role: str, model_dir: str | Path) -> dict[str, Any]:
@@ -119,7 +117,7 @@ def generative_budget(cfg: dict, dataset: str, role: str, model_dir: str | Path)
     else:
         raise ConfigError(f"a training budget is counted for the generative roles ({', '.join(GENERATIVE_ROLES)}), "
                           f"not {role!r}")
-    return run_budget(model, loss_fn, steps, x, MODE_NAMES[role])
+    return run_budget(model, loss_fn, steps, x)
 
 
 def ship(cfg: dict, models: str | Path, out: str | Path, set_name: str, where: str | None,

@@ -227,7 +227,7 @@ def ddpm_objective(ddpm: DiffusersDDPM) -> GenerativeLoss:
         z = a.sqrt() * x + (1 - a).sqrt() * eps
         return F.mse_loss(unet(z, t).sample.float(), eps)
 
-    return GenerativeLoss(draw, compute)
+    return GenerativeLoss(draw, compute, mode_names={0: "epsilon loss"})
 
 
 def train_ddpm(cfg_role: dict, train_images_uint8: Tensor, out_dir: Path, seed: int,

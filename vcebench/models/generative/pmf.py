@@ -248,7 +248,8 @@ def pmf_objective(settings: dict, warm: int, images_loss: nn.Module | None) -> G
         loss, per_sample = meanflow_compute(model, drawn, settings, flow_matching_only, images_loss)
         return loss, per_sample.mean() / drawn[0][0].numel()  # logged: unweighted squared error of u per pixel
 
-    return GenerativeLoss(draw, compute, mode=lambda step: step < warm)
+    return GenerativeLoss(draw, compute, mode=lambda step: step < warm,
+                          mode_names={True: "flow matching (r = t)", False: "MeanFlow"})
 
 
 def pmf_training(cfg_role: dict, channels: int, resolution: int, loss_networks: dict[str, nn.Module] | None,

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,12 +110,14 @@ class GenerativeLoss:
     - ``compute(model, drawn, mode)``: the loss on the device, or (that loss, the number to log), e.g. when an
       adaptive weight makes the minimised loss uninformative;
     - ``mode(step)``: steps whose computation differs (the pmf's flow-matching warm start, then MeanFlow)
-      have different modes; one mode, one captured graph.
+      have different modes; one mode, one captured graph;
+    - ``mode_names``: what each mode is, for a reader (a training budget's FLOPs per step of each mode).
     """
 
     draw: Callable[[Tensor, torch.Generator, int], tuple[Tensor, ...]]
     compute: Callable[[nn.Module, tuple[Tensor, ...], Hashable], Tensor | tuple[Tensor, Tensor]]
     mode: Callable[[int], Hashable] = lambda step: 0
+    mode_names: Mapping[Hashable, str] = dataclasses.field(default_factory=dict)
 
     def __call__(self, model: nn.Module, x: Tensor, g: torch.Generator, step: int,
                  shard: Shard | None = None) -> Tensor | tuple[Tensor, Tensor]:
