@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -13,6 +13,15 @@ if TYPE_CHECKING:
     import torch
 
     from ..protocol.run_settings import RunSettings
+
+
+class SavedBatch(NamedTuple):
+    """One finished batch: (its Counterfactuals, predictions, targets, uint8 inputs) as ``run_batches`` collects
+    them, its generation seconds, its unreadable images by sample id."""
+
+    batch: tuple
+    seconds: float
+    unreadable: dict[int, str]
 
 
 class BatchStore:
@@ -35,7 +44,7 @@ class BatchStore:
 
         return hashlib.sha256(self.key.encode() + np.asarray(ids, np.int64).tobytes()).hexdigest()
 
-    def load(self, start: int, ids: torch.Tensor) -> dict | None:
+    def load(self, start: int, ids: torch.Tensor) -> SavedBatch | None:
         """The saved batch at ``start`` with these ``ids`` under this key, else None (nothing, or stale)."""
         import torch
 
@@ -51,16 +60,25 @@ class BatchStore:
         if saved.get("key") != self._key(ids):
             return None
         self.resumed += 1
-        return saved
+        from methods.base import Counterfactuals
 
-    def save(self, start: int, ids: torch.Tensor, batch: dict) -> None:
+        cf = Counterfactuals(images=saved["images"], flipped=saved["flipped"], steps=saved["steps"],
+                             info=saved["info"])
+        return SavedBatch((cf, saved["pred"], saved["target"], saved["inputs_u8"].numpy()), float(saved["seconds"]),
+                          {int(k): v for k, v in saved["unreadable"].items()})
+
+    def save(self, start: int, ids: torch.Tensor, batch: SavedBatch) -> None:
         import torch
 
         from ..core.io import atomic_path
 
+        cf, pred, target, inputs_u8 = batch.batch
+        record = {"images": cf.images, "flipped": cf.flipped, "steps": cf.steps, "info": cf.info, "pred": pred,
+                  "target": target, "inputs_u8": torch.from_numpy(inputs_u8), "seconds": batch.seconds,
+                  "unreadable": {str(k): v for k, v in batch.unreadable.items()}, "key": self._key(ids)}
         self.dir.mkdir(parents=True, exist_ok=True)
         with atomic_path(self._path(start)) as tmp:
-            torch.save({**batch, "key": self._key(ids)}, tmp)
+            torch.save(record, tmp)
 
     def clear(self) -> None:
         import shutil

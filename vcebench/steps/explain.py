@@ -37,7 +37,7 @@ import numpy as np
 from ..core.errors import UserError
 from ..core.io import load_npz, save_npz, to_uint8, write_json
 from ..registry import builtin_method_names  # noqa: F401 (the CLI's help names them)
-from .batches import BatchStore, batch_key
+from .batches import BatchStore, SavedBatch, batch_key
 
 if TYPE_CHECKING:
     import torch
@@ -212,8 +212,6 @@ def run_batches(method, load_images, ids: torch.Tensor, models, *, batch_size: i
     import torch
     from tqdm import tqdm
 
-    from methods.base import Counterfactuals
-
     from ..core.rng import SampleGenerators
     from ..costs.measure import PeakMemory
 
@@ -225,13 +223,10 @@ def run_batches(method, load_images, ids: torch.Tensor, models, *, batch_size: i
             idx = torch.arange(start, min(start + batch_size, len(ids)))
             saved = store.load(start, ids[idx]) if store is not None else None
             if saved is not None:
-                parts.append(Counterfactuals(images=saved["images"], flipped=saved["flipped"], steps=saved["steps"],
-                                             info=saved["info"]))
-                preds.append(saved["pred"])
-                targets.append(saved["target"])
-                inputs_u8.append(saved["inputs_u8"].numpy())
-                seconds += float(saved["seconds"])
-                unreadable.update({int(k): v for k, v in saved["unreadable"].items()})
+                for out, v in zip((parts, preds, targets, inputs_u8), saved.batch):
+                    out.append(v)
+                seconds += saved.seconds
+                unreadable.update(saved.unreadable)
                 continue
             loaded = load_images(idx)
             x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
@@ -256,11 +251,9 @@ def run_batches(method, load_images, ids: torch.Tensor, models, *, batch_size: i
             preds.append(pred)
             targets.append(tgt)
             if store is not None:
-                done = parts[-1]
-                store.save(start, ids[idx], {
-                    "images": done.images, "flipped": done.flipped, "steps": done.steps, "info": done.info,
-                    "pred": pred, "target": tgt, "inputs_u8": torch.from_numpy(inputs_u8[-1]), "seconds": dt,
-                    "unreadable": {str(int(i)): unreadable[int(i)] for i in ids[idx] if int(i) in unreadable}})
+                store.save(start, ids[idx], SavedBatch((parts[-1], pred, tgt, inputs_u8[-1]), dt,
+                                                       {int(i): unreadable[int(i)] for i in ids[idx]
+                                                        if int(i) in unreadable}))
     if unreadable:
         from methods.base import FAIL_UNREADABLE_INPUT
 
