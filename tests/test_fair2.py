@@ -90,3 +90,27 @@ def test_every_l1_weight_is_searched_by_the_rule(fair2, today):
     assert space_violations(today["tune"]["space"]) == []
     # planted: today's spaces have no l1
     assert any(".l1:" in b for b in space_violations(today["tune"]["space"], l1=True))
+
+
+def test_a_derived_trajectory_starts_closest_to_its_target(fair2):
+    """`protocol.respacing: closest`: among the respacings whose start step is the asked one, the start nearest
+    the target noise; DiME's paper noise (step 60 of 200) is then reached on its paper's own 200-step respacing."""
+    from vcebench.protocol.noise import ddpm_schedule, respaced_log_snr, respacing_for_steps
+
+    abar, _ = ddpm_schedule(fair2, "synthfaces")
+    target = float(respaced_log_snr(abar, 200)[1][60])
+    assert respacing_for_steps(abar, 60, target, "closest") == 200
+    smallest = {**fair2, "protocol": {**fair2["protocol"], "respacing": "smallest"}}
+    closer = 0
+    for task in SYNTHETIC:
+        for method in ("dime", "fastdime", "maskdime", "ace"):
+            for off in np.linspace(*OFFSET_RANGE, 13):
+                candidate = {"log_snr_offset": float(off)}
+                new = resolve_method(fair2, task, method, candidate=candidate)[1]
+                old = resolve_method(smallest, task, method, candidate=candidate)[1]
+                gap_new, gap_old = (abs(r["log_snr"] - r["log_snr_target"]) for r in (new, old))
+                assert new["start_step"] == old["start_step"] and gap_new <= gap_old + 1e-12, (task, method, off)
+                closer += gap_new < gap_old - 1e-9
+    assert closer > 0
+    # planted: today's rule takes the smallest respacing with 60 steps left, a start off the paper's noise
+    assert respacing_for_steps(abar, 60, target, "smallest") == 199

@@ -44,6 +44,9 @@ PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respac
                      "guided_steps": int | None,  # null: the respacing sets the trajectory (paper_protocol.yaml)
                      "chain_steps": int | None}  # ACE: its filter's steps held, the respacing derived (null: fixed)
 RETRY_RULES = ("per_attempt", "shared")  # protocol.retries (docs/protocol.md section 6, "One rule for retries")
+# protocol.respacing (docs/protocol.md section 6): which respacing with the asked start step a derived trajectory
+# takes, the smallest (today) or the one whose start lies closest to the target noise (fair2)
+RESPACING_RULES = ("smallest", "closest")
 # their ranges (vcebench.config.bounds), checked in every config layer that sets them
 PROTOCOL_BOUNDS = {"log_snr_offset": Bound(-20, 20), "ref_start_step": Bound(1, 10000),
                    "ref_respacing": Bound(1, 10000), "warmup_fraction": Bound(0, 1), "guided_steps": Bound(1, 10000),
@@ -88,35 +91,42 @@ def _respaced_timesteps(num_train_timesteps: int, respacing: int) -> np.ndarray:
     return ts
 
 
-# respacing_for_steps's answers by (schedule bytes, steps, target): checking a config resolves every task x method
+# respacing_for_steps's answers by (schedule bytes, steps, target, rule): checking a config resolves every task x method
 # and each search walks up to T respacings of the train schedule (seconds per `snakemake -n` uncached)
-_RESPACINGS: dict[tuple[bytes, int, float], int] = {}
+_RESPACINGS: dict[tuple[bytes, int, float, str], int] = {}
 
 
-def respacing_for_steps(alphas_cumprod: np.ndarray, guided_steps: int, target_log_snr: float) -> int:
-    """The equal-compute rule's trajectory (docs/protocol.md): the smallest respacing whose start step at
-    ``target_log_snr`` (:func:`nearest_start_step`) is ``guided_steps``; where no respacing of the train
-    schedule reaches it (little noise: fewer train timesteps below the target than guided steps), the one
-    whose start step comes closest (ties: fewer steps). Computed once per schedule, steps and target in a
-    process."""
+def respacing_for_steps(alphas_cumprod: np.ndarray, guided_steps: int, target_log_snr: float,
+                        rule: str = "smallest") -> int:
+    """The equal-compute rule's trajectory (docs/protocol.md): among the respacings whose start step at
+    ``target_log_snr`` (:func:`nearest_start_step`) is ``guided_steps``, the smallest (``rule`` ``smallest``)
+    or the one whose start lies closest to the target in log-SNR (``closest``; ties: fewer steps), so that a
+    searched noise offset moves the start by what it says, not by the grid of the smallest such respacing.
+    Where no respacing of the train schedule reaches ``guided_steps`` (little noise: fewer train timesteps below
+    the target than guided steps), the one whose start step comes closest (ties: fewer steps). Computed once
+    per schedule, steps, target and rule in a process."""
     g = int(guided_steps)
     if g < 1:
         raise ConfigError(f"guided_steps must be >= 1, got {guided_steps}")
+    if rule not in RESPACING_RULES:
+        raise ConfigError(f"protocol.respacing must be one of {list(RESPACING_RULES)}, got {rule!r}")
     abar = np.asarray(alphas_cumprod, dtype=np.float64)
-    key = (abar.tobytes(), g, float(target_log_snr))
+    key = (abar.tobytes(), g, float(target_log_snr), rule)
     if key not in _RESPACINGS:
-        _RESPACINGS[key] = _respacing_for_steps(abar, g, float(target_log_snr))
+        _RESPACINGS[key] = _respacing_for_steps(abar, g, float(target_log_snr), rule == "closest")
     return _RESPACINGS[key]
 
 
-def _respacing_for_steps(alphas_cumprod: np.ndarray, g: int, target_log_snr: float) -> int:
+def _respacing_for_steps(alphas_cumprod: np.ndarray, g: int, target_log_snr: float, closest: bool) -> int:
     T = len(alphas_cumprod)
-    best, best_gap = 2, math.inf
+    best, best_gap = 2, (math.inf, math.inf)
     for r in range(max(2, g + 1), T + 1):
-        gap = abs(nearest_start_step(alphas_cumprod, r, target_log_snr) - g)
+        start = nearest_start_step(alphas_cumprod, r, target_log_snr)
+        noise_gap = abs(float(respaced_log_snr(alphas_cumprod, r)[1][start]) - target_log_snr) if closest else 0.0
+        gap = (abs(start - g), noise_gap)
         if gap < best_gap:
             best, best_gap = r, gap
-        if gap == 0:
+        if gap[0] == 0 and not closest:
             break
     return best
 
@@ -171,6 +181,8 @@ def _protocol(cfg: dict, params: dict) -> dict:
         raise ConfigError(f"protocol.noise must be one of {list(NOISE_RULES)}, got {rule!r}")
     if proto["retries"] not in RETRY_RULES:
         raise ConfigError(f"protocol.retries must be one of {list(RETRY_RULES)}, got {proto['retries']!r}")
+    if proto["respacing"] not in RESPACING_RULES:
+        raise ConfigError(f"protocol.respacing must be one of {list(RESPACING_RULES)}, got {proto['respacing']!r}")
     return proto
 
 
@@ -252,7 +264,7 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
         record.update(log_snr_reference=lam_ref, log_snr_target=lam, log_snr=lam, t_reference=t_ref,
                       t=out["t"])
     elif noise == "ddpm":
-        _apply_ddpm_rule(cfg, task, method, params, (shift, offset), out, record)
+        _apply_ddpm_rule(cfg, task, method, params, (shift, offset), proto["respacing"], out, record)
     if "log_snr" not in record:  # a method that adds no noise (the do-nothing `input` row)
         record.update(log_snr=None, snr=None)
     else:
@@ -262,9 +274,10 @@ def resolve_method(cfg: dict, task: Task | str, method: str,
 
 
 def _apply_ddpm_rule(cfg: dict, task: Task, method: str, params: dict[str, Any], shift_offset: tuple[float, float],
-                     out: dict[str, Any], record: dict[str, Any]) -> None:
+                     respacing_rule: str, out: dict[str, Any], record: dict[str, Any]) -> None:
     """A DDPM's ``start_step`` (and ``warmup_steps`` from ``warmup_fraction``) at the reference log-SNR moved
-    by ``shift_offset`` (the resolution shift, the offset), into ``out``; how, into ``record``."""
+    by ``shift_offset`` (the resolution shift, the offset), into ``out``, a derived trajectory by
+    ``respacing_rule`` (:func:`respacing_for_steps`); how, into ``record``."""
     shift, offset = shift_offset
     abar, source = ddpm_schedule(cfg, task.dataset)
     ref_r, ref_s = (int(_param(params, k, task, method)) for k in ("ref_respacing", "ref_start_step"))
@@ -275,11 +288,11 @@ def _apply_ddpm_rule(cfg: dict, task: Task, method: str, params: dict[str, Any],
     lam_ref = float(lam_ref_all[ref_s])
     target = lam_ref + shift + offset
     if params.get("guided_steps") is not None:  # the equal-compute rule: the trajectory follows the step count
-        respacing = respacing_for_steps(abar, int(params["guided_steps"]), target)
+        respacing = respacing_for_steps(abar, int(params["guided_steps"]), target, respacing_rule)
         out["respacing"] = respacing
         record["guided_steps"] = int(params["guided_steps"])
     elif params.get("chain_steps") is not None:  # ACE: its filter's length held, every start reachable
-        respacing = respacing_for_steps(abar, int(params["chain_steps"]), target)
+        respacing = respacing_for_steps(abar, int(params["chain_steps"]), target, respacing_rule)
         out["respacing"] = respacing
         record["chain_steps"] = int(params["chain_steps"])
     else:

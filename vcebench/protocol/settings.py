@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from ..config.load import ConfigError, check_keys, coerce_value, field_types, load_config
 from ..config.tasks import all_methods, check_runs_on, external_name, get_task, runs_on
-from .noise import NOISE_RULES, PROTOCOL_BOUNDS, PROTOCOL_SETTINGS, RETRY_RULES
+from .noise import NOISE_RULES, PROTOCOL_BOUNDS, PROTOCOL_SETTINGS, RESPACING_RULES, RETRY_RULES
 
 # Ranges of model settings (keys and types come from the code, see the module docstring).
 POSITIVE = {"steps", "batch", "batch_size", "lr", "num_train_timesteps", "sample_steps", "n_samples",
@@ -93,7 +93,7 @@ def check_task_attributes(cfg: dict, names: list[str] | None = None) -> None:
 # variant's ``{noise: paper, use_tuned: false}``), with their types: the noise rule, the resolution its paper
 # noise level is given at, whether the tuned settings are read.
 METHOD_PROTOCOL_SETTINGS = {"noise": Literal[NOISE_RULES], "reference_resolution": int, "use_tuned": bool,
-                            "retries": Literal[RETRY_RULES]}
+                            "retries": Literal[RETRY_RULES], "respacing": Literal[RESPACING_RULES]}
 
 
 def _typed_layer(section: str, layer: Any, cls: type) -> None:
