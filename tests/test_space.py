@@ -152,3 +152,15 @@ def test_a_trial_to_be_promoted_at_a_bound_widens_it_not_only_the_best(monkeypat
     _, widened = search_with_widening(None, SPACE, UNTUNED, promote=4, **kw)
     assert [(w["trial"], w["sides"], w["space"]) for w in widened] == [(1, ["eta high"], {"eta": [0.25, 16.0]})]
     assert search_with_widening(None, SPACE, UNTUNED, promote=1, **kw)[1] == []
+
+
+def test_a_resumed_search_widens_as_the_fresh_one_did(tmp_path):
+    """The widenings follow from the trials the study keeps: a sweep resumed with a higher cap (or re-run) sees,
+    at each check, only the trials that had run by then, so it replays the fresh run's widenings and adds its
+    own after them (the first fair2 re-tune, re-run with `max: 4`, rewrote DiME's age history instead)."""
+    far = _valley(0.5, 0.02 * 40)  # eta's optimum x40: past x4 and x16, so each check widens it again
+    fresh_rows, fresh = _search(tmp_path, far, widen=WidenRule(edge=0.05, factor=2.0, extra_trials=10, max=1))
+    assert len(fresh) == 1
+    rows, widenings = _search(tmp_path, far, widen=WidenRule(edge=0.05, factor=2.0, extra_trials=10, max=2))
+    assert widenings[:1] == fresh and len(widenings) == 2
+    assert rows[:len(fresh_rows)] == fresh_rows and len(rows) == len(fresh_rows) + 10

@@ -124,10 +124,12 @@ def sequential_search(evaluate, space: dict[str, dict], untuned: dict[str, Any],
         if log:
             log(f"{method} trial {number}: {cand or 'untuned'} -> "
                 + ", ".join(f"{k}={v}" for k, v in metrics.items()))
-    # trials an interruption left RUNNING are dropped: their number is run again above
+    # trials an interruption left RUNNING are dropped: their number is run again above. A study holding more
+    # trials than asked (a resumed widening search: its later phases ran before) answers with the first
+    # `n_trials` only, so each widening check sees what the fresh run saw (space.search_with_widening)
     return [{"trial": t.user_attrs["number_done"], "overrides": t.user_attrs["overrides"],
              "metrics": t.user_attrs["metrics"], "point": dict(t.params)}
-            for t in sorted(done(), key=lambda t: t.number)]
+            for t in sorted(done(), key=lambda t: t.number) if t.user_attrs["number_done"] < n_trials]
 
 
 def pick_agreement(full: list[dict[str, Any]], draws: list[list[dict[str, Any]]], rule: dict[str, Any]) -> dict:
