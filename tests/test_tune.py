@@ -103,8 +103,9 @@ def test_merge_keeps_the_other_methods_and_refuses_a_different_rule():
            "sweep": [{"method": "fire"}, {"method": "dime", "old": True}]}
     new = {**base, "wall_seconds": 5, "settings": {"dime": {"scales": [1]}}, "picked": {"dime": {"setting": 1}},
            "sweep": [{"method": "dime", "old": False}]}
-    m = merge_tuned(old, new)
+    m = merge_tuned(old, {**new, "sweep": [{"method": "dime", "old": False, "seconds": 2.0}]})
     assert m["settings"] == {"fire": {"rho": 1}, "dime": {"scales": [1]}} and m["wall_seconds"] == 15
+    assert (m["compute_seconds"], m["untimed_rows"]) == (2.0, 1)  # the kept fire row, cached before times
     assert [r.get("old") for r in m["sweep"] if r["method"] == "dime"] == [False]
     with pytest.raises(ConfigError, match="rule"):
         merge_tuned(old, {**new, "rule": {"minimize": "FR"}})
@@ -145,6 +146,11 @@ def test_a_finished_setting_is_reused_only_with_the_same_network_weights(tmp_pat
     before = {"classifier": weights_fingerprint(net)}
     row = _sweep_row(sweep(before), "fire", 0, {})
     assert _sweep_row(sweep(before), "fire", 0, {}) == row and len(runs) == 1  # resumed
+    # the setting's own time is kept with its row: a resumed sweep's compute counts it (its wall time cannot)
+    from vcebench.protocol.tune import compute_seconds
+    assert row["seconds"] >= 0 and compute_seconds([row, row]) == {"compute_seconds": round(2 * row["seconds"], 1),
+                                                                  "untimed_rows": 0}
+    assert compute_seconds([{k: v for k, v in row.items() if k != "seconds"}])["untimed_rows"] == 1
     copy = torch.nn.Linear(3, 2)
     copy.load_state_dict(net.state_dict())
     assert weights_fingerprint(copy) == before["classifier"]  # the same weights in another object

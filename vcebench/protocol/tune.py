@@ -170,7 +170,26 @@ def merge_tuned(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
                           **new["methods"]}
     out["sweep"] = [r for r in old["sweep"] if r["method"] not in methods_new] + new["sweep"]
     out["wall_seconds"] = round(float(old.get("wall_seconds", 0)) + float(new["wall_seconds"]), 1)
+    out.update(compute_seconds(out["sweep"]))
     return out
+
+
+def compute_seconds(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """``compute_seconds``: the summed wall time of the settings of sweep ``rows`` (each timed when it ran,
+    whichever invocation ran it, so a resumed or merged sweep still counts every trial; ``wall_seconds`` is
+    the invocations' time only), and ``untimed_rows``: rows cached before the times were kept."""
+    timed = [float(r["seconds"]) for r in rows if r.get("seconds") is not None]
+    return {"compute_seconds": round(sum(timed), 1), "untimed_rows": len(rows) - len(timed)}
+
+
+def _compute_note(result: dict[str, Any]) -> str:
+    """The sweep's own compute beside the invocation's wall time (a resumed sweep's differ)."""
+    if result.get("compute_seconds") is None:
+        return ""
+    untimed = int(result.get("untimed_rows") or 0)
+    return (f" (this invocation; its settings took {result['compute_seconds']:.0f} s to run and score, whichever "
+            f"run made them" + (f", {untimed} rows cached before times were kept not counted" if untimed else "")
+            + ")")
 
 
 def sweep_markdown(result: dict[str, Any]) -> str:
@@ -186,7 +205,7 @@ def sweep_markdown(result: dict[str, Any]) -> str:
     lines = [f"# `vcebench tune` on {result['task']} ({result['date']})", "",
              f"{result['validation']['n']} inputs of the `{result['validation']['split']}` split (evaluation: "
              f"`{result['validation']['evaluation_split']}`), {size}, noise "
-             f"rule `{result['noise_rule']}`, {result['wall_seconds']:.0f} s.", "",
+             f"rule `{result['noise_rule']}`, {result['wall_seconds']:.0f} s" + _compute_note(result) + ".", "",
              f"Rule: lowest {result['rule']['minimize']} subject to "
              + (", ".join(f"{k} >= {v}" for k, v in (result['rule'].get('require') or {}).items()) or "nothing")
              + f"; else {result['rule']['fallback']}.", "",

@@ -24,7 +24,7 @@ from ..config.tasks import Task, get_task, method_params, split_method
 from ..core.io import write_text
 from ..protocol.search import front, is_dead, pick_agreement, ranked, resampled_draws
 from ..protocol.space import WidenRule, search_with_widening
-from ..protocol.tune import FALLBACK, candidate_settings, round_value, select, tune_methods
+from ..protocol.tune import FALLBACK, candidate_settings, compute_seconds, round_value, select, tune_methods
 
 
 @dataclass
@@ -90,6 +90,7 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "
     cached = npz.with_suffix(".row.json")
     if cached.exists() and json.loads(cached.read_text()).get("key") == key:
         return json.loads(cached.read_text())["row"]
+    t0 = time.perf_counter()
     timing = generate(method, lambda idx: sw.split.float_images(sw.rows_idx[idx]), sw.ids, sw.models, settings, npz,
                       sw.device)
     # n_eval = the n tuning inputs: the coverage check expects exactly these ids
@@ -106,7 +107,10 @@ def _sweep_row(sw: _Sweep, name: str, i: int, cand: dict[str, Any], tag: str = "
            "start_step": rec.get("start_step"), "respacing": rec.get("respacing"),
            "metrics": {k: (None if res["metrics"].get(k) is None else round_value(res["metrics"][k]))
                        for k in sw.wanted},
-           "mean_steps": round_value(float(z["steps"].mean())), "sec_per_cf": round_value(timing["sec_per_cf"])}
+           "mean_steps": round_value(float(z["steps"].mean())), "sec_per_cf": round_value(timing["sec_per_cf"]),
+           # the setting's own wall time, generation and scoring (kept with the cached row: a resumed sweep's
+           # `compute_seconds` still counts the trials an earlier run made)
+           "seconds": round(time.perf_counter() - t0, 2)}
     write_text(cached, json.dumps({"key": key, "row": row}))
     return row
 
@@ -217,7 +221,7 @@ def run_tune(cfg: dict, task: Task | str, *, data_dir: str | None = None, model_
         "n_settings": n_settings, "seed": seed, "space": {k: space_all.get(k) or {} for k in names},
         "noise_rule": cfg["protocol"]["noise"],
         "models": {r: models.names.get(r, r) for r in sorted(roles)},
-        "wall_seconds": round(time.perf_counter() - t_start, 1),
+        "wall_seconds": round(time.perf_counter() - t_start, 1), **compute_seconds(sweep),
         "settings": settings, "picked": picked, "sweep": sweep,
     }
 
@@ -278,7 +282,7 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
                          "pick_agreement": _stability(sw, name, full, rule, "promoted"),
                          "search_agreement": _stability(sw, name, rows, rule, "trial"),
                          "front": [rows[i]["setting"] for i in front(rows, rule["minimize"])],
-                         "widenings": widenings}
+                         "widenings": widenings, **compute_seconds(rows + full)}
         sweep += rows + full
     return {
         "task": sw.task.name, "date": _dt.date.today().isoformat(), "sampler": "tpe",
@@ -290,7 +294,7 @@ def _run_tpe(sw: _Sweep, tc: dict, rule: dict, names: list[str], space_all: dict
         "dead_fr": dead_fr, "seed": seed,
         "space": {k: space_all.get(k) or {} for k in names}, "noise_rule": sw.cfg["protocol"]["noise"],
         "models": {r: sw.models.names.get(r, r) for r in sorted(sw.roles)},
-        "wall_seconds": round(time.perf_counter() - t_start, 1),
+        "wall_seconds": round(time.perf_counter() - t_start, 1), **compute_seconds(sweep),
         "settings": settings, "picked": picked, "methods": summary, "sweep": sweep,
     }
 
