@@ -193,8 +193,11 @@ def test_a_task_is_any_identifier_and_runs_in_the_dag(tmp_path):
                            "run_tasks: [synthfaces_big_smile]\nmethods: [fire, input]\n")
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
+    # in a workdir of its own: the checkout's own run state (its resources/, results/ and .snakemake/) must not
+    # decide which jobs the dry run lists
     r = subprocess.run([SNAKEMAKE, "-n", "results/synthfaces_big_smile.csv", "--quiet", "rules", "--configfile",
-                        str(tmp_path / "mine.yaml")], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                        str(tmp_path / "mine.yaml"), "--config", f"workdir={tmp_path / 'run'}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}"))
     assert r.returncode == 0 and "report_task" in r.stdout + r.stderr, r.stdout + r.stderr
 
