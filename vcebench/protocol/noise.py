@@ -121,9 +121,9 @@ def _respacing_for_steps(alphas_cumprod: np.ndarray, g: int, target_log_snr: flo
     T = len(alphas_cumprod)
     best, best_gap = 2, (math.inf, math.inf)
     for r in range(max(2, g + 1), T + 1):
-        start = nearest_start_step(alphas_cumprod, r, target_log_snr)
-        noise_gap = abs(float(respaced_log_snr(alphas_cumprod, r)[1][start]) - target_log_snr) if closest else 0.0
-        gap = (abs(start - g), noise_gap)
+        _, lam = respaced_log_snr(alphas_cumprod, r)
+        start = _nearest_step(lam, target_log_snr)
+        gap = (abs(start - g), abs(float(lam[start]) - target_log_snr) if closest else 0.0)
         if gap < best_gap:
             best, best_gap = r, gap
         if gap[0] == 0 and not closest:
@@ -135,9 +135,12 @@ def nearest_start_step(alphas_cumprod: np.ndarray, respacing: int, target_log_sn
     """The respaced step in [1, respacing) whose log-SNR is closest to ``target_log_snr`` (ties: fewer steps)."""
     if int(respacing) < 2:
         raise ConfigError(f"respacing must be >= 2 to start at a step >= 1, got {respacing}")
-    _, lam = respaced_log_snr(alphas_cumprod, respacing)
-    gap = np.abs(lam[1:] - target_log_snr)
-    return int(np.argmin(gap)) + 1  # argmin returns the first (smallest step) of equal gaps
+    return _nearest_step(respaced_log_snr(alphas_cumprod, respacing)[1], target_log_snr)
+
+
+def _nearest_step(lam: np.ndarray, target_log_snr: float) -> int:
+    """The step in [1, len(lam)) whose log-SNR ``lam`` is closest to the target (ties: fewer steps)."""
+    return int(np.argmin(np.abs(lam[1:] - target_log_snr))) + 1  # argmin: the first (smallest step) of equal gaps
 
 
 # ddpm_schedule's results by (dataset, DDPM settings): checking a config resolves every task x method, each
