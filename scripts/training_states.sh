@@ -45,6 +45,6 @@ case "${1:?usage: scripts/training_states.sh save|restore}" in
       if [ -e "$RUNS/$f" ]; then echo "kept $RUNS/$f (already there)"; continue; fi
       mkdir -p "$RUNS/$(dirname "$f")"; cp "$KEEP/$f" "$RUNS/$f"; echo "restored $RUNS/$f"
     done
-    .venv/bin/python scripts/gpu_networks.py unpack --into "$RUNS" ;;  # each finished budget's snapshot
+    "$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)" scripts/gpu_networks.py unpack --into "$RUNS" ;;  # each finished budget's snapshot
   *) echo "usage: scripts/training_states.sh save|restore" >&2; exit 2 ;;
 esac
