@@ -211,6 +211,58 @@ def test_an_interrupted_shard_resumes_at_its_last_finished_batch(fake_world, tmp
     assert len(calls) == 3
 
 
+def test_a_saved_batch_from_other_inputs_or_another_machine_is_made_again(fake_world, tmp_path, monkeypatch):
+    """The saved batches are taken only for the inputs they were made from (a re-rendered or edited split differs
+    in its bytes: that batch is made again) and on the kind of machine that made them (the key holds the CPU
+    kind: every batch again elsewhere). Planted: a saved batch whose inputs differ by one pixel value."""
+    import torch
+
+    import vcebench.config.kernels
+
+    cfg, _ = fake_world
+    calls = []
+    real = RunSettings.build_method
+
+    def counting(fail_at=None):
+        def build(self):
+            method = real(self)
+
+            class Counted:
+                name, roles = method.name, method.roles
+
+                def __call__(self, *a, **k):
+                    calls.append(1)
+                    if fail_at is not None and len(calls) == fail_at:
+                        raise RuntimeError("killed")
+                    return method(*a, **k)
+            return Counted()
+        return build
+
+    settings = RunSettings.resolve(cfg, "synthfaces_smile", "fire")
+    out = tmp_path / "run/shard-0-of-1.npz"
+
+    def interrupted():
+        calls.clear()
+        monkeypatch.setattr(RunSettings, "build_method", counting(fail_at=3))
+        with pytest.raises(RuntimeError, match="killed"):
+            explain_shard(settings, 0, 1, out)
+        calls.clear()
+        monkeypatch.setattr(RunSettings, "build_method", counting())
+
+    interrupted()
+    first = out.with_suffix(".batches") / "batch-0000000.pt"
+    saved = torch.load(first, weights_only=True)
+    saved["inputs_u8"][0, 0, 0, 0] ^= 1  # the split's bytes changed by one value
+    torch.save(saved, first)
+    explain_shard(settings, 0, 1, out)
+    assert len(calls) == 2  # the edited batch and the unfinished one
+    out.unlink()
+    interrupted()
+    monkeypatch.setattr(vcebench.config.kernels, "cpu_kind", lambda: "OtherVendor Other CPU")
+    explain_shard(settings, 0, 1, out)
+    assert len(calls) == 3
+
+
 def test_the_batch_key_reads_every_weight_of_every_network():
     """The key of a shard's saved batches hashes every network's weights, 0-dim buffers (BatchNorm's batch counter)
     and any dtype included: a changed weight changes it."""

@@ -221,17 +221,18 @@ def run_batches(method, load_images, ids: torch.Tensor, models, *, batch_size: i
     with PeakMemory(device, interval=0.01) as memory:
         for start in tqdm(range(0, len(ids), batch_size), desc=desc, unit="batch", disable=not progress):
             idx = torch.arange(start, min(start + batch_size, len(ids)))
-            saved = store.load(start, ids[idx]) if store is not None else None
+            loaded = load_images(idx)
+            x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
+            x = x.to(device)
+            x_u8 = to_uint8(x)
+            saved = store.load(start, ids[idx], x_u8) if store is not None else None
             if saved is not None:
                 for out, v in zip((parts, preds, targets, inputs_u8), saved.batch):
                     out.append(v)
                 seconds += saved.seconds
                 unreadable.update(saved.unreadable)
                 continue
-            loaded = load_images(idx)
-            x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
-            x = x.to(device)
-            inputs_u8.append(to_uint8(x))
+            inputs_u8.append(x_u8)
             t0 = time.perf_counter()
             with torch.no_grad():
                 logits = models.classifier(x)
