@@ -13,6 +13,10 @@
 # STEPS (default "default pareto paper ref2 sets") runs some of the tables' steps only, e.g. across sessions that
 # lose runs/: each step's outputs are copied as soon as it ends. The jobs are 1-thread (config `threads: 1`), so
 # CORES=1 gives the same tables, slower; only REPEATS x `default` on free cores gives the README's timing.
+# BATCHES=DIR: counterfactual batches saved ahead (DIR/results/<task>/<method>/shards/*.batches/, e.g. the paper
+# rows explained in a worktree of the same config) are put into the clone before the paper step; each is taken
+# only where its key (settings, networks, torch, machine kind) and its inputs match, else made again
+# (vcebench.steps.batches), and the timing record counts the batches resumed.
 set -eu
 PHASE=${1:?usage: scripts/refresh_reference.sh tune|tables}
 CORES=${CORES:-2}
@@ -62,6 +66,11 @@ case "$PHASE" in
       cp results/*_pareto.csv results/*_pareto.png results/*_pareto_snr.png "$OUT/"
     fi
     if want paper; then
+      if [ -n "${BATCHES:-}" ]; then
+        ( cd "$BATCHES" && find results -path '*/shards/*.batches/batch-*.pt' ) | while read -r f; do
+          [ -e "$f" ] || { mkdir -p "$(dirname "$f")"; cp "$BATCHES/$f" "$f"; }
+        done
+      fi
       timed paper snakemake --cores "$CORES" paper
       mkdir -p "$OUT/paper"; cp results/paper/tables.md results/paper/figure2.png "$OUT/paper/"
     fi
