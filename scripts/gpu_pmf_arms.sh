@@ -1,24 +1,27 @@
 #!/bin/bash
 # Issue #61 on a GPU machine (the `device` tool's H100 / H200): scripts/pmf_cpu_arms.sh's two arms (each set's
 # shipped faces pmf continued with pMF's perceptual loss, config/presets/pmf_ablation/ft_long_perceptual.yaml)
-# resumed from their CPU resume states and trained on, both at once, until they finish or SECONDS have passed.
-# Measured on an H200 (2026-12-04): both arms at once, CUDA graphs, 12,800 steps each in about 355 s.
+# resumed from their CPU resume states, and the other ARMS of both sets from the shipped weights, all at once,
+# until they finish or SECONDS have passed. Measured on an H200 (2026-12-04): two arms at once, CUDA graphs,
+# 12,800 steps each in about 355 s (about 39 steps/s each); four at once share the GPU (estimated 8 min in all).
 #   here:  bash scripts/gpu_pmf_arms.sh send      the wheels the machine's Python lacks into .whl/ (git-ignored), and
 #                                                 the arms' latest resume states in the place of the committed ones
 #                                                 (training-states/pmf-ablation: they travel as tracked files)
 #   there: bash scripts/gpu_pmf_arms.sh SECONDS   (run with carry [".whl"]; again on the same warm machine: it goes
 #                                                 on from its own states)
-#   here:  bash scripts/gpu_pmf_arms.sh unpack DIR   the committed states back (git checkout), DIR/<set>.tar into
-#                                                 runs/pmf-ablation; then `bash scripts/pmf_cpu_arms.sh score`
-#                                                 (finished) or `start` (goes on on the CPU)
+#   here:  bash scripts/gpu_pmf_arms.sh unpack DIR   the committed states back (git checkout), DIR/<set>_<arm>.tar
+#                                                 into runs/pmf-ablation/<set>/<arm>; then score each finished
+#                                                 arm (`SET=S bash scripts/pmf_ablation.sh ARM --score-only`)
 # The faces are rendered there and must be the bytes the states were trained on (the resume fingerprint checks
 # them): the project's pinned render and MKL's AVX2 branch are tried, and the one whose training images hash to
-# TRAIN_SHA256 is used; neither -> no training. $OUT (the device tool's output folder) gets <set>.tar (the finished
-# network folder, or the unfinished run's resume state) and the logs; the arms run in runs/pmf-ablation
+# TRAIN_SHA256 is used; neither -> no training. $OUT (the device tool's output folder) gets <set>_<arm>.tar (the
+# finished network folder, or the unfinished run's resume state) and the log; the arms run in runs/pmf-ablation
 # (scripts/pmf_ablation.sh is called with its own OUT, never the tool's).
 set -u
 T0=$(date +%s)
 RUNS=runs/pmf-ablation ARM=ft_long_perceptual SETS="ref1 ref2"
+# the arms trained there: the CPU arm (resumed from its state) and, by default, the same at a third of its lr
+ARMS=${ARMS:-ft_long_perceptual ft_long_perceptual_lowlr}
 KEEP=training-states/pmf-ablation
 state() { echo "$1/$2/$ARM/train-012800/checkpoint/state.pt"; }
 case "${1:?usage: scripts/gpu_pmf_arms.sh send | SECONDS | unpack DIR}" in
@@ -38,8 +41,9 @@ case "${1:?usage: scripts/gpu_pmf_arms.sh send | SECONDS | unpack DIR}" in
     git checkout -- "$KEEP"
     ls "${2:?unpack DIR}"/*.tar >/dev/null || exit 1
     pkill -f "models curve" && sleep 3  # the CPU arms, if running: the GPU's states are the later ones
-    for set in $SETS; do
-      [ -f "${2:?unpack DIR}/$set.tar" ] && tar xf "$2/$set.tar" -C "$RUNS/$set/$ARM" && echo "$set: unpacked"
+    for f in "$2"/*.tar; do  # <set>_<arm>.tar
+      b=$(basename "$f" .tar); set=${b%%_*}; arm=${b#*_}
+      mkdir -p "$RUNS/$set/$arm" && tar xf "$f" -C "$RUNS/$set/$arm" && echo "$set/$arm: unpacked"
     done
     exit 0 ;;
   *[!0-9]*) echo "usage: scripts/gpu_pmf_arms.sh send | SECONDS | unpack DIR" >&2; exit 2 ;;
@@ -82,33 +86,37 @@ log "prepared"
 
 overlay() { printf 'device: cuda\nthreads: 4\ntrain_threads: 4\ncuda: {train_graphs: %s}\n' "$1" >"/tmp/gpu_$1.yaml"; }
 overlay true; overlay false
-declare -A pid mode started
-launch() {  # set, graphs true|false
-  OUT=$RUNS SET=$1 EXTRA=/tmp/gpu_$2.yaml bash scripts/pmf_ablation.sh "$ARM" --train-only >>"$DEST/train_$1.log" 2>&1 &
-  pid[$1]=$!; mode[$1]=$2; started[$1]=$(date +%s)
+declare -A pid mode
+jobs=()
+for set in $SETS; do for arm in $ARMS; do jobs+=("$set/$arm"); done; done
+launch() {  # set/arm, graphs true|false
+  OUT=$RUNS SET=${1%/*} EXTRA=/tmp/gpu_$2.yaml bash scripts/pmf_ablation.sh "${1#*/}" --train-only \
+    >>"$DEST/train_${1/\//_}.log" 2>&1 &
+  pid[$1]=$!; mode[$1]=$2
   log "$1: training (CUDA graphs $2)"
 }
-finished() { [ -f "$RUNS/$1/$ARM/train-012800/metrics.json" ]; }
-for set in $SETS; do finished "$set" || launch "$set" true; done
+finished() { [ -f "$RUNS/$1/train-012800/metrics.json" ]; }
+for j in "${jobs[@]}"; do finished "$j" || launch "$j" true; done
 while [ $(( $(date +%s) - T0 )) -lt "$secs" ]; do
   running=0
-  for set in $SETS; do
-    [ -n "${pid[$set]:-}" ] || continue
-    if kill -0 "${pid[$set]}" 2>/dev/null; then running=1; continue; fi
-    wait "${pid[$set]}"; rc=$?; unset "pid[$set]"
-    if [ "$rc" != 0 ] && [ "${mode[$set]}" = true ]; then  # a graphed run that failed goes on eagerly
-      log "$set: exit $rc with CUDA graphs; eager from its last state"; tail -5 "$DEST/train_$set.log"; launch "$set" false; running=1
-    else log "$set: exit $rc"; fi
+  for j in "${jobs[@]}"; do
+    [ -n "${pid[$j]:-}" ] || continue
+    if kill -0 "${pid[$j]}" 2>/dev/null; then running=1; continue; fi
+    wait "${pid[$j]}"; rc=$?; unset "pid[$j]"
+    if [ "$rc" != 0 ] && [ "${mode[$j]}" = true ]; then  # a graphed run that failed goes on eagerly
+      log "$j: exit $rc with CUDA graphs; eager from its last state"; tail -5 "$DEST/train_${j/\//_}.log"; launch "$j" false
+      running=1
+    else log "$j: exit $rc"; fi
   done
   [ "$running" = 1 ] || break
   sleep 5
 done
 pkill -f "models curve" && sleep 3  # an unfinished arm resumes from its last state (every 100 steps)
-for set in $SETS; do
-  step=$(tr '\r' '\n' <"$DEST/train_$set.log" 2>/dev/null | grep -o 'train pmf: .* [0-9]*/12800' | tail -1 | grep -o '[0-9]*/12800')
-  log "$set: $(finished "$set" && echo finished || echo "stopped at $step")"
-  if finished "$set"; then tar cf "$DEST/$set.tar" -C "$RUNS/$set/$ARM" --exclude=checkpoint train-012800
-  else tar cf "$DEST/$set.tar" -C "$RUNS/$set/$ARM" --exclude='*.stale' train-012800/checkpoint; fi
+for j in "${jobs[@]}"; do
+  step=$(tr '\r' '\n' <"$DEST/train_${j/\//_}.log" 2>/dev/null | grep -o 'train pmf: .* [0-9]*/12800' | tail -1 | grep -o '[0-9]*/12800')
+  log "$j: $(finished "$j" && echo finished || echo "stopped at $step")"
+  if finished "$j"; then tar cf "$DEST/${j/\//_}.tar" -C "$RUNS/$j" --exclude=checkpoint train-012800
+  else tar cf "$DEST/${j/\//_}.tar" -C "$RUNS/$j" --exclude='*.stale' train-012800/checkpoint; fi
 done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | head -1
 log "packed"

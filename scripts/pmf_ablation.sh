@@ -23,7 +23,7 @@ OUT=${OUT:-runs/pmf-ablation}
 MODELS=${MODELS:-$OUT/$SET/models}
 DATA=${DATA:-$OUT/$SET/data}
 TASK=synthfaces_smile
-ARMS="base perceptual perceptual_features exact_jvp wide full ft_base ft_perceptual ft_long_perceptual ft_long_perceptual_jvp"
+ARMS="base perceptual perceptual_features exact_jvp wide full ft_base ft_perceptual ft_long_perceptual ft_long_perceptual_jvp ft_long_perceptual_lowlr"
 case "$SET" in
   ref1) CONFIGS=(--config config/config.yaml) ;;
   ref2) CONFIGS=(--config config/config.yaml --config config/presets/ref2.yaml) ;;

@@ -16,7 +16,7 @@
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-ARM=ft_long_perceptual
+ARM=${ARM:-ft_long_perceptual}  # `ship` of another scored arm: ARM=<arm> WHERE="<where it trained>"
 SETS="ref1 ref2"
 RUNS=runs/pmf-ablation
 KEEP=training-states/pmf-ablation
@@ -60,8 +60,9 @@ case "${1:?usage: scripts/pmf_cpu_arms.sh start|status|save|score|ship SET}" in
     [ -f "$arm/curve.json" ] || { echo "$arm is not scored: bash scripts/pmf_cpu_arms.sh score" >&2; exit 1; }
     curves=$RUNS/$set/curves/synthfaces/pmf; mkdir -p "$curves"; cp "$arm/curve.json" "$curves/"
     unset EXTRA
+    cpu_where="$(lscpu | sed -n 's/^Model name: *//p' | head -1), one thread of 2 cores, niced, the set's shipped 12,800-step pmf continued 12,800 steps (scripts/pmf_cpu_arms.sh, 2026-12-03 to $(date -u +%F))"
     FROM=$arm/train-012800 CURVES=$RUNS/$set/curves \
-      WHERE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), one thread of 2 cores, niced, the set's shipped 12,800-step pmf continued 12,800 steps (scripts/pmf_cpu_arms.sh, 2026-12-03 to $(date -u +%F))" \
+      WHERE="${WHERE:-$cpu_where}" \
       bash scripts/ship_cpu_networks.sh "$set" synthfaces/pmf ;;
   *) echo "usage: scripts/pmf_cpu_arms.sh start|status|save|score|ship SET" >&2; exit 2 ;;
 esac
