@@ -39,9 +39,9 @@ case "${1:?usage: scripts/gpu_pmf_arms.sh send | SECONDS | unpack DIR}" in
     du -sh .whl; git status --short "$KEEP"; exit 0 ;;
   unpack)
     git checkout -- "$KEEP"
-    ls "${2:?unpack DIR}"/*.tar >/dev/null || exit 1
+    ls "${2:?unpack DIR}"/ref*_*.tar >/dev/null || exit 1
     pkill -f "models curve" && sleep 3  # the CPU arms, if running: the GPU's states are the later ones
-    for f in "$2"/*.tar; do  # <set>_<arm>.tar
+    for f in "$2"/ref*_*.tar; do  # <set>_<arm>.tar (logs.tar: the logs)
       b=$(basename "$f" .tar); set=${b%%_*}; arm=${b#*_}
       mkdir -p "$RUNS/$set/$arm" && tar xf "$f" -C "$RUNS/$set/$arm" && echo "$set/$arm: unpacked"
     done
@@ -50,26 +50,27 @@ case "${1:?usage: scripts/gpu_pmf_arms.sh send | SECONDS | unpack DIR}" in
 esac
 secs=$1
 export PYTHONUNBUFFERED=1
-DEST=${OUT:-runs/gpu-pmf-arms}; mkdir -p "$DEST"
+DEST=${OUT:-runs/gpu-pmf-arms}; mkdir -p "$DEST/logs"
 unset OUT
+L=$DEST/logs  # packed into one logs.tar at the end (the tool brings back 8 files at most)
 TRAIN_SHA256=${TRAIN_SHA256:-fea25e1f1e161f8817fe85090f91c9cb9da06e82d9ac831271b1880d2c935201}
 log() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$DEST/gpu_pmf_arms.log"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  >"$DEST/pip.log" 2>&1 || { tail -5 "$DEST/pip.log"; exit 3; }
+  >"$L/pip.log" 2>&1 || { tail -5 "$L/pip.log"; exit 3; }
 export PYTHONPATH=/tmp/site:$PWD
 mkdir -p /tmp/site/bin
 printf '#!/bin/sh\nexec python3 -c "import sys; from vcebench.cli import main; sys.exit(main())" "$@"\n' >/tmp/site/bin/vcebench
 chmod +x /tmp/site/bin/vcebench
 export PATH=/tmp/site/bin:$PATH
 log "$(nvidia-smi -L | head -1); $(lscpu | sed -n 's/^Model name: *//p' | head -1); $(nproc) cores"
-RUNS=$RUNS KEEP=$KEEP bash scripts/training_states.sh restore >>"$DEST/gpu_pmf_arms.log" 2>&1
+RUNS=$RUNS KEEP=$KEEP bash scripts/training_states.sh restore >>"$L/restore.log" 2>&1
 
 data=$RUNS/ref1/data/synthfaces
 images_sha() { python3 -c "import hashlib, numpy, sys; print(hashlib.sha256(numpy.load(sys.argv[1])['images'].tobytes()).hexdigest())" "$1"; }
 if [ ! -f "$data/train.npz" ] || [ "$(images_sha "$data/train.npz")" != "$TRAIN_SHA256" ]; then
-  vcebench data render synthfaces --out /tmp/render/pinned --config config/config.yaml >"$DEST/render_pinned.log" 2>&1 &
+  vcebench data render synthfaces --out /tmp/render/pinned --config config/config.yaml >"$L/render_pinned.log" 2>&1 &
   VCEBENCH_CPU_ISA=native MKL_CBWR=AVX2 vcebench data render synthfaces --out /tmp/render/avx2 \
-    --config config/config.yaml >"$DEST/render_avx2.log" 2>&1 &
+    --config config/config.yaml >"$L/render_avx2.log" 2>&1 &
   wait
   found=
   for v in pinned avx2; do
@@ -80,7 +81,7 @@ if [ ! -f "$data/train.npz" ] || [ "$(images_sha "$data/train.npz")" != "$TRAIN_
   for set in $SETS; do mkdir -p "$RUNS/$set/data"; rm -rf "$RUNS/$set/data/synthfaces"; cp -r "/tmp/render/$found" "$RUNS/$set/data/synthfaces"; done
 fi
 for set in $SETS; do
-  OUT=$RUNS SET=$set bash scripts/pmf_ablation.sh prepare >"$DEST/prepare_$set.log" 2>&1 || { log "prepare $set failed"; tail -20 "$DEST/prepare_$set.log"; exit 5; }
+  OUT=$RUNS SET=$set bash scripts/pmf_ablation.sh prepare >"$L/prepare_$set.log" 2>&1 || { log "prepare $set failed"; tail -20 "$L/prepare_$set.log"; exit 5; }
 done
 log "prepared"
 
@@ -91,7 +92,7 @@ jobs=()
 for set in $SETS; do for arm in $ARMS; do jobs+=("$set/$arm"); done; done
 launch() {  # set/arm, graphs true|false
   OUT=$RUNS SET=${1%/*} EXTRA=/tmp/gpu_$2.yaml bash scripts/pmf_ablation.sh "${1#*/}" --train-only \
-    >>"$DEST/train_${1/\//_}.log" 2>&1 &
+    >>"$L/train_${1/\//_}.log" 2>&1 &
   pid[$1]=$!; mode[$1]=$2
   log "$1: training (CUDA graphs $2)"
 }
@@ -104,7 +105,7 @@ while [ $(( $(date +%s) - T0 )) -lt "$secs" ]; do
     if kill -0 "${pid[$j]}" 2>/dev/null; then running=1; continue; fi
     wait "${pid[$j]}"; rc=$?; unset "pid[$j]"
     if [ "$rc" != 0 ] && [ "${mode[$j]}" = true ]; then  # a graphed run that failed goes on eagerly
-      log "$j: exit $rc with CUDA graphs; eager from its last state"; tail -5 "$DEST/train_${j/\//_}.log"; launch "$j" false
+      log "$j: exit $rc with CUDA graphs; eager from its last state"; tail -5 "$L/train_${j/\//_}.log"; launch "$j" false
       running=1
     else log "$j: exit $rc"; fi
   done
@@ -113,10 +114,11 @@ while [ $(( $(date +%s) - T0 )) -lt "$secs" ]; do
 done
 pkill -f "models curve" && sleep 3  # an unfinished arm resumes from its last state (every 100 steps)
 for j in "${jobs[@]}"; do
-  step=$(tr '\r' '\n' <"$DEST/train_${j/\//_}.log" 2>/dev/null | grep -o 'train pmf: .* [0-9]*/12800' | tail -1 | grep -o '[0-9]*/12800')
+  step=$(tr '\r' '\n' <"$L/train_${j/\//_}.log" 2>/dev/null | grep -o 'train pmf: .* [0-9]*/12800' | tail -1 | grep -o '[0-9]*/12800')
   log "$j: $(finished "$j" && echo finished || echo "stopped at $step")"
   if finished "$j"; then tar cf "$DEST/${j/\//_}.tar" -C "$RUNS/$j" --exclude=checkpoint train-012800
   else tar cf "$DEST/${j/\//_}.tar" -C "$RUNS/$j" --exclude='*.stale' train-012800/checkpoint; fi
 done
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader | head -1
+tar cf "$DEST/logs.tar" -C "$DEST" logs && rm -rf "$L"
 log "packed"
