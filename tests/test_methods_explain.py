@@ -159,13 +159,9 @@ def test_a_flop_counting_failure_keeps_the_counterfactuals(fake_world, tmp_path,
     assert "FLOPs per network call not counted" in capsys.readouterr().err
 
 
-def test_an_interrupted_shard_resumes_at_its_last_finished_batch(fake_world, tmp_path, monkeypatch):
-    """Each finished batch is saved beside the shard: after a failure in the third batch, the same job generates
-    only that batch and writes the counterfactuals an uninterrupted run writes; the saved batches go once the
-    shard is written. A batch saved under other settings is generated again. Planted: without the store every
-    batch is generated again."""
-    cfg, _ = fake_world
-    calls = []
+def _counting_builds(calls: list):
+    """``counting(fail_at)``: a ``RunSettings.build_method`` whose method appends to ``calls`` once per batch it
+    generates and raises at call ``fail_at`` (a job killed mid-shard)."""
     real = RunSettings.build_method
 
     def counting(fail_at=None):
@@ -182,6 +178,17 @@ def test_an_interrupted_shard_resumes_at_its_last_finished_batch(fake_world, tmp
                     return method(*a, **k)
             return Counted()
         return build
+    return counting
+
+
+def test_an_interrupted_shard_resumes_at_its_last_finished_batch(fake_world, tmp_path, monkeypatch):
+    """Each finished batch is saved beside the shard: after a failure in the third batch, the same job generates
+    only that batch and writes the counterfactuals an uninterrupted run writes; the saved batches go once the
+    shard is written. A batch saved under other settings is generated again. Planted: without the store every
+    batch is generated again."""
+    cfg, _ = fake_world
+    calls = []
+    counting = _counting_builds(calls)
 
     settings = RunSettings.resolve(cfg, "synthfaces_smile", "fire")
     plain = tmp_path / "plain/shard-0-of-1.npz"
@@ -221,22 +228,7 @@ def test_a_saved_batch_from_other_inputs_or_another_machine_is_made_again(fake_w
 
     cfg, _ = fake_world
     calls = []
-    real = RunSettings.build_method
-
-    def counting(fail_at=None):
-        def build(self):
-            method = real(self)
-
-            class Counted:
-                name, roles = method.name, method.roles
-
-                def __call__(self, *a, **k):
-                    calls.append(1)
-                    if fail_at is not None and len(calls) == fail_at:
-                        raise RuntimeError("killed")
-                    return method(*a, **k)
-            return Counted()
-        return build
+    counting = _counting_builds(calls)
 
     settings = RunSettings.resolve(cfg, "synthfaces_smile", "fire")
     out = tmp_path / "run/shard-0-of-1.npz"

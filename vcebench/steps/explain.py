@@ -223,8 +223,8 @@ def run_batches(method, load_images, ids: torch.Tensor, models, *, batch_size: i
             idx = torch.arange(start, min(start + batch_size, len(ids)))
             loaded = load_images(idx)
             x, errors = loaded if isinstance(loaded, tuple) else (loaded, {})
+            x_u8 = to_uint8(x)  # on the host, before the copy to the device
             x = x.to(device)
-            x_u8 = to_uint8(x)
             saved = store.load(start, ids[idx], x_u8) if store is not None else None
             if saved is not None:
                 for out, v in zip((parts, preds, targets, inputs_u8), saved.batch):
