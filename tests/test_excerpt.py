@@ -1,13 +1,14 @@
 """The table excerpts of the README and docs/ are cut from results/reference/default and fail here when they
-differ."""
+differ; a table that quotes results outside an excerpt is an archive of a named commit, or it fails."""
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from vcebench.cli import main
-from vcebench.report.excerpt import ExcerptError, csv_excerpt, sync, table_excerpt
+from vcebench.report.excerpt import ExcerptError, archives, csv_excerpt, sync, table_excerpt, unmarked_quotes
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOT = ROOT / "results/reference/default"
@@ -26,6 +27,42 @@ def test_the_readme_excerpts_equal_the_default_snapshot():
 def test_every_docs_files_excerpts_equal_the_default_snapshot(doc):
     text = doc.read_text()
     assert sync(text, SNAPSHOT) == text, f"{doc.name}'s excerpts differ: `vcebench report excerpt {doc}`"
+
+
+@pytest.mark.parametrize("doc", [ROOT / "README.md", *DOCS], ids=lambda p: p.name)
+def test_no_document_quotes_a_results_table_outside_an_excerpt_or_an_archive(doc):
+    assert unmarked_quotes(doc.read_text(), SNAPSHOT) == []
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="a copy without its git history")
+def test_every_archive_block_names_a_commit_of_this_history():
+    named = [(doc.name, line, c) for doc in DOCS for line, c in archives(doc.read_text())]
+    assert named, "docs/results.md archives earlier rounds' tables"
+    for name, line, commit in named:
+        found = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"], capture_output=True)
+        assert found.returncode == 0, f"{name}:{line}: archive commit {commit} is not in this history"
+
+
+_QUOTE = "| row | FID | FR (%) |\n|---|---:|---:|\n| FiRe | 3.30 ± 2.3 | 100 |\n| DiME (paper) | 44.1 | 24 |"
+
+
+def test_a_hand_typed_results_table_fails_unless_it_is_an_excerpt_or_an_archive(tmp_path, capsys):
+    doc = f"# notes\n\nMeasured today:\n\n{_QUOTE}\n"
+    assert unmarked_quotes(doc, SNAPSHOT) == ["line 5: | row | FID | FR (%) |"]
+    by_task = "| task | FiRe | DiME |\n|---|---|---|\n| synthfaces_smile | #5: 3.63 / 100 | #0: 3.88 / 100 |"
+    assert unmarked_quotes(by_task, SNAPSHOT) == ["line 1: | task | FiRe | DiME |"]
+    archived = f"<!-- begin:archive 0b63793 the smile table before the refresh -->\n{_QUOTE}\n<!-- end:archive -->"
+    assert unmarked_quotes(archived, SNAPSHOT) == [] and archives(archived) == [(1, "0b63793")]
+    # not results: a settings table names methods but no metric; a metric table names neither a method nor a task
+    settings = "| method | paper setting | log-SNR |\n|---|---|---:|\n| FiRe | t = 0.4 | 0.81 |"
+    networks = "| network | FID | steps |\n|---|---:|---:|\n| synthfaces pmf | 1.94 | 12800 |"
+    assert unmarked_quotes(settings, SNAPSHOT) == [] and unmarked_quotes(networks, SNAPSHOT) == []
+    with pytest.raises(ExcerptError, match="ends inside a block"):
+        unmarked_quotes("<!-- begin:archive 0b63793 x -->\n" + _QUOTE, SNAPSHOT)
+    path = tmp_path / "notes.md"
+    path.write_text(doc)
+    assert main(["report", "excerpt", "--check", "--snapshot", str(SNAPSHOT), str(path)]) != 0
+    assert "quote results outside an excerpt or an archive block, first at line 5" in capsys.readouterr().err
 
 
 def test_docs_results_cuts_the_verdict_paper_and_pareto_tables_from_the_snapshot():

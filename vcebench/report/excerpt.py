@@ -14,6 +14,16 @@ it, without interval). Rows are method names, columns csv names (``sec_per_cf``)
 between the lines (markdown cells as printed there, ranking marks included: a mark ranks the whole table, not
 the excerpt); ``vcebench report excerpt`` writes the files, ``--check`` fails when one differs
 (tests/test_excerpt.py runs it on the README and on every document in docs/).
+
+Every other table that quotes results (a row or a column named by a method or a task, a number in its body) must
+lie in an excerpt or in an archive block, which names the commit whose results it quotes::
+
+    <!-- begin:archive 1a2b3c4 measured on networks/ref1 before the fair protocol -->
+    | row | FID | FR |
+    ...
+    <!-- end:archive -->
+
+:func:`unmarked_quotes` lists the lines that do neither; ``--check`` fails on them too.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ from .tables import _md_math, column_label, format_value, method_label
 BEGIN = re.compile(r"^<!-- begin:excerpt (?P<src>\S+)(?P<keys>(?: \S+=\S+)+) -->$")
 KEYS = ("rows", "cols", "table")
 END = "<!-- end:excerpt -->"
+ARCHIVE = re.compile(r"^<!-- begin:archive (?P<commit>[0-9a-f]{7,40})( [^>]*)? -->$")
+ARCHIVE_END = "<!-- end:archive -->"
 _MARKS = "↑↓† "
 
 
@@ -146,3 +158,68 @@ def sync(text: str, snapshot: Path) -> str:
         out.append(END)
         i = end + 1
     return "\n".join(out)
+
+
+def _result_names(snapshot: Path) -> tuple[list[str], set[str]]:
+    """The names a results table's rows or columns carry (every method's name and label, the snapshot's tasks), and
+    the metric columns' names and labels."""
+    from .. import registry
+
+    names = [n for m in registry.method_names() for n in (m, registry.get_method_spec(m).label)]
+    names += sorted(p.stem for p in Path(snapshot).glob("*.md") if p.stem != "README")
+    metrics = set(registry.column_directions()) | {column_label(c) for c in registry.column_directions()}
+    return names, metrics | {"S³", "s/CF"}
+
+
+def _plain(cell: str) -> str:
+    return re.sub(r"[*`]|</?u>", "", cell).strip()
+
+
+def _names_row(cell: str, names: list[str]) -> bool:
+    """A first-column cell that names a method or a task (``FiRe``, ``DiME (paper)``, ``FastDiME / -2``)."""
+    cell = _plain(cell)
+    return any(cell == n or cell.startswith((f"{n} (", f"{n} /", f"{n},", f"{n}_")) for n in names)
+
+
+def _names_column(cell: str, names: list[str], metrics: set[str]) -> bool:
+    """A header cell that names a method (``FiRe``, ``DiME (paper)``) or a metric (``FID``, ``FR (%)``,
+    ``truth FID``)."""
+    cell = _plain(cell)
+    words = set(re.split(r"[^\w³/]+", cell.replace("↑", "").replace("↓", "")))
+    return any(cell == n or re.fullmatch(rf"{re.escape(n)} \([^)]*\)", cell) for n in names) or bool(words & metrics)
+
+
+def archives(text: str) -> list[tuple[int, str]]:
+    """(line number, commit) of every archive block of ``text``."""
+    return [(i, m["commit"]) for i, ln in enumerate(text.split("\n"), 1) if (m := ARCHIVE.match(ln))]
+
+
+def unmarked_quotes(text: str, snapshot: Path) -> list[str]:
+    """``line N: <table line>`` for the first line of every table outside excerpts and archive blocks that quotes
+    results: a column names a method or a metric (``DiME``, ``FID``, ``FR (%)``), the first column or the header
+    names a method or a task of ``snapshot`` (``FiRe``, ``DiME (paper)``, ``synthfaces_smile``), and a body cell
+    holds a number."""
+    (names, metrics), out, block = _result_names(snapshot), [], None
+    table: list[tuple[int, str]] = []
+    for i, ln in enumerate(text.split("\n") + [""], 1):
+        if block is None and (BEGIN.match(ln) or ARCHIVE.match(ln)):
+            block = END if BEGIN.match(ln) else ARCHIVE_END
+        elif block is not None:
+            if ln == block:
+                block = None
+            elif ln.startswith("<!-- begin:"):
+                raise ExcerptError(f"line {i}: {ln} opens inside another block (close it with {block})")
+        elif ln.startswith("|"):
+            table.append((i, ln))
+            continue
+        if table:
+            head, *rows = [_cells(t) for _, t in table]
+            body = [r for r in rows if not set("".join(r)) <= set("-: ")]
+            columns = [c for c in head[1:] if _names_column(c, names, metrics)]
+            named = any(_names_column(c, names, set()) for c in head) or any(_names_row(r[0], names) for r in body)
+            if columns and named and any(re.search(r"\d", c) for r in body for c in r[1:]):
+                out.append(f"line {table[0][0]}: {table[0][1][:100]}")
+            table = []
+    if block is not None:
+        raise ExcerptError(f"the document ends inside a block (no {block})")
+    return out

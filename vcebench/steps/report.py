@@ -197,17 +197,23 @@ def galleries(cfg, task, methods, results: Path, out_dir: Path, data_dir, n: int
 
 def sync_excerpts(files: list[Path], snapshot: Path, write: bool) -> list[Path]:
     """The files whose marked excerpts differ from ``snapshot``'s tables (:mod:`vcebench.report.excerpt`),
-    rewritten when ``write``; ``UserError`` (one line) on a marker, row or column the snapshot lacks."""
+    rewritten when ``write``; ``UserError`` (one line) on a marker, row or column the snapshot lacks, and on a
+    table that quotes results outside an excerpt or an archive block (``excerpt.unmarked_quotes``)."""
     from ..core.errors import UserError
-    from ..report.excerpt import ExcerptError, sync
+    from ..report.excerpt import ExcerptError, sync, unmarked_quotes
 
     stale = []
     for f in files:
         text = f.read_text()
         try:
             new = sync(text, snapshot)
+            unmarked = unmarked_quotes(text, snapshot)
         except ExcerptError as e:
             raise UserError(f"{f}: {e}") from None
+        if unmarked:
+            raise UserError(f"{f}: {len(unmarked)} table(s) quote results outside an excerpt or an archive block, "
+                            f"first at {unmarked[0]} (mark it `<!-- begin:excerpt ... -->`, or "
+                            "`<!-- begin:archive COMMIT why -->` when it quotes an earlier commit's results)")
         if new != text:
             stale.append(f)
             if write:
