@@ -21,7 +21,7 @@ from vcebench.protocol.fair import (
     scale_kernel,
     scale_radius,
 )
-from vcebench.protocol.noise import resolve_method
+from vcebench.protocol.noise import attempts, resolve_method
 from vcebench.protocol.space import OFFSET_RANGE, SHIFT_RANGE, STRENGTH_FACTORS, rule_space, space_violations
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,11 +107,12 @@ def test_fire_paper_runs_the_papers_rho(fair):
 
 
 def test_equal_compute_every_method_runs_the_same_guided_updates(fair):
+    """Every method's guided updates per input, its retries' attempts together (`protocol.retries: shared`)."""
     for task in SYNTHETIC:
         for method, key in UPDATE_KEY.items():
             params, record = resolve_method(fair, task, method, candidate={})
             updates = params["start_step"] if key == "guided_steps" else params[key]
-            assert updates == GUIDED_UPDATES, (task, method, params)
+            assert updates * attempts(params) == GUIDED_UPDATES, (task, method, params)
 
 
 def test_paper_rows_run_the_papers_budgets_and_retries(fair):
@@ -139,13 +140,16 @@ def test_paper_rows_run_the_papers_budgets_and_retries(fair):
 
 
 def test_xray_baselines_follow_fastdime_med(fair):
+    """FastDiME_Med's code (fair.PAPER `chexpert_med`): DiME's l1 50 on the generated image, the others' 200 on
+    the denoised one, its loss form, the mask after half the trajectory, its kernel 21 at its 224 px."""
     for m in ("dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime"):
         p = fair["tasks"]["synthxray_pacemaker"]["params"][m]
-        assert (p["ref_start_step"] / p["ref_respacing"], p["l1"], p["l1_on"], p["perc"], p["scales"]) == \
-            (0.4, 200.0, "clean", 0.0, [100])
+        assert (p["ref_start_step"] / p["ref_respacing"], p["l1"], p["l1_on"], p["perc"], p["scales"],
+                p["guidance_form"]) == (0.4, 50.0 if m == "dime" else 200.0, "clean", 0.0, [100], "med")
         if m.startswith("fastdime"):
-            assert p["mask_dilation"] == scale_kernel(21, 32, 512) and p["mask_from_t"] == 0.2
-            assert fair["tasks"]["chexpert_pacemaker"]["params"][m]["mask_dilation"] == 21
+            assert p["mask_dilation"] == scale_kernel(21, 32, 224) and p["mask_from_t"] is None
+            assert p["warmup_fraction"] == 0.5
+            assert fair["tasks"]["chexpert_pacemaker"]["params"][m]["mask_dilation"] == scale_kernel(21, 512, 224)
     assert DOMAIN["synthxray"] == ("chexpert", 512)
 
 
@@ -204,7 +208,7 @@ def world():
     ("dime", {"respacing": 20, "start_step": 6}, {"l1_on": "clean", "l1": 5.0}),
     ("fastdime", {"respacing": 20, "start_step": 8, "warmup_steps": 4, "mask_dilation": 3}, {"mask_from_t": 0.05}),
     ("maskdime", {"respacing": 20, "start_step": 6, "k": 0.1, "dilation": 3}, {"l1_on": "clean", "l1": 5.0}),
-    # FastDiME_Med's code (config/presets/fair2.yaml): its loss form on the x-ray protocol's l1 on the clean image
+    # FastDiME_Med's code (the x-ray baselines): its loss form on the x-ray protocol's l1 on the clean image
     ("dime", {"respacing": 20, "start_step": 6, "l1_on": "clean", "l1": 50.0}, {"guidance_form": "med"}),
     ("fastdime", {"respacing": 20, "start_step": 8, "warmup_steps": 4, "mask_dilation": 3, "l1_on": "clean",
                   "l1": 200.0}, {"guidance_form": "med"}),

@@ -1,4 +1,4 @@
-"""The x-ray baselines as FastDiME_Med's code (``guidance_form: med``, the fair2 switch; vcebench/protocol/fair.py
+"""The x-ray baselines as FastDiME_Med's code (``guidance_form: med``, config/config.yaml; vcebench/protocol/fair.py
 PAPER ``chexpert_med``): the guidance gradient on a small fake at Med's 224 px against a transcription of Med's
 formula (nina-weng/FastDiME_Med@c0494c3 models/diffusion.py:313-325, 601-612, 614-677, 756-761)."""
 
@@ -64,7 +64,7 @@ def test_med_form_is_meds_gradient_per_sample(fake):
     got = _ours(net, x0, x_t_0, target, "med")
     # Med's loss.mean() divides by its batch; here each sample's gradient is its own (as ACE's, methods/ace.py)
     torch.testing.assert_close(got, want * len(x0), rtol=1e-4, atol=1e-7)
-    # planted fault: today's DiME form (logit loss, 200 sign(x_t - x) unscaled) is not Med's
+    # planted fault: the DiME form used before (logit loss, 200 sign(x_t - x) unscaled) is not Med's
     assert not torch.allclose(_ours(net, x0, x_t_0, target, "dime"), want * len(x0), rtol=1e-2)
 
 
@@ -83,5 +83,5 @@ def test_med_code_facts_name_file_and_line():
     med = rule_params("synthxray", "Pacemaker", 32, med_code=True)
     assert med["dime"]["l1"] == 50.0 and med["fastdime"]["guidance_form"] == "med"
     assert med["fastdime"]["mask_from_t"] is None and med["fastdime"]["warmup_fraction"] == 0.5
-    # the kernel 21 at 224 px: 3 at 32 px, 47 at CheXpert's 512 (21 at 512 is today's chexpert_pacemaker)
+    # the kernel 21 at 224 px: 3 at 32 px, 47 at CheXpert's 512 (21 at 512 was chexpert_pacemaker's before issue #62)
     assert rule_params("synthxray", "Pacemaker", 512, med_code=True)["fastdime"]["mask_dilation"] == 47

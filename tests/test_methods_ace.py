@@ -103,8 +103,8 @@ def test_ace_nfe_counted_at_the_network_boundary(world):
 
 def test_ace_variants_and_protocol_noise(cfg):
     """`ace_l1` / `ace_l2` set the distance; the start step follows the noise rule like every DDPM row."""
-    p1, rec = resolve_method(cfg, "synthfaces_smile", "ace_l1")
-    p2, _ = resolve_method(cfg, "synthfaces_smile", "ace_l2")
+    p1, rec = resolve_method(cfg, "synthfaces_smile", "ace_l1", candidate={})  # untuned: the rule's values
+    p2, _ = resolve_method(cfg, "synthfaces_smile", "ace_l2", candidate={})
     assert (p1["distance"], p2["distance"]) == ("l1", "l2")
     assert rec["reference_start"] == "4 of 50" and rec["start_step"] == p1["start_step"]
     assert rec["log_snr"] is not None and p1["dilation"] == 5  # its kernel 15 at 128 px by the resolution rule
@@ -154,7 +154,9 @@ def test_explain_files_do_not_depend_on_the_batch_size(fake_world, tmp_path, mon
     # the toy DDPM has its own 100-step schedule, not the synthfaces DDPM's the start step was derived from
     monkeypatch.setattr(vcebench.protocol.noise, "check_ddpm_schedule", lambda *a: None)
     cfg, split = fake_world
-    toy = {"ace_l1": {"attack_step": 4.0, "attack_steps": 20, "dist_weight": 0.01, "dilation": 1},
+    # ACE's fixed 50-step respacing (`chain_steps: null`): the respacing derived from its start on the synthfaces
+    # schedule (500 steps) does not fit the toy's 100
+    toy = {"ace_l1": {"attack_step": 4.0, "attack_steps": 20, "dist_weight": 0.01, "dilation": 1, "chain_steps": None},
            "pixel_attack": TOY_PARAMS["pixel_attack"]}[name]
     task = {**cfg["tasks"]["synthfaces_smile"]}
     task["params"] = {**task["params"], name: toy}

@@ -119,7 +119,9 @@ def test_changing_only_guided_steps_keeps_the_starting_snr(cfg, guided):
     new["variants"]["dime"]["G"] = {"guided_steps": guided}
     base = resolve_method(new, "synthfaces_smile", "dime")[1]
     p, v = resolve_method(new, "synthfaces_smile", "dime_G")
-    assert v["log_snr_target"] == pytest.approx(base["log_snr_target"]) and p["start_step"] == guided
+    # `protocol.retries: shared`: DiME's 3 retry scales share the steps (start at the count per attempt)
+    per_attempt = v.get("updates_per_attempt", guided)
+    assert v["log_snr_target"] == pytest.approx(base["log_snr_target"]) and p["start_step"] == per_attempt
     _, lam = respaced_log_snr(_linear_abar(), p["respacing"])
     s = p["start_step"]
     assert abs(lam[s] - v["log_snr_target"]) <= min(abs(lam[s - 1] - v["log_snr_target"]),

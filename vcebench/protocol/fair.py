@@ -46,7 +46,7 @@ _DIME = "DiME main.py / FastDiME_CelebA main.py (CelebA 128 px)"
 _MED = "nina-weng/FastDiME_Med (CheXpert)"
 _MASK = "clguo/MaskDiME test.sh (CelebA 128 px)"
 _ACE = "guillaumejs2403/ACE scripts/celeba-attack.sh (CelebA 128 px)"
-_MEDC = "nina-weng/FastDiME_Med@c0494c3"  # its code, file:line (the chexpert_med domain: config/presets/fair2.yaml)
+_MEDC = "nina-weng/FastDiME_Med@c0494c3"  # its code, file:line (the chexpert_med domain: the x-ray baselines)
 
 # (domain, method family, param) -> PaperValue; `attribute` entries: (domain, method, param, attribute)
 PAPER: dict[tuple, PaperValue] = {
@@ -86,7 +86,7 @@ PAPER: dict[tuple, PaperValue] = {
     ("chexpert", "ddpm", "paper_updates"): PaperValue(400, "other", None, _MED + ": 400 guided steps, the start 400 "
                                                       "of 1000"),
     ("*", "ace", "paper_updates"): PaperValue(50, "other", None, _ACE + " --attack_iterations 50"),
-    # FastDiME_Med exactly as its code runs (domain chexpert_med, falling back to chexpert; the fair2 switch)
+    # FastDiME_Med exactly as its code runs (domain chexpert_med, falling back to chexpert)
     ("chexpert_med", "ddpm", "guidance_form"): PaperValue(
         "med", "other", None, _MEDC + " models/diffusion.py:313-325 (nn.L1Loss per pixel, .mean(1)), 601-612 (BCE "
         "of sigmoid(logit), not DiME's logit loss), 614-677 (the weighted sum, loss.mean().backward()), 756-761 "
@@ -107,7 +107,7 @@ PAPER: dict[tuple, PaperValue] = {
 }
 # a domain whose facts not listed fall back to another's (Med's code is the CheXpert papers' protocol)
 DOMAIN_FALLBACK = {"chexpert_med": "chexpert"}
-# the domains the switch of config/presets/fair2.yaml (`fair.rule_params(..., med_code=True)`) reads instead
+# the domains `fair.rule_params(..., med_code=True)` (the default) reads instead
 MED_CODE_DOMAIN = {"chexpert": "chexpert_med"}
 # task params that are no paper value carried by the rule, with the reason (the test lists them)
 NO_PAPER_VALUE = {
@@ -181,12 +181,12 @@ def pixel_values(dataset: str, method: str, attribute: str | None = None) -> dic
     return {k: pv for k, pv in values.items() if pv.kind in ("radius", "kernel")}
 
 
-def rule_params(dataset: str, attribute: str, resolution: int, med_code: bool = False) -> dict[str, dict[str, Any]]:
+def rule_params(dataset: str, attribute: str, resolution: int, med_code: bool = True) -> dict[str, dict[str, Any]]:
     """Every tuned method's params on a synthetic task of ``dataset`` / ``attribute`` at ``resolution``: the
     papers' values (:data:`PAPER`) under the resolution rule, the equal-compute counts, the paper's start.
     ``med_code``: the x-ray baselines as FastDiME_Med's code runs them (domain ``chexpert_med``: its loss form,
-    DiME's l1 50 on the generated image, its 224 px kernel, the mask after half the trajectory), the switch
-    config/presets/fair2.yaml writes out."""
+    DiME's l1 50 on the generated image, its 224 px kernel, the mask after half the trajectory; ``False``: the
+    x-ray protocol before issue #62, the papers' CheXpert values)."""
     domain, _ = DOMAIN[dataset]
     domain = MED_CODE_DOMAIN.get(domain, domain) if med_code else domain
     out: dict[str, dict[str, Any]] = {}

@@ -45,7 +45,7 @@ PROTOCOL_SETTINGS = {"log_snr_offset": float, "ref_start_step": int, "ref_respac
                      "chain_steps": int | None}  # ACE: its filter's steps held, the respacing derived (null: fixed)
 RETRY_RULES = ("per_attempt", "shared")  # protocol.retries (docs/protocol.md section 6, "One rule for retries")
 # protocol.respacing (docs/protocol.md section 6): which respacing with the asked start step a derived trajectory
-# takes, the smallest (today) or the one whose start lies closest to the target noise (fair2)
+# takes, the one whose start lies closest to the target noise (the default) or the smallest (before issue #62)
 RESPACING_RULES = ("smallest", "closest")
 # their ranges (vcebench.config.bounds), checked in every config layer that sets them
 PROTOCOL_BOUNDS = {"log_snr_offset": Bound(-20, 20), "ref_start_step": Bound(1, 10000),

@@ -41,14 +41,14 @@ MASK_PARAMS = {"fire": ("rho", "dilation", "feather"), "fastdime": ("mask_thresh
 RADII = frozenset({("fire", "dilation"), ("fire", "feather")}) | ODD_KERNELS
 
 
-# the l1 weights, searched like every strength from the re-tune on (config/presets/fair2.yaml; ACE's
-# dist_weight, its l1 weight, already is)
+# the l1 weights, searched like every strength (issue #62; ACE's dist_weight, its l1 weight, always was);
+# `l1=False` gives the space before that change
 L1_WEIGHTS = {m: ("l1",) for m in ("dime", "fastdime", "fastdime2", "fastdime2plus", "maskdime")}
 
 
-def rule_space(method: str, l1: bool = False) -> dict[str, dict]:
-    """The search space the rule gives ``method``: the offset, its strengths (``l1``: its l1 weight too, the
-    fair2 switch), its mask parameters."""
+def rule_space(method: str, l1: bool = True) -> dict[str, dict]:
+    """The search space the rule gives ``method``: the offset, its strengths (``l1``: its l1 weight among them),
+    its mask parameters."""
     if method not in STRENGTHS:
         return {}
     log = {"range": list(STRENGTH_FACTORS), "scale": "log", "relative": True}
@@ -59,7 +59,7 @@ def rule_space(method: str, l1: bool = False) -> dict[str, dict]:
     return out
 
 
-def space_violations(space: dict[str, dict], l1: bool = False) -> list[str]:
+def space_violations(space: dict[str, dict], l1: bool = True) -> list[str]:
     """Where ``space`` (config ``tune.space``) breaks the rule: a method's space that is not :func:`rule_space`
     (one-sided, narrower, wider or missing a parameter). Empty: every space follows it."""
     bad = []
@@ -81,7 +81,7 @@ class WidenRule:
     edge: float = 0.05
     factor: float = 2.0
     extra_trials: int = 8
-    max: int = 2
+    max: int = 4
 
     @classmethod
     def from_config(cls, spec: dict | None) -> WidenRule:
