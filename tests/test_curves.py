@@ -229,6 +229,10 @@ def test_score_pmf_records_the_gate_as_training_measures_it():
         assert row[f"predict_clean_t{t}_fid"] == ev["predict_clean"][f"t{t}"]["fid"]
         assert row[f"ddpm_tweedie_t{t}_fid"] == ev["predict_clean"][f"t{t}"]["ddpm_tweedie"]["fid"]
     assert "gate_passed" not in score_pmf(pmf, val, feats, (0.4,), 8, 0)  # no DDPM: no gate
+    # a level's numbers whatever other levels are scored (a new FiRe level leaves t 0.2 and 0.4 as they were)
+    alone, _ = evaluate_pmf(pmf, val, 0, n_samples=2, feature_fn=feats, ddpm=ddpm, t_flow=(0.4,),
+                            classifiers={"Bright": bright})
+    assert alone["predict_clean"]["t0.4"] == ev["predict_clean"]["t0.4"]
     md = to_markdown({"dataset": "d", "role": "pmf", "recipe": {"steps": 8, "batch_size": 4},
                       "scoring": {"n_val": 16, "n_samples": 8}, "rows": [{"step": 8, **row}],
                       "plateau": plateau([], "x"), "plateau_samples_kid": plateau([], "y")})

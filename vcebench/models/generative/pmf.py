@@ -195,15 +195,17 @@ def evaluate_pmf(pmf: PixelMeanFlow, val: Tensor, seed: int, n_samples: int = PM
     estimate at the SNR-matched timestep from the *same* noise (``z_flow = s * z_ddpm``,
     ``s = sqrt((1-t)^2 + t^2)``), and the quality-gate ratios. With ``classifiers``
     ({attribute: 2-logit classifier}), the share of images whose predicted label G(z_t, t) keeps.
-    1-step samples: G(eps, 1).
+    1-step samples: G(eps, 1). Every level noises the images with the same draw, so a level's numbers do not
+    depend on which other levels are scored (a task's FiRe level added to ``t_flow`` leaves t 0.2 and 0.4 as
+    they were).
     """
     pmf.eval()
     g = torch.Generator().manual_seed(seed)
     m: dict[str, Any] = {"predict_clean": {}}
     grids: dict[str, Tensor] = {}
     val_labels = predicted_labels(classifiers, val) if classifiers else {}
+    eps = torch.randn(val.shape, generator=g)
     for tf in t_flow:
-        eps = torch.randn(val.shape, generator=g)
         z = (1 - tf) * val + tf * eps
         pred = batched(lambda zz, tf=tf: pmf.predict_clean(zz, tf), z)
         mmse = batched(lambda zz, tf=tf: pmf.x_pred(zz, per_sample_times(tf, zz), per_sample_times(0.0, zz)), z)
