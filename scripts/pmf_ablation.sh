@@ -68,9 +68,10 @@ for arm in arms:
 # DDPM's Tweedie FID side by side
 levels = sorted({k[len("predict_clean_t"):-len("_fid")] for c in last.values() for k in c["rows"][-1]
                  if k.startswith("predict_clean_t") and k.endswith("_fid")}, key=float)
-cols = [c for t in levels for c in ((f"predict_clean_t{t}_fid", f"FID t{float(t):.3g}"),
-                                    (f"ddpm_tweedie_t{t}_fid", f"Tweedie t{float(t):.3g}"))]
-cols += [("gate_mse_ratio_vs_tweedie", "MSE / Tweedie t0.4"), ("sample_fid", "1-step sample FID")]
+# (column names without spaces: docs quote the table as an excerpt, `cols=FID_t0.4,Tweedie_t0.4`)
+cols = [c for t in levels for c in ((f"predict_clean_t{t}_fid", f"FID_t{float(t):.3g}"),
+                                    (f"ddpm_tweedie_t{t}_fid", f"Tweedie_t{float(t):.3g}"))]
+cols += [("gate_mse_ratio_vs_tweedie", "MSE_vs_Tweedie_t0.4"), ("sample_fid", "sample_FID")]
 rows, found = [], {}
 for arm, curve in last.items():
     r = curve["rows"][-1]
@@ -78,13 +79,15 @@ for arm, curve in last.items():
     kept = "; ".join(f"{a} {v['pmf']:.3f} vs {v['tweedie']:.3f} (t {v['t']:.3g})"
                      for a, v in (r.get("gate_label_kept_at_fire_t") or {}).items())
     fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else "-" if v is None else str(v)
-    rows.append(f"| {arm} | {r['step']} | " + " | ".join(fmt(r.get(k)) for k, _ in cols)
+    steps = f"+{r['step']}" if arm.startswith("ft_") else str(r["step"])  # ft_*: steps after the shipped pmf's
+    rows.append(f"| {arm} | {steps} | " + " | ".join(fmt(r.get(k)) for k, _ in cols)
                 + f" | {kept or '-'} | {'yes' if r.get('gate_passed') else 'no: ' + ', '.join(r.get('gate_failed') or [])} |")
 if not rows:
     sys.exit(f"no arm scored in {out} yet (bash scripts/pmf_ablation.sh <arm>)")
 n_val = {v["n_val"] for v in found.values()}
-md = (f"pmf recipe ablation ({out.name}; {', '.join(map(str, sorted(n_val)))} validation images)\n\n"
-      "| arm | steps | " + " | ".join(c for _, c in cols) + " | labels kept at FiRe t (pmf vs Tweedie) | gate |\n"
+md = (f"pmf recipe ablation ({out.name}; {', '.join(map(str, sorted(n_val)))} validation images; steps: +N continues "
+      "the shipped pmf N steps; labels_kept: the pmf's vs the Tweedie's at each task's FiRe t)\n\n"
+      "| arm | steps | " + " | ".join(c for _, c in cols) + " | labels_kept | gate |\n"
       "|---|---:|" + "---:|" * len(cols) + "---|---|\n" + "\n".join(rows) + "\n")
 (out / "ablation.md").write_text(md)
 (out / "ablation.json").write_text(json.dumps(found, indent=1, sort_keys=True) + "\n")

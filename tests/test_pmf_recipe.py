@@ -1,6 +1,7 @@
-"""pMF's recipe for the pmf role (issue #48), each part a config switch that is off by default: the losses on the
-one-step prediction (the perceptual distance and a feature distance, adaptively weighted, only for t < 0.8), the
-exact JVP with its finite-difference fallback, and the workflow's dependency on the networks the losses use."""
+"""pMF's recipe for the pmf role (issue #48), each part a config switch that is off unless a recipe sets it: the
+losses on the one-step prediction (the perceptual distance and a feature distance, adaptively weighted, only for
+t < 0.8; the shipped faces pmf's continuation trains with the perceptual one, issue #61), the exact JVP with its
+finite-difference fallback, and the workflow's dependency on the networks the losses use."""
 
 from __future__ import annotations
 
@@ -144,16 +145,17 @@ def test_a_tiny_pmf_trains_with_the_full_recipe_deterministically(tmp_path: Path
 def test_the_workflow_trains_the_loss_networks_first_only_when_the_switch_is_on(cfg):
     from vcebench.workflow import gate_roles
 
-    models = {"synthfaces": {**cfg["models"]["synthfaces"]}}
-    assert gate_roles({"models": models}, "synthfaces", "pmf") == ["classifier", "fid_features", "ddpm"]
-    models["synthfaces"]["pmf"] = {**models["synthfaces"]["pmf"], "perceptual_weight": 0.4}
-    assert gate_roles({"models": models}, "synthfaces", "pmf") == ["classifier", "fid_features", "ddpm",
-                                                                    "perceptual"]
+    models = {"synthfaces": {**cfg["models"]["synthfaces"]}, "synthxray": {**cfg["models"]["synthxray"]}}
+    gate = ["classifier", "fid_features", "ddpm"]
+    assert gate_roles({"models": models}, "synthfaces", "pmf") == [*gate, "perceptual"]  # the faces recipe: on
+    assert gate_roles({"models": models}, "synthxray", "pmf") == gate  # the x-ray recipe: off
+    models["synthfaces"]["pmf"] = {**models["synthfaces"]["pmf"], "perceptual_weight": 0.0}
+    assert gate_roles({"models": models}, "synthfaces", "pmf") == gate
 
 
-def test_the_default_off_switches_leave_the_shipped_pmf_recipes_unchanged(cfg):
-    """The shipped networks' cards compare recipes key by key: the new keys are absent from the config, so both
-    sets' pmf (and every other role) still install instead of training."""
+def test_the_config_recipes_are_the_shipped_cards_and_each_switch_is_a_difference(cfg):
+    """The shipped networks' cards compare recipes key by key: both sets' pmf (and every other role) install
+    instead of training, and turning a switch away from the shipped recipe is one difference per switch."""
     from vcebench.config.load import DEFAULT_CONFIG, load_config
     from vcebench.models.shipping.cards import read_card, recipe_differences
 
@@ -163,15 +165,18 @@ def test_the_default_off_switches_leave_the_shipped_pmf_recipes_unchanged(cfg):
         for s, cfg in configs.items():
             card = read_card(root / "networks" / s, ds, "pmf")
             assert card is not None and recipe_differences(card, cfg, ds, "pmf") == [], (s, ds)
-            changed = {**cfg, "models": {**cfg["models"], ds: {**cfg["models"][ds],
-                                                               "pmf": {**cfg["models"][ds]["pmf"], **FULL}}}}
-            assert len(recipe_differences(card, changed, ds, "pmf")) == 3
-            # written out as off (the ablation's `base` arm): still the shipped recipe; on: a difference
-            for weight, n in ((0.0, 0), (0.4, 1)):
+            pmf = cfg["models"][ds]["pmf"]
+            moved = sum(pmf.get(k, "fd" if k == "jvp" else 0.0) != v for k, v in FULL.items())
+            assert moved == (2 if ds == "synthfaces" else 3)  # faces: the perceptual loss is the shipped one's
+            changed = {**cfg, "models": {**cfg["models"], ds: {**cfg["models"][ds], "pmf": {**pmf, **FULL}}}}
+            assert len(recipe_differences(card, changed, ds, "pmf")) == moved
+            shipped = pmf.get("perceptual_weight", 0.0)
+            for weight in (0.0, 0.4):
                 arm = {**cfg, "models": {**cfg["models"], ds: {**cfg["models"][ds], "pmf": {
-                    **cfg["models"][ds]["pmf"], "perceptual_weight": weight, "features_weight": 0}}}}
-                assert len(recipe_differences(card, arm, ds, "pmf")) == n, (weight, s, ds)
-    assert json.loads(json.dumps(cfg["models"]["synthfaces"]["pmf"])).get("perceptual_weight") is None
+                    **pmf, "perceptual_weight": weight}}}}
+                # written out as the shipped value: the same recipe; another value: a difference
+                assert len(recipe_differences(card, arm, ds, "pmf")) == int(weight != shipped), (weight, s, ds)
+    assert json.loads(json.dumps(cfg["models"]["synthxray"]["pmf"])).get("perceptual_weight") is None
 
 
 def test_training_with_a_loss_network_not_trained_yet_names_the_command(cfg, tmp_path):
@@ -180,12 +185,12 @@ def test_training_with_a_loss_network_not_trained_yet_names_the_command(cfg, tmp
     from vcebench.steps.train import loss_networks
 
     task = get_task(cfg, "synthfaces_smile")
-    assert loss_networks(cfg, task, "pmf", tmp_path) == {}  # today's recipe trains against nothing
-    on = {**cfg, "models": {**cfg["models"], "synthfaces": {**cfg["models"]["synthfaces"], "pmf": {
-        **cfg["models"]["synthfaces"]["pmf"], "perceptual_weight": 0.4}}}}
+    off = {**cfg, "models": {**cfg["models"], "synthfaces": {**cfg["models"]["synthfaces"], "pmf": {
+        **cfg["models"]["synthfaces"]["pmf"], "perceptual_weight": 0.0}}}}
+    assert loss_networks(off, task, "pmf", tmp_path) == {}  # the switch off: trains against nothing
     with pytest.raises(ConfigError, match=r"perceptual network, which is not trained yet: `vcebench train perceptual "
                                           r"--task synthfaces_smile"):
-        loss_networks(on, task, "pmf", tmp_path)
+        loss_networks(cfg, task, "pmf", tmp_path)  # the faces recipe's perceptual loss
 
 
 def test_continued_training_starts_from_the_pinned_weights_and_refuses_others(tmp_path: Path):
