@@ -102,8 +102,9 @@ TINY_MODELS = {  # the smallest networks that train in seconds (the table's numb
     "perceptual": {"steps": 5, "width": 8, "batch": 16},
     "fid_features": {"steps": 5, "width": 8, "embed_dim": 8, "batch": 16},
     "ddpm": {"steps": 2, "batch_size": 8, "warmup_steps": 1, "n_samples": 4, "sample_steps": 2, "eval_images": 4},
-    # the default recipe's 800-step flow-matching warm start would leave no MeanFlow step in 2
-    "pmf": {"steps": 2, "batch_size": 8, "warmup_steps": 1, "n_samples": 4, "eval_images": 4, "fm_warmup_steps": None},
+    # from scratch (the default faces recipe continues the shipped start), without a flow-matching warm start
+    "pmf": {"steps": 2, "batch_size": 8, "warmup_steps": 1, "n_samples": 4, "eval_images": 4, "fm_warmup_steps": None,
+            "init_from": None, "init_sha256": None},
 }
 
 

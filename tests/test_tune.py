@@ -100,11 +100,12 @@ def test_merge_keeps_the_other_methods_and_refuses_a_different_rule():
     base = {"task": "t", "rule": RULE, "validation": {"n": 4}, "n_settings": 2, "seed": 0, "noise_rule": "x",
             "wall_seconds": 10}
     old = {**base, "settings": {"fire": {"rho": 1}, "dime": {}}, "picked": {"fire": {"setting": 1}, "dime": {}},
-           "sweep": [{"method": "fire"}, {"method": "dime", "old": True}]}
+           "sweep": [{"method": "fire"}, {"method": "dime", "old": True}], "models": {"pmf": "p", "ddpm": "d"}}
     new = {**base, "wall_seconds": 5, "settings": {"dime": {"scales": [1]}}, "picked": {"dime": {"setting": 1}},
-           "sweep": [{"method": "dime", "old": False}]}
+           "sweep": [{"method": "dime", "old": False}], "models": {"ddpm": "d2"}}
     m = merge_tuned(old, {**new, "sweep": [{"method": "dime", "old": False, "seconds": 2.0}]})
     assert m["settings"] == {"fire": {"rho": 1}, "dime": {"scales": [1]}} and m["wall_seconds"] == 15
+    assert m["models"] == {"pmf": "p", "ddpm": "d2"}  # the kept fire rows' networks stay named
     assert (m["compute_seconds"], m["untimed_rows"]) == (2.0, 1)  # the kept fire row, cached before times
     assert [r.get("old") for r in m["sweep"] if r["method"] == "dime"] == [False]
     with pytest.raises(ConfigError, match="rule"):

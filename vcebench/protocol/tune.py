@@ -165,6 +165,7 @@ def merge_tuned(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     out["settings"] = {**{m: v for m, v in old["settings"].items() if m not in methods_new}, **new["settings"]}
     out["picked"] = {**{m: v for m, v in old["picked"].items() if m not in methods_new}, **new["picked"]}
     out["space"] = {**old.get("space", {}), **new.get("space", {})}
+    out["models"] = {**old.get("models", {}), **new.get("models", {})}  # the networks every kept row ran on
     if "methods" in new:
         out["methods"] = {**{m: v for m, v in old.get("methods", {}).items() if m not in methods_new},
                           **new["methods"]}
