@@ -162,17 +162,17 @@ def sync(text: str, snapshot: Path) -> str:
 
 def _result_names(snapshot: Path) -> tuple[list[str], set[str]]:
     """The names a results table's rows or columns carry (every method's name and label, the snapshot's tasks), and
-    the metric columns' names and labels."""
+    the metric columns' names and labels (as the tables print them)."""
     from .. import registry
 
     names = [n for m in registry.method_names() for n in (m, registry.get_method_spec(m).label)]
     names += sorted(p.stem for p in Path(snapshot).glob("*.md") if p.stem != "README")
-    metrics = set(registry.column_directions()) | {column_label(c) for c in registry.column_directions()}
-    return names, metrics | {"S³", "s/CF"}
+    columns = registry.column_directions()
+    return names, set(columns) | {_md_math(column_label(c)) for c in columns}
 
 
 def _plain(cell: str) -> str:
-    return re.sub(r"[*`]|</?u>", "", cell).strip()
+    return re.sub(r"[*`]|</?u>", "", cell).strip().rstrip(_MARKS)
 
 
 def _names_row(cell: str, names: list[str]) -> bool:
@@ -181,12 +181,34 @@ def _names_row(cell: str, names: list[str]) -> bool:
     return any(cell == n or cell.startswith((f"{n} (", f"{n} /", f"{n},", f"{n}_")) for n in names)
 
 
-def _names_column(cell: str, names: list[str], metrics: set[str]) -> bool:
-    """A header cell that names a method (``FiRe``, ``DiME (paper)``) or a metric (``FID``, ``FR (%)``,
-    ``truth FID``)."""
+def _names_method(cell: str, names: list[str]) -> bool:
+    """A header cell that is a method (``FiRe``, ``DiME (paper)``)."""
     cell = _plain(cell)
-    words = set(re.split(r"[^\w³/]+", cell.replace("↑", "").replace("↓", "")))
-    return any(cell == n or re.fullmatch(rf"{re.escape(n)} \([^)]*\)", cell) for n in names) or bool(words & metrics)
+    return any(cell == n or re.fullmatch(rf"{re.escape(n)} \([^)]*\)", cell) for n in names)
+
+
+def _names_metric(cell: str, metrics: set[str]) -> bool:
+    """A header cell that holds a metric's name (``FID``, ``FR (%)``, ``truth FID``)."""
+    return bool(set(re.split(r"[^\w³/]+", _plain(cell))) & metrics)
+
+
+def _outside_blocks(text: str) -> list[str]:
+    """``text``'s lines with every excerpt and archive block, markers included, blanked (line numbers kept)."""
+    out, block = [], None
+    for i, ln in enumerate(text.split("\n"), 1):
+        if block is None and (BEGIN.match(ln) or ARCHIVE.match(ln)):
+            block = END if BEGIN.match(ln) else ARCHIVE_END
+        elif block is not None and ln.startswith("<!-- begin:"):
+            raise ExcerptError(f"line {i}: {ln} opens inside another block (close it with {block})")
+        elif block is None:
+            out.append(ln)
+            continue
+        elif ln == block:
+            block = None
+        out.append("")
+    if block is not None:
+        raise ExcerptError(f"the document ends inside a block (no {block})")
+    return out
 
 
 def archives(text: str) -> list[tuple[int, str]]:
@@ -196,30 +218,21 @@ def archives(text: str) -> list[tuple[int, str]]:
 
 def unmarked_quotes(text: str, snapshot: Path) -> list[str]:
     """``line N: <table line>`` for the first line of every table outside excerpts and archive blocks that quotes
-    results: a column names a method or a metric (``DiME``, ``FID``, ``FR (%)``), the first column or the header
-    names a method or a task of ``snapshot`` (``FiRe``, ``DiME (paper)``, ``synthfaces_smile``), and a body cell
-    holds a number."""
-    (names, metrics), out, block = _result_names(snapshot), [], None
-    table: list[tuple[int, str]] = []
-    for i, ln in enumerate(text.split("\n") + [""], 1):
-        if block is None and (BEGIN.match(ln) or ARCHIVE.match(ln)):
-            block = END if BEGIN.match(ln) else ARCHIVE_END
-        elif block is not None:
-            if ln == block:
-                block = None
-            elif ln.startswith("<!-- begin:"):
-                raise ExcerptError(f"line {i}: {ln} opens inside another block (close it with {block})")
-        elif ln.startswith("|"):
-            table.append((i, ln))
+    results: a column names a metric (``FID``, ``FR (%)``), the header or the first column names a method or a task
+    of ``snapshot`` (``FiRe``, ``DiME (paper)``, ``synthfaces_smile``), and a body cell holds a number."""
+    names, metrics = _result_names(snapshot)
+    lines, out, start = _outside_blocks(text), [], None
+    for i, ln in enumerate(lines + [""]):
+        if ln.startswith("|"):
+            start = i if start is None else start
             continue
-        if table:
-            head, *rows = [_cells(t) for _, t in table]
-            body = [r for r in rows if not set("".join(r)) <= set("-: ")]
-            columns = [c for c in head[1:] if _names_column(c, names, metrics)]
-            named = any(_names_column(c, names, set()) for c in head) or any(_names_row(r[0], names) for r in body)
-            if columns and named and any(re.search(r"\d", c) for r in body for c in r[1:]):
-                out.append(f"line {table[0][0]}: {table[0][1][:100]}")
-            table = []
-    if block is not None:
-        raise ExcerptError(f"the document ends inside a block (no {block})")
+        if start is None:
+            continue
+        head, *rows = [_cells(t) for t in lines[start:i]]
+        body = [r for r in rows if not set("".join(r)) <= set("-: ")]
+        named = any(_names_method(c, names) for c in head) or any(_names_row(r[0], names) for r in body)
+        if named and any(_names_metric(c, metrics) or _names_method(c, names) for c in head[1:]) \
+                and any(re.search(r"\d", c) for r in body for c in r[1:]):
+            out.append(f"line {start + 1}: {lines[start][:100]}")
+        start = None
     return out
