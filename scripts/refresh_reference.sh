@@ -57,9 +57,11 @@ case "$PHASE" in
       done
       for csv in results/*.csv; do
         task=$(basename "$csv" .csv)
-        case "$task" in *_pareto|*_sets) continue ;; esac
-        cp "results/$task".{md,csv,tex} "results/${task}"_{qualitative,efficiency}.png "results/${task}_validity.json" "$OUT/"
+        case "$task" in *_pareto|*_sets|*_pairs) continue ;; esac
+        cp "results/$task".{md,csv,tex} "results/${task}"_{qualitative,efficiency}.png "results/${task}_validity.json" \
+          "results/${task}"_pairs.{md,csv} "$OUT/"
       done
+      cp results/summary_pairs.md results/summary_cd.png "$OUT/"
     fi
     if want pareto; then
       timed pareto snakemake --cores "$CORES" pareto
@@ -72,13 +74,13 @@ case "$PHASE" in
         done
       fi
       timed paper snakemake --cores "$CORES" paper
-      mkdir -p "$OUT/paper"; cp results/paper/tables.md results/paper/figure2.png "$OUT/paper/"
+      mkdir -p "$OUT/paper"; cp results/paper/tables.md results/paper/*_pairs.md results/paper/figure2.png "$OUT/paper/"
     fi
     if want ref2; then timed ref2 snakemake --cores "$CORES" --configfile config/presets/ref2.yaml; fi
     if want sets; then
       for csv in runs/ref2/results/*.csv; do
         task=$(basename "$csv" .csv)
-        case "$task" in *_pareto|*_sets) continue ;; esac
+        case "$task" in *_pareto|*_sets|*_pairs) continue ;; esac
         timed "sets $task" vcebench report sets --task "$task" --a "$OUT" --b runs/ref2/results \
           --out "results/${task}_sets.md"
         cp "results/${task}_sets.md" "results/${task}_sets.json" "$OUT/"

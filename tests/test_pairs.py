@@ -360,3 +360,26 @@ def test_the_pairs_verdict_is_the_marks_and_a_docs_excerpt_can_cut_it(tmp_path):
         want = [{"best": "**best**", "tied": "tied"}.get(marks[c].get(i), "") for c in ("L1", "FR")]
         assert cells[method_label(m)] == want, m
     assert cells["FiRe"] == ["**best**", "tied"] and cells["ACE"] == ["", ""]
+
+
+def test_a_paper_tables_marks_come_from_the_tests_between_its_own_rows(tmp_path):
+    """`vcebench report paper`'s tables are marked as the task tables are: by the paired tests between the rows
+    of that table (Holm over its own pairs), written beside it; rows that regenerate are left out of both."""
+    from vcebench.steps.paper import tested_marks
+
+    methods = _write_tree(tmp_path, _values(0))
+    df, higher = _table(tmp_path, methods)
+    out = tmp_path / "paper"
+    marks, note = tested_marks(tmp_path, TASK, df, higher, out, "table4")
+    task_table, task_marks, _ = pairs.task_pairs(tmp_path, TASK, df, higher)
+    assert marks == task_marks and note.marked  # the same rows: the same marks as the task table
+    back = pd.read_csv(out / "table4_pairs.csv")
+    assert len(back) == len(task_table) == 12 and "## Verdict" in (out / "table4_pairs.md").read_text()
+    line = report.footer.marks_line(note, "paper/table4")
+    assert "`paper/table4_pairs.md`" in line and "**Bold**" in line
+    fire_row = int(df.index[df["method"] == "fire"][0])
+    assert marks["L1"][fire_row] == "best"
+    # a regenerating row is not ranked: FiRe's lead on L1 is then tested against the other two only
+    marks2, _ = tested_marks(tmp_path, TASK, df, higher, out, "table5", unranked=["ace"])
+    ace_row = int(df.index[df["method"] == "ace"][0])
+    assert ace_row not in marks2["FR"] and len(pd.read_csv(out / "table5_pairs.csv")) == 6

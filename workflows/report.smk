@@ -180,6 +180,11 @@ rule paper_tables:
             task=TASKS,
             method=METHODS + config.get("paper_methods", []),
         ),
+        samples=expand(  # the per-input records behind each table's marks (its paired tests)
+            "results/{task}/{method}/samples.npz",
+            task=TASKS,
+            method=METHODS + config.get("paper_methods", []),
+        ),
         profiles=expand(
             "results/{task}/{method}/profile.json", task=TASKS, method=GENERATED
         ),
@@ -187,6 +192,11 @@ rule paper_tables:
         "results/paper/tables.md",
         "results/paper/tables.tex",
         "results/paper/figure2.png",
+        expand(
+            "results/paper/{name}_pairs.{ext}",
+            name=TASKS + ["table4", "table5", "table6"],
+            ext=["csv", "md"],
+        ),
     log:
         "logs/report/paper.log",
     benchmark:

@@ -6,6 +6,8 @@ Which rows each table has is read from the config, not written here again:
 - Tables 1-3 (comparison, one per task of ``run_tasks``: faces in Tables 1/2, x-ray in Table 3): the rows of
   config ``methods``, then the rows of config ``paper_methods`` that are not FiRe's ablations (every method's
   paper row ``<method>_paper``; ACE l2 beside ACE l1, as in the paper).
+- Every table's marks come from the paired tests between its own rows (:func:`tested_marks`, Holm over the
+  table's pairs), written beside it as ``<task>_pairs.{csv,md}`` (Tables 1-3) and ``table<n>_pairs.{csv,md}``.
 - Tables 4-6 (FiRe's ablations, on the first face task, else the first task): the FiRe variants of
   ``paper_methods`` (``fire_<variant>``, config ``variants.fire.<variant>``), each in the table of what its
   overrides change (:data:`ABLATIONS`): Table 4 the switches of the method (mode, mask, adaptive step, early
@@ -64,6 +66,18 @@ def ablation_rows(cfg: dict, task) -> dict[str, list[str]]:
     return out
 
 
+def tested_marks(results: Path, task: str, df, higher: dict[str, bool], out: Path, name: str,
+                 unranked=()) -> tuple[dict, object]:
+    """A paper table's marks from the paired tests between its own rows (the same tests as a task table's,
+    :func:`vcebench.report.pairs.task_pairs`; Holm over this table's pairs), written to ``<out>/<name>_pairs.{csv,md}``:
+    ``(marks, note)``."""
+    from ..report import pairs
+
+    table, marks, note = pairs.task_pairs(results, task, df, higher, unranked)
+    pairs.write_pairs(out, name, table)
+    return marks, note
+
+
 def paper_tables(cfg: dict, results: Path, out: Path) -> str:
     """Writes ``<out>/tables.{md,tex}`` and ``figure2.png`` for the configured tasks (synthetic analogues by
     default); returns the markdown."""
@@ -82,28 +96,33 @@ def paper_tables(cfg: dict, results: Path, out: Path) -> str:
             task = get_task(cfg, t)
             df, higher = report.load_task_table(results, t, compared, task.kind, task.synthetic)
             metas = report.load_metrics_json(results, t, compared)
-            footer = report.task_footer(df, metas, profiles=report.load_profiles(results, t, compared))
-            footer += report.resolution_lines(metas, task.dataset, task.attribute)
             regen = report.regenerating_rows(metas)  # marked ‡ with the reason, as in the task tables
+            marks, note = tested_marks(results, t, df, higher, out, t, regen)
+            footer = report.task_footer(df, metas, profiles=report.load_profiles(results, t, compared), marks=note,
+                                        task=f"paper/{t}")
+            footer += report.resolution_lines(metas, task.dataset, task.attribute)
             footer += report.regeneration_lines(regen, task.attribute)
             rep = paper_numbers.reported(t)
             if rep:
                 extra = pd.DataFrame([{"method": f"{m} (reported)", **v} for m, v in rep.items()])
                 df = pd.concat([df, extra], ignore_index=True)
                 footer.append(REPORTED_LINE)
-            md.append(report.to_markdown(df, higher, title=f"{title}: {t}", footer=footer, flagged=regen))
+            md.append(report.to_markdown(df, higher, title=f"{title}: {t}", footer=footer, flagged=regen,
+                                         marks=marks))
             tex.append(report.to_latex(df, higher, caption=f"{title}: {t}", label=f"tab:{t}", footer=footer,
-                                       flagged=regen))
+                                       flagged=regen, marks=marks))
     ablation_task = faces[0] if faces else (cfg["run_tasks"] or [None])[0]
     if ablation_task:
         task = get_task(cfg, ablation_task)
-        for title, rows in ablation_rows(cfg, task).items():
+        for n, (title, rows) in enumerate(ablation_rows(cfg, task).items(), start=4):
             df, higher = report.load_task_table(results, ablation_task, rows, task.kind, task.synthetic)
             metas = report.load_metrics_json(results, ablation_task, rows)
-            footer = report.task_footer(df, metas, profiles=report.load_profiles(results, ablation_task, rows))
+            marks, note = tested_marks(results, ablation_task, df, higher, out, f"table{n}")
+            footer = report.task_footer(df, metas, profiles=report.load_profiles(results, ablation_task, rows),
+                                        marks=note, task=f"paper/table{n}")
             footer += report.resolution_lines(metas, task.dataset, task.attribute)
-            md.append(report.to_markdown(df, higher, title=f"{title}: {ablation_task}", footer=footer))
-            tex.append(report.to_latex(df, higher, caption=f"{title}: {ablation_task}", footer=footer))
+            md.append(report.to_markdown(df, higher, title=f"{title}: {ablation_task}", footer=footer, marks=marks))
+            tex.append(report.to_latex(df, higher, caption=f"{title}: {ablation_task}", footer=footer, marks=marks))
         df, _ = report.load_task_table(results, ablation_task, list(cfg["methods"]), task.kind, task.synthetic)
         figures.efficiency_figure(out / "figure2.png", df, title=f"Figure 2 analogue: {ablation_task}")
     report.write_text(out / "tables.md", "\n".join(md))
