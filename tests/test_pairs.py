@@ -383,3 +383,17 @@ def test_a_paper_tables_marks_come_from_the_tests_between_its_own_rows(tmp_path)
     marks2, _ = tested_marks(tmp_path, TASK, df, higher, out, "table5", unranked=["ace"])
     ace_row = int(df.index[df["method"] == "ace"][0])
     assert ace_row not in marks2["FR"] and len(pd.read_csv(out / "table5_pairs.csv")) == 6
+
+
+def test_the_verdict_labels_columns_as_the_task_tables_print_them(tmp_path):
+    """S3 is `S³` in a task table's markdown; the verdict must use the same label or a docs excerpt of it cannot
+    name the column (`cols=S3`)."""
+    from vcebench.report.excerpt import table_excerpt
+
+    methods = _write_tree(tmp_path, _values(0))
+    df, higher = _table(tmp_path, methods)
+    table, _, _ = pairs.task_pairs(tmp_path, TASK, df, higher)
+    table = table.replace({"column": {"L1": "S3"}})
+    head = pairs.verdict_markdown(table).splitlines()[0]
+    assert "S³↑" in head and "$" not in head
+    assert "S³" in table_excerpt(pairs.pairs_markdown(TASK, table), ["fire", "dime"], ["S3"], table=1)

@@ -241,7 +241,7 @@ def verdict_markdown(pairs: pd.DataFrame) -> str:
     where it is among the rows no test separates from the best point value, empty elsewhere: what the table marks
     say, in the task tables' row and column labels (a docs excerpt can cut it: ``<task>_pairs.md table=1``)."""
     from .. import registry
-    from .tables import column_label, direction_arrow, method_label
+    from .tables import _md_math, column_label, direction_arrow, method_label
 
     higher = registry.column_directions()
     rows = list(dict.fromkeys([*pairs["a"], *pairs["b"]]))
@@ -253,7 +253,7 @@ def verdict_markdown(pairs: pd.DataFrame) -> str:
         group = best_group({m: float(v) for m, v in values.items()}, fam, bool(higher[col]))
         for m in group:
             cells[m][col] = "**best**" if len(group) == 1 else "tied"
-    head = ["Method"] + [f"{column_label(c)}{direction_arrow(c, higher, False)}" for c in cols]
+    head = ["Method"] + [f"{_md_math(column_label(c))}{direction_arrow(c, higher, False)}" for c in cols]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     out += ["| " + " | ".join([method_label(m)] + [cells[m].get(c, "") for c in cols]) + " |" for m in rows]
     return "\n".join(out) + "\n"
