@@ -34,3 +34,26 @@ def test_cells_inside_the_first_sets_interval_and_the_order_of_methods():
     assert not r["ranks"]["FID"]["same_best"] and r["ranks"]["FR"]["same_best"]
     md = to_markdown("t", r, "ref1", "ref2")
     assert "4 of 6 cells" in md and "| dime | FID |" in md and "**no**" in md
+
+
+def test_the_paired_verdicts_of_two_sets_compared_pair_by_pair():
+    """A pair separated on both sets the same way survives, the other way is reversed, not separated on the
+    second is lost (named winner>loser); separated on the second only is new."""
+    from vcebench.report.network_sets import surviving_markdown, surviving_pairs
+
+    def frame(rows):
+        return pd.DataFrame([{"column": c, "a": a, "b": b, "separated": s, "better": w} for c, a, b, s, w in rows])
+
+    a = frame([("FID", "fire", "dime", True, "fire"), ("FID", "fire", "ace", True, "ace"),
+               ("FID", "dime", "ace", True, "dime"), ("FID", "x", "y", False, None),
+               ("FR", "fire", "dime", False, None)])
+    b = frame([("FID", "fire", "dime", True, "fire"), ("FID", "fire", "ace", True, "fire"),
+               ("FID", "dime", "ace", False, None), ("FID", "x", "y", True, "y"),
+               ("FR", "fire", "dime", True, "dime")])
+    got = {r["column"]: r for r in surviving_pairs(a, b)}
+    assert got["FID"] == {"column": "FID", "pairs": 4, "separated_a": 3, "survived": 1, "reversed": 1,
+                          "lost": ["dime>ace"], "new": 1}
+    assert got["FR"]["separated_a"] == 0 and got["FR"]["new"] == 1 and got["FR"]["lost"] == []
+    md = "\n".join(surviving_markdown(list(got.values()), "ref1", "ref2"))
+    assert "| FID | 4 | 3 | 1 | 1 | dime>ace | 1 |" in md
+    assert surviving_markdown([], "ref1", "ref2") == []

@@ -4,7 +4,10 @@ other seeds; ``networks/ref1`` and ``networks/ref2``) compared cell by cell and 
 A cell's change is *inside* when the second set's value lies in the first set's 95 % bootstrap interval
 (the interval covers the sampling of inputs, not the networks: a change outside it is the networks' doing).
 Per metric, the methods' order is compared too (Kendall's tau over the ranked rows, and whether the best
-method is the same): a conclusion that does not survive the second set is not a conclusion.
+method is the same): a conclusion that does not survive the second set is not a conclusion. Where both sets
+have their paired tests (``<task>_pairs.csv``, :mod:`.pairs`), the verdict itself is compared
+(:func:`surviving_pairs`): each pair the first set's tests separate is separated the same way on the second
+(survives), the other way (reversed), or not at all (lost); pairs only the second set separates are new.
 """
 
 from __future__ import annotations
@@ -63,6 +66,42 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, higher_is_better: dict[str, bool],
     return {"cells": cells, "ranks": ranks, "n_cells": len(inside), "n_inside": int(sum(inside))}
 
 
+def surviving_pairs(a: pd.DataFrame, b: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per column of two sets' paired tests (``<task>_pairs.csv`` frames, :data:`.pairs.PAIR_COLUMNS`), the pairs
+    of ranked rows separated on ``a`` that ``b`` separates the same way (``survived``), the other way
+    (``reversed``), or not (``lost``, each as ``"winner>loser"``), and the pairs separated on ``b`` only
+    (``new``). Pairs present in one set only are left out."""
+    key = ["column", "a", "b"]
+    m = a[key + ["separated", "better"]].merge(b[key + ["separated", "better"]], on=key, suffixes=("_a", "_b"))
+    m = m.fillna({"better_a": "", "better_b": ""})
+    out = []
+    for col, fam in m.groupby("column", sort=False):
+        sep = fam[fam["separated_a"].astype(bool)]
+        same = sep["separated_b"].astype(bool) & (sep["better_a"] == sep["better_b"])
+        rev = sep["separated_b"].astype(bool) & (sep["better_a"] != sep["better_b"])
+        lost = sep[~sep["separated_b"].astype(bool)]
+        out.append({"column": col, "pairs": len(fam), "separated_a": len(sep), "survived": int(same.sum()),
+                    "reversed": int(rev.sum()),
+                    "lost": [f"{r.better_a}>{r.b if r.better_a == r.a else r.a}" for r in lost.itertuples()],
+                    "new": int((fam["separated_b"].astype(bool) & ~fam["separated_a"].astype(bool)).sum())})
+    return out
+
+
+def surviving_markdown(rows: list[dict[str, Any]], name_a: str, name_b: str) -> list[str]:
+    """The lines of :func:`surviving_pairs`' table (none without rows)."""
+    if not rows:
+        return []
+    lines = ["", f"Paired verdicts (`<task>_pairs.csv` of both sets; Holm per column): the pairs `{name_a}` "
+             f"separates, how many `{name_b}` separates the same way, the other way, and which it does not.", "",
+             f"| column | pairs | separated ({name_a}) | survive | reversed | lost | new ({name_b}) |",
+             "|---|---:|---:|---:|---:|---|---:|"]
+    for r in rows:
+        lost = ", ".join(r["lost"]) if r["lost"] else ""
+        lines.append(f"| {r['column']} | {r['pairs']} | {r['separated_a']} | {r['survived']} | {r['reversed']} | "
+                     f"{lost} | {r['new']} |")
+    return lines
+
+
 def to_markdown(task: str, result: dict[str, Any], name_a: str, name_b: str) -> str:
     """Per method: the cells outside the first set's interval; per metric: the rank agreement."""
     lines = [f"# {task}: network set `{name_a}` vs `{name_b}`", "",
@@ -72,6 +111,7 @@ def to_markdown(task: str, result: dict[str, Any], name_a: str, name_b: str) -> 
     for m, r in result["ranks"].items():
         tau = "" if r["kendall_tau"] is None else f"{r['kendall_tau']:.2f}"
         lines.append(f"| {m} | {tau} | {r['best_a']} | {r['best_b']} | {'yes' if r['same_best'] else '**no**'} |")
+    lines += surviving_markdown(result.get("pairs") or [], name_a, name_b)
     out = [c for c in result["cells"] if c["inside"] is False]
     lines += ["", f"Cells outside the interval ({len(out)}):", "", "| method | metric | " + name_a + " [95 % CI] | "
               + name_b + " |", "|---|---|---|---:|"]

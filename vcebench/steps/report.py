@@ -65,7 +65,8 @@ def seed_report(cfg, task_name: str, methods: list[str], results: Path, out_dir:
 def compare_sets(task_name: str, a: Path, b: Path, rank_exclude: list[str], names: list[str], out: Path) -> None:
     """`report sets`: the task table ``<b>/<task>.csv`` of one network set against ``<a>/<task>.csv`` of
     another (each cell inside the first set's interval or not, each metric's method order without the rows
-    ``rank_exclude``), as markdown at ``out`` and every cell in the .json beside it."""
+    ``rank_exclude``), and where both sets have their paired tests the pairs each separates
+    (:func:`network_sets.surviving_pairs`), as markdown at ``out`` and every cell in the .json beside it."""
     import pandas as pd
 
     from ..core.io import write_json
@@ -76,6 +77,9 @@ def compare_sets(task_name: str, a: Path, b: Path, rank_exclude: list[str], name
     tb = pd.read_csv(b / f"{task_name}.csv")
     ranked = [m for m in ta["method"] if m not in rank_exclude]
     res = network_sets.compare(ta, tb, column_directions(), ranked)
+    pa, pb = a / f"{task_name}_pairs.csv", b / f"{task_name}_pairs.csv"
+    if pa.is_file() and pb.is_file():  # the paired verdicts of both sets (pairs.py), compared pair by pair
+        res["pairs"] = network_sets.surviving_pairs(pd.read_csv(pa), pd.read_csv(pb))
     write_text(out, network_sets.to_markdown(task_name, res, *names))
     write_json(out.with_suffix(".json"), res)
 
