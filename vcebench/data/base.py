@@ -81,7 +81,7 @@ class Split:
 
     def index_of(self, sample_ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Row indices of ``sample_ids``; a DatasetError names ids that are not in this split."""
-        ids = torch.as_tensor(sample_ids, dtype=torch.int64).reshape(-1).contiguous()  # a shard's ids are a strided view
+        ids = torch.as_tensor(sample_ids, dtype=torch.int64).reshape(-1).contiguous()  # a shard: a strided view
         pos = torch.searchsorted(self.sample_ids, ids)
         pos_c = pos.clamp(max=max(len(self) - 1, 0))
         ok = (pos < len(self)) & (self.sample_ids[pos_c] == ids) if len(self) else torch.zeros_like(ids, dtype=bool)
