@@ -73,17 +73,17 @@ def surviving_pairs(a: pd.DataFrame, b: pd.DataFrame) -> list[dict[str, Any]]:
     (``new``). Pairs present in one set only are left out."""
     key = ["column", "a", "b"]
     m = a[key + ["separated", "better"]].merge(b[key + ["separated", "better"]], on=key, suffixes=("_a", "_b"))
-    m = m.fillna({"better_a": "", "better_b": ""})
+    m = m.fillna({"better_a": "", "better_b": ""}).astype({"separated_a": bool, "separated_b": bool})
     out = []
     for col, fam in m.groupby("column", sort=False):
-        sep = fam[fam["separated_a"].astype(bool)]
-        same = sep["separated_b"].astype(bool) & (sep["better_a"] == sep["better_b"])
-        rev = sep["separated_b"].astype(bool) & (sep["better_a"] != sep["better_b"])
-        lost = sep[~sep["separated_b"].astype(bool)]
-        out.append({"column": col, "pairs": len(fam), "separated_a": len(sep), "survived": int(same.sum()),
-                    "reversed": int(rev.sum()),
+        sep = fam[fam["separated_a"]]
+        same_way = sep["better_a"] == sep["better_b"]
+        lost = sep[~sep["separated_b"]]
+        out.append({"column": col, "pairs": len(fam), "separated_a": len(sep),
+                    "survived": int((sep["separated_b"] & same_way).sum()),
+                    "reversed": int((sep["separated_b"] & ~same_way).sum()),
                     "lost": [f"{r.better_a}>{r.b if r.better_a == r.a else r.a}" for r in lost.itertuples()],
-                    "new": int((fam["separated_b"].astype(bool) & ~fam["separated_a"].astype(bool)).sum())})
+                    "new": int((fam["separated_b"] & ~fam["separated_a"]).sum())})
     return out
 
 
